@@ -1,0 +1,40 @@
+"""anyshape's passes, one per module, and the registry the drivers resolve names in.
+
+A pass registers itself with :func:`register`; ``DEFAULT_PIPELINE`` is what
+``anyshape.compile(passes=None)`` runs, in order.
+"""
+
+from __future__ import annotations
+
+from anyshape.passes.pass_api import ModulePass, PassFailure, apply_patterns
+
+_REGISTRY: dict[str, type[ModulePass]] = {}
+
+# The default anyshape pipeline, by pass argument. Empty until the shape and
+# slice passes land; `anyshape.compile(passes=None)` runs exactly this list.
+DEFAULT_PIPELINE: list[str] = []
+
+
+def register(cls: type[ModulePass]) -> type[ModulePass]:
+    if not cls.argument.startswith("anyshape-"):
+        raise ValueError(f"pass argument '{cls.argument}' must start with 'anyshape-'")
+    if cls.argument in _REGISTRY and _REGISTRY[cls.argument] is not cls:
+        raise ValueError(f"pass '{cls.argument}' is registered twice")
+    _REGISTRY[cls.argument] = cls
+    return cls
+
+
+def registered_passes() -> dict[str, type[ModulePass]]:
+    return dict(sorted(_REGISTRY.items()))
+
+
+def lookup(argument: str) -> type[ModulePass]:
+    try:
+        return _REGISTRY[argument]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY)) or "none registered"
+        raise KeyError(f"unknown anyshape pass '{argument}' (known: {known})") from None
+
+
+__all__ = ["ModulePass", "PassFailure", "apply_patterns", "register", "registered_passes",
+           "lookup", "DEFAULT_PIPELINE"]

@@ -1,0 +1,108 @@
+"""Adapter over the upstream Python pass and rewrite-pattern API.
+
+The upstream API is new and still moving; its quirks stay in this file:
+- a Python pass is a callable ``(op, external_pass)`` handed to
+  ``PassManager.add``; failure is ``external_pass.signal_pass_failure()``;
+- a pattern callback returns a *falsy* value when it matched and rewrote, and
+  a truthy one for "no match";
+- there is no global registry of Python passes, so textual pipelines cannot
+  name them: the driver resolves anyshape pass names itself (see
+  ``anyshape.pipeline``).
+
+A pass here is a small class (xDSL's ``ModulePass`` shape): options are
+dataclass fields, ``argument`` is its command-line name, ``apply`` does the
+work on the module operation and raises :class:`PassFailure` to fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, ClassVar
+
+from anyshape.mlir import ir, passmanager, rewrite
+
+
+class PassFailure(Exception):
+    """Raised by a pass to fail; reported as an MLIR error at ``location``."""
+
+    def __init__(self, message: str, location: ir.Location | None = None):
+        super().__init__(message)
+        self.location = location
+
+
+@dataclasses.dataclass
+class ModulePass:
+    """Base class of anyshape's passes. Subclasses are dataclasses whose fields are options."""
+
+    argument: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+
+    def apply(self, module_op: ir.Operation) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def options(cls) -> list[dataclasses.Field]:
+        return list(dataclasses.fields(cls))
+
+    @classmethod
+    def from_options(cls, options: dict[str, str]) -> "ModulePass":
+        """Build from textual ``{key=value}`` options, converting by field type."""
+        fields = {f.name.replace("_", "-"): f for f in cls.options()}
+        kwargs = {}
+        for key, text in options.items():
+            field = fields.get(key)
+            if field is None:
+                known = ", ".join(sorted(fields)) or "none"
+                raise ValueError(f"pass '{cls.argument}' has no option '{key}' (options: {known})")
+            kwargs[field.name] = _convert_option(cls.argument, key, text, field)
+        return cls(**kwargs)
+
+    def add_to(self, pm: passmanager.PassManager) -> None:
+        pm.add(self._run, name=type(self).__name__, argument=self.argument,
+               description=self.description)
+
+    def _run(self, op: ir.Operation, external_pass) -> None:
+        try:
+            self.apply(op)
+        except PassFailure as failure:
+            location = failure.location or op.location
+            location.emit_error(f"{self.argument}: {failure}")
+            external_pass.signal_pass_failure()
+
+
+def _convert_option(argument: str, key: str, text: str, field: dataclasses.Field):
+    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
+    try:
+        if kind == "bool":
+            if text.lower() in ("1", "true"):
+                return True
+            if text.lower() in ("0", "false"):
+                return False
+            raise ValueError(text)
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        raise ValueError(f"pass '{argument}' option '{key}' expects {kind}, got '{text}'") from None
+    return text
+
+
+PatternFn = Callable[[ir.OpView, rewrite.PatternRewriter], bool]
+
+
+def apply_patterns(op: ir.Operation, patterns: list[tuple[str, PatternFn]],
+                   max_iterations: int | None = None) -> None:
+    """Run ``patterns`` to a fixed point with the greedy driver (folding included).
+
+    Each pattern returns True when it rewrote, False when it did not match: the
+    reverse of the upstream convention, which this wrapper translates.
+    """
+    pattern_set = rewrite.RewritePatternSet()
+    for root, fn in patterns:
+        pattern_set.add(root, lambda o, rw, fn=fn: not fn(o, rw))
+    config = None
+    if max_iterations is not None:
+        config = rewrite.GreedyRewriteConfig()
+        config.max_iterations = max_iterations
+    rewrite.apply_patterns_and_fold_greedily(op, pattern_set.freeze(), config)

@@ -1,0 +1,171 @@
+"""``anyshape.compile``: a PyTorch module to a running IREE artifact, in named stages.
+
+Stages, in order: ``import`` (torch dialect as imported), one stage per
+anyshape pass (named by its argument), ``iree-input`` (exactly what IREE
+receives). The IR after each is kept as bytecode in a working directory and
+written as text under ``dump_ir_dir`` when one is given. A failing stage
+raises :class:`CompileError` with a reproducer saved beside the command that
+replays it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from anyshape.errors import CompileError
+from anyshape.mlir import MLIRError, ir, iree_tool, module_to_bytecode, versions
+from anyshape.passes import DEFAULT_PIPELINE, lookup
+from anyshape.pipeline import diagnostics_of, run_pipeline
+from anyshape.runtime import CompiledModule
+from anyshape.signature import ModuleSignature
+from anyshape.targets import Target, make_target
+
+IMPORT_STAGE = "import"
+IREE_INPUT_STAGE = "iree-input"
+IREE_COMPILE_STAGE = "iree-compile"
+
+
+def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = None,
+            target: str = "cpu", cuda_arch: str | None = None, opt_level: str | None = None,
+            passes: Sequence[str] | None = None, dump_ir_dir: str | Path | None = None,
+            progress: bool | Callable[[str], None] = False) -> CompiledModule:
+    """Export ``model`` with ``torch.export`` (``dynamic_shapes`` as there), run the
+    anyshape passes and compile with IREE for ``target`` ("cpu" or "cuda").
+
+    ``passes=None`` runs the default anyshape pipeline, ``[]`` none, or a list of
+    pass arguments. ``progress=True`` prints each stage as it runs.
+    """
+    from anyshape.importer import export_program, import_program
+    from anyshape.signature import dim_labels_from, signature_from_program
+
+    compile_target = make_target(target, cuda_arch, opt_level)
+    pass_names = list(DEFAULT_PIPELINE if passes is None else passes)
+    for name in pass_names:
+        lookup(name)  # unknown names fail before the (slow) export
+    report = _progress_printer(progress)
+
+    started = time.monotonic()
+    report("exporting with torch.export")
+    program = export_program(model, args, kwargs, dynamic_shapes)
+    report("importing into the torch dialect")
+    signature = signature_from_program(program, dim_labels_from(program, dynamic_shapes))
+    imported = import_program(program)
+    module = compile_module(imported, signature, compile_target, pass_names,
+                            dump_ir_dir=dump_ir_dir, report=report)
+    report(f"done in {time.monotonic() - started:.0f}s")
+    return module
+
+
+def compile_module(module: ir.Module, signature: ModuleSignature, target: Target,
+                   pass_names: Sequence[str], *, dump_ir_dir: str | Path | None = None,
+                   report: Callable[[str], None] = lambda msg: None) -> CompiledModule:
+    """Run the pass stages on an imported module, then IREE. ``module`` is consumed."""
+    workdir = tempfile.TemporaryDirectory(prefix="anyshape-")
+    stages = _StageWriter(Path(workdir.name), Path(dump_ir_dir) if dump_ir_dir else None)
+    stages.write(IMPORT_STAGE, module)
+
+    for name in pass_names:
+        report(f"running {name}")
+        before = stages.last_file
+        try:
+            run_pipeline(module, [name])
+        except MLIRError as error:
+            diag = diagnostics_of(error)[0]
+            repro = _keep_reproducer(before, dump_ir_dir, f"{name}-input")
+            raise CompileError(name, diag.render(), str(repro),
+                               f"anyshape-opt {shlex.quote(str(repro))} --{name}") from None
+        stages.write(name, module)
+
+    iree_input = stages.write(IREE_INPUT_STAGE, module)
+    del module
+    report(f"compiling with IREE for {target.name} ({target.opt_level})")
+    flags = target.iree_flags()
+    vmfb = _run_iree_compile(iree_input, flags, dump_ir_dir, report)
+    return CompiledModule(vmfb, signature, target, iree_flags=flags, versions=versions(),
+                          stage_files=stages.files, workdir=workdir)
+
+
+class _StageWriter:
+    def __init__(self, workdir: Path, dump_dir: Path | None):
+        self.workdir = workdir
+        self.dump_dir = dump_dir
+        self.files: dict[str, Path] = {}
+        if dump_dir:
+            dump_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def last_file(self) -> Path:
+        return list(self.files.values())[-1]
+
+    def write(self, stage: str, module: ir.Module) -> Path:
+        stem = f"{len(self.files):02d}-{stage}"
+        path = self.workdir / f"{stem}.mlirbc"
+        path.write_bytes(module_to_bytecode(module))
+        self.files[stage] = path
+        if self.dump_dir:
+            with open(self.dump_dir / f"{stem}.mlir", "w") as f:
+                module.operation.print(file=f)
+        return path
+
+
+def _keep_reproducer(stage_file: Path, dump_ir_dir, stem: str) -> Path:
+    directory = Path(dump_ir_dir) if dump_ir_dir else Path(tempfile.mkdtemp(prefix="anyshape-repro-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"{stem}.mlirbc"
+    target.write_bytes(stage_file.read_bytes())
+    return target
+
+
+def _run_iree_compile(input_file: Path, flags: list[str], dump_ir_dir,
+                      report: Callable[[str], None]) -> bytes:
+    output = input_file.with_suffix(".vmfb")
+    command = [iree_tool("iree-compile"), str(input_file), *flags, "-o", str(output)]
+    started = time.monotonic()
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as proc:
+        stderr_chunks: list[bytes] = []
+        reader = threading.Thread(target=lambda: stderr_chunks.append(proc.stderr.read()))
+        reader.start()
+        while True:
+            try:
+                proc.wait(timeout=15)
+                break
+            except subprocess.TimeoutExpired:
+                report(f"  iree-compile running, {time.monotonic() - started:.0f}s")
+        reader.join()
+    stderr = b"".join(stderr_chunks).decode(errors="replace")
+    if proc.returncode != 0:
+        repro = _keep_reproducer(input_file, dump_ir_dir, "iree-input")
+        replay = " ".join(shlex.quote(a) for a in
+                          ["iree-compile", str(repro), *flags, "-o", str(repro.with_suffix(".vmfb"))])
+        raise CompileError(IREE_COMPILE_STAGE, _first_error(stderr), str(repro), replay,
+                           details=stderr)
+    return output.read_bytes()
+
+
+def _first_error(stderr: str) -> str:
+    lines = stderr.splitlines()
+    for i, line in enumerate(lines):
+        if "error:" in line:
+            notes = [l.strip() for l in lines[i + 1:i + 4] if "note:" in l]
+            return "\n".join([line.strip()] + notes)
+    return stderr.strip() or "iree-compile failed with no diagnostic"
+
+
+def _progress_printer(progress) -> Callable[[str], None]:
+    if callable(progress):
+        return progress
+    if not progress:
+        return lambda msg: None
+    start = time.monotonic()
+
+    def report(msg: str) -> None:
+        print(f"[anyshape {time.monotonic() - start:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    return report

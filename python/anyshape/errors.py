@@ -1,0 +1,26 @@
+"""Errors anyshape raises for compile failures."""
+
+from __future__ import annotations
+
+
+class CompileError(RuntimeError):
+    """A compile stage failed.
+
+    ``stage`` names it, ``diagnostic`` is the first error with its source
+    location, ``reproducer`` is the saved input of the failing stage and
+    ``command`` replays the failure from that file.
+    """
+
+    def __init__(self, stage: str, diagnostic: str, reproducer: str | None, command: str | None,
+                 details: str = ""):
+        self.stage = stage
+        self.diagnostic = diagnostic
+        self.reproducer = reproducer
+        self.command = command
+        self.details = details
+        lines = [f"stage '{stage}' failed: {diagnostic}"]
+        if reproducer:
+            lines.append(f"reproducer: {reproducer}")
+        if command:
+            lines.append(f"replay with: {command}")
+        super().__init__("\n".join(lines))

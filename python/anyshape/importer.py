@@ -1,0 +1,150 @@
+"""Import stage: an unmodified PyTorch module to torch-dialect MLIR with symbolic shapes."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+import torch.export
+
+from anyshape.mlir import ir, new_context
+
+# Ops kept whole through import, and why (everything else decomposes to core ATen,
+# which is what torch-mlir's lowering to linalg covers best):
+# - linear: the slice-hoisting pass moves row slices through it as one matmul,
+#   and IREE's torch input lowers it to a matmul plus a broadcast add that fuse.
+# - layer_norm: kept so passes see one normalization with its axes; torch-mlir
+#   decomposes it after anyshape's passes, inside IREE's torch input.
+# - softmax / _softmax: same, one op with its axis for the shape passes.
+# - gelu: one elementwise op instead of an erf polynomial of several ops.
+# - scaled_dot_product_attention: IREE's torch input turns it into one fused
+#   `iree_linalg_ext.attention` (online softmax, no L x L buffer in memory);
+#   decomposed, it is two batch matmuls around a materialized score matrix.
+KEPT_WHOLE = (
+    torch.ops.aten.linear.default,
+    torch.ops.aten.layer_norm.default,
+    torch.ops.aten.softmax.int,
+    torch.ops.aten._softmax.default,
+    torch.ops.aten.gelu.default,
+    torch.ops.aten.scaled_dot_product_attention.default,
+)
+
+
+def decomposition_table() -> dict:
+    table = torch.export.default_decompositions()
+    for op in KEPT_WHOLE:
+        table.pop(op, None)
+    return table
+
+
+def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
+                   dynamic_shapes: Any) -> torch.export.ExportedProgram:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    if model.training:
+        warnings.warn(
+            "model is in training mode: dropout and batch-norm statistics are exported as "
+            "training ops; call model.eval() first to compile for inference",
+            stacklevel=3,
+        )
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    with torch.no_grad():
+        program = torch.export.export(model, args, kwargs or {}, dynamic_shapes=dynamic_shapes,
+                                      strict=False)
+    return program.run_decompositions(decomposition_table())
+
+
+def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None = None,
+                   func_name: str = "main") -> ir.Module:
+    """Import an exported program with weights inlined as resources and symbolic dims kept."""
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    ctx = ctx or new_context()
+    importer = FxImporter(context=ctx, hooks=_WeightLiterals())
+    importer._cc.set_symbolic_guards(program)
+    graph = _inline_state(program)
+    with ctx:
+        importer.import_stateless_graph(graph, func_name=func_name,
+                                        import_symbolic_shape_expressions=True)
+    return importer.module
+
+
+def import_torch(model: torch.nn.Module, args, kwargs: dict | None = None, *,
+                 dynamic_shapes: Any = None) -> ir.Module:
+    """The import stage on its own: the torch-dialect module, weights included.
+
+    ``str()`` of the result is complete MLIR text that ``anyshape-opt`` reads back.
+    """
+    return import_program(export_program(model, args, kwargs, dynamic_shapes))
+
+
+def _inline_state(program: torch.export.ExportedProgram) -> torch.fx.Graph:
+    """Replace lifted parameters, buffers and constants by the tensors themselves.
+
+    torch-mlir's ``import_frozen_program`` looks buffers up in ``state_dict``
+    only, but non-persistent buffers (RoBERTa's ``position_ids``) live in the
+    program's ``constants``; look in both.
+    """
+    sig = program.graph_signature
+    state = {**program.state_dict, **program.constants}
+    lifted = {**sig.inputs_to_parameters, **sig.inputs_to_buffers,
+              **sig.inputs_to_lifted_tensor_constants}
+    graph = program.graph
+    for node in list(graph.nodes):
+        if node.op != "placeholder" or node.name not in lifted:
+            continue
+        name = lifted[node.name]
+        if name not in state:
+            raise KeyError(f"exported program has no value for '{name}' (input {node.name})")
+        node.replace_all_uses_with(state[name])
+        graph.erase_node(node)
+    return graph
+
+
+class _WeightLiterals:
+    """Importer hook: weights become ``torch.vtensor.literal`` over a resource blob.
+
+    The default path converts every weight through ``tensor.tolist()``, which
+    takes minutes and gigabytes for a roberta-base-sized model; this one hands
+    the tensor's buffer over directly. One blob per tensor object, so a tied
+    weight used in several places is stored once.
+    """
+
+    def __init__(self):
+        # id(tensor) -> (resource attribute, vtensor type, the array backing it)
+        self._literals: dict[int, tuple] = {}
+
+    # FxImporterHooks protocol
+    def prepare_module(self, module_op):
+        pass
+
+    def resolve_input(self, gni, value, info):
+        return None
+
+    def store_produced_value(self, gni, py_value, produced_ir_value, info):
+        raise NotImplementedError("mutation of parameters or buffers is not supported")
+
+    def resolve_literal(self, gni, literal, info):
+        from torch_mlir.extras.fx_importer import (
+            TORCH_DTYPE_TO_MLIR_TYPE_ASM, create_mlir_tensor_type)
+
+        if not isinstance(literal, torch.Tensor) or literal.numel() <= 1:
+            return None  # scalars: the default makes splat constants, which fold better
+        if literal.dtype not in TORCH_DTYPE_TO_MLIR_TYPE_ASM or literal.is_complex():
+            return None
+        key = id(literal)
+        if key not in self._literals:
+            tensor = literal.detach().cpu().contiguous()
+            # numpy has no bfloat16: hand over the same bytes as int16.
+            raw = tensor.view(torch.int16) if tensor.dtype == torch.bfloat16 else tensor
+            array = raw.numpy()
+            blob = f"weight_{len(self._literals)}"
+            attr = ir.DenseResourceElementsAttr.get_from_buffer(
+                memoryview(array), blob, create_mlir_tensor_type(tensor))
+            shape = ",".join(str(d) for d in tensor.shape)
+            vtype = f"!torch.vtensor<[{shape}],{TORCH_DTYPE_TO_MLIR_TYPE_ASM[tensor.dtype]}>"
+            self._literals[key] = (attr, vtype, array)
+        attr, vtype, _ = self._literals[key]
+        return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(vtype)],
+                                   attributes={"value": attr}).result

@@ -1,0 +1,92 @@
+"""The one place that imports MLIR bindings.
+
+torch-mlir and IREE each bundle their own copy of the upstream MLIR Python
+bindings, as separate native libraries with separate contexts. anyshape's
+passes run in torch-mlir's copy (it knows the ``torch`` dialect); IREE is only
+ever driven through its ``iree-compile`` tool, and IR crosses between the two
+as bytecode. Every other module imports what it needs from here, so a binding
+quirk or an upstream rename is fixed in one file.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from torch_mlir import ir, passmanager, rewrite
+from torch_mlir.dialects import ext
+from torch_mlir.dialects import torch as torch_dialect
+
+__all__ = [
+    "ir",
+    "passmanager",
+    "rewrite",
+    "ext",
+    "new_context",
+    "parse_module",
+    "module_to_bytecode",
+    "iree_tool",
+    "MLIRError",
+]
+
+MLIRError = ir.MLIRError
+
+
+def new_context() -> ir.Context:
+    """A context with every dialect anyshape's IR can hold.
+
+    Upstream dialects come from the bindings' registry; ``torch`` must be
+    registered by hand; the anyshape dialect is IRDL-defined and loaded per
+    context.
+    """
+    # Imported here: the dialect module imports this one for `ext`.
+    from anyshape.dialects import load_anyshape_dialect
+
+    ctx = ir.Context()
+    torch_dialect.register_dialect(ctx)
+    ctx.allow_unregistered_dialects = False
+    with ctx, ir.Location.unknown():
+        load_anyshape_dialect()
+    return ctx
+
+
+def parse_module(text: str | bytes, ctx: ir.Context) -> ir.Module:
+    """Parse MLIR text or bytecode into ``ctx`` (raises MLIRError with diagnostics)."""
+    with ctx:
+        return ir.Module.parse(text)
+
+
+def module_to_bytecode(module: ir.Module | ir.Operation) -> bytes:
+    op = module.operation if isinstance(module, ir.Module) else module
+    buf = io.BytesIO()
+    op.write_bytecode(buf)
+    return buf.getvalue()
+
+
+def module_to_text(module: ir.Module | ir.Operation, *, elide_large_elements: int | None = None,
+                   debug_info: bool = False) -> str:
+    op = module.operation if isinstance(module, ir.Module) else module
+    kwargs: dict[str, Any] = {"enable_debug_info": debug_info}
+    if elide_large_elements is not None:
+        kwargs["large_elements_limit"] = elide_large_elements
+        kwargs["large_resource_limit"] = elide_large_elements
+    return op.get_asm(**kwargs)
+
+
+def iree_tool(name: str) -> str:
+    """Path of a tool shipped in the iree-base-compiler wheel (``iree-compile``)."""
+    from iree.compiler.tools.binaries import find_tool
+
+    return find_tool(name)
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("torch", "torch-mlir", "iree-base-compiler", "iree-base-runtime"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            pass
+    return out

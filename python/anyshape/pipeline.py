@@ -1,0 +1,144 @@
+"""Pass pipelines: parsing pipeline text, building pass managers, reporting diagnostics.
+
+anyshape passes are Python passes added to an upstream ``PassManager``, so they
+run among C++ passes with the pass manager's verification, IR printing and
+timing. Textual pipelines cannot name Python passes upstream; this module
+splits ``builtin.module(...)`` into elements and adds anyshape passes itself.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from anyshape.mlir import MLIRError, ir, new_context, passmanager
+from anyshape.passes import lookup
+
+
+@dataclass
+class Diagnostic:
+    location: str   # file:line:col, or "" when the IR had none
+    message: str
+    notes: list[str]
+
+    def render(self, severity: str = "error") -> str:
+        head = f"{self.location}: {severity}: {self.message}" if self.location else \
+            f"{severity}: {self.message}"
+        return "\n".join([head] + [f"  note: {n}" for n in self.notes])
+
+
+_FILE_LINE_COL = re.compile(r'"([^"]*)":(\d+):(\d+)')
+
+
+def format_location(location, filename: str | None = None) -> str:
+    """The first file:line:col inside an MLIR location (callsite and fused included)."""
+    match = _FILE_LINE_COL.search(str(location))
+    if not match:
+        return ""
+    file = match.group(1)
+    if filename is not None and file in ("-", ""):
+        file = filename
+    return f"{file}:{match.group(2)}:{match.group(3)}"
+
+
+def diagnostics_of(error: MLIRError, filename: str | None = None) -> list[Diagnostic]:
+    out = [Diagnostic(format_location(d.location, filename), d.message,
+                      [n.message for n in d.notes]) for d in error.error_diagnostics]
+    if not out:
+        out.append(Diagnostic("", str(error), []))
+    return out
+
+
+# --- pipeline text ---------------------------------------------------------
+
+def split_top_level(text: str) -> list[str]:
+    """Split on commas outside (), {}, [] and quotes."""
+    parts, depth, quote, start = [], 0, None, 0
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "({[":
+            depth += 1
+        elif ch in ")}]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced ')' in pass pipeline: {text}")
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    if depth != 0 or quote:
+        raise ValueError(f"unbalanced brackets or quotes in pass pipeline: {text}")
+    tail = text[start:].strip()
+    if tail:
+        parts.append(tail)
+    return [p for p in parts if p]
+
+
+def parse_pipeline(text: str) -> list[str]:
+    """``builtin.module(a, b{x=1}, func.func(c))`` -> ``['a', 'b{x=1}', 'func.func(c)']``."""
+    text = text.strip()
+    match = re.fullmatch(r"builtin\.module\s*\((.*)\)", text, re.S)
+    if not match:
+        raise ValueError(f"pass pipeline must be anchored on builtin.module(...), got: {text}")
+    return split_top_level(match.group(1))
+
+
+def parse_options(text: str) -> dict[str, str]:
+    """``a=1 b=x`` (MLIR pass-option syntax) -> dict."""
+    options = {}
+    for item in re.findall(r"""[\w-]+=(?:"[^"]*"|'[^']*'|\{[^}]*\}|\S+)""", text):
+        key, _, value = item.partition("=")
+        options[key] = value.strip("\"'")
+    leftover = re.sub(r"""[\w-]+=(?:"[^"]*"|'[^']*'|\{[^}]*\}|\S+)""", "", text).strip()
+    if leftover:
+        raise ValueError(f"cannot parse pass options '{text}': expected key=value pairs")
+    return options
+
+
+def is_anyshape_pass(element: str) -> bool:
+    return re.match(r"\s*anyshape-", element) is not None
+
+
+def add_element(pm: passmanager.PassManager, element: str) -> None:
+    """Add one top-level pipeline element: an anyshape pass, or any upstream text."""
+    if is_anyshape_pass(element):
+        match = re.fullmatch(r"\s*([\w-]+)\s*(?:\{(.*)\})?\s*", element, re.S)
+        if not match:
+            raise ValueError(f"cannot parse pipeline element '{element}'")
+        cls = lookup(match.group(1))
+        cls.from_options(parse_options(match.group(2) or "")).add_to(pm)
+        return
+    if "anyshape-" in element:
+        raise ValueError(f"'{element}': anyshape passes run on the whole module; put them "
+                         f"directly inside builtin.module(...), not in a nested pipeline")
+    pm.add(element)
+
+
+def build_pass_manager(ctx: ir.Context, elements: list[str], *, print_ir_after_all: bool = False,
+                       timing: bool = False) -> passmanager.PassManager:
+    with ctx:
+        pm = passmanager.PassManager("builtin.module")
+        for element in elements:
+            add_element(pm, element)
+        if print_ir_after_all:
+            pm.enable_ir_printing(print_after_all=True, print_before_all=False)
+        if timing:
+            pm.enable_timing()
+    return pm
+
+
+def run_pipeline(module: ir.Module, elements: list[str], **options) -> None:
+    """Run ``elements`` on ``module`` in place; raises MLIRError with the diagnostics."""
+    pm = build_pass_manager(module.context, elements, **options)
+    pm.run(module.operation)
+
+
+def bytecode_file_to_text(path: Path) -> str:
+    ctx = new_context()
+    with ctx:
+        module = ir.Module.parse(Path(path).read_bytes())
+        return str(module)

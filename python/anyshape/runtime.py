@@ -1,0 +1,218 @@
+"""Running a compiled artifact: argument checks, the IREE runtime, save and load.
+
+Only torch, numpy and iree-base-runtime are needed here: a saved artifact runs
+on a machine without torch-mlir or the IREE compiler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from anyshape.signature import SCHEMA_VERSION, ModuleSignature, TensorSpec, decode_tree
+from anyshape.targets import Target
+
+MANIFEST = "manifest.json"
+VMFB = "module.vmfb"
+ARTIFACT_FORMAT = "anyshape-artifact"
+
+
+class CompiledModule:
+    """A compiled model: call it like the original module with torch tensors or numpy arrays.
+
+    Returns torch tensors in the model's output structure. ``stages`` and
+    ``ir(stage)`` show the IR after each compile stage (compile-time only).
+    """
+
+    def __init__(self, vmfb: bytes, signature: ModuleSignature, target: Target,
+                 *, iree_flags: Sequence[str] = (), versions: dict | None = None,
+                 stage_files: dict[str, Path] | None = None, workdir: Any = None,
+                 entry: str = "main"):
+        self.signature = signature
+        self.target = target
+        self.iree_flags = list(iree_flags)
+        self.versions = dict(versions or {})
+        self._vmfb = vmfb
+        self._entry = entry
+        self._stage_files = dict(stage_files or {})
+        self._workdir = workdir  # keeps a TemporaryDirectory alive with the module
+        self._function = None
+
+    # -- introspection -------------------------------------------------------
+    @property
+    def stages(self) -> list[str]:
+        return list(self._stage_files)
+
+    def ir(self, stage: str) -> str:
+        """MLIR text after ``stage`` (weights included)."""
+        if not self._stage_files:
+            raise ValueError("this module was loaded from disk: its compile stages were not saved")
+        if stage not in self._stage_files:
+            raise ValueError(f"stage: expected one of {', '.join(self.stages)}, got '{stage}'")
+        from anyshape.pipeline import bytecode_file_to_text
+
+        return bytecode_file_to_text(self._stage_files[stage])
+
+    @property
+    def vmfb(self) -> bytes:
+        return self._vmfb
+
+    # -- running -------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        arrays = check_arguments(self.signature, args, kwargs)
+        function = self._load_function()
+        results = function(*arrays)
+        if not isinstance(results, (tuple, list)):
+            results = (results,)
+        tensors = [torch.from_numpy(np.array(r.to_host() if hasattr(r, "to_host") else r))
+                   for r in results]
+        return decode_tree(self.signature.output_tree, tensors)
+
+    def _load_function(self):
+        if self._function is None:
+            import iree.runtime as rt
+
+            if self.target.driver == "cuda" and not cuda_available():
+                raise RuntimeError("this module was compiled for CUDA, and no CUDA device is "
+                                   "available here (IREE's cuda driver found none)")
+            config = rt.Config(self.target.driver)
+            context = rt.SystemContext(config=config)
+            vm_module = rt.VmModule.copy_buffer(config.vm_instance, self._vmfb)
+            context.add_vm_module(vm_module)
+            self._function = getattr(context.modules, vm_module.name)[self._entry]
+            self._context = context
+        return self._function
+
+    # -- persistence ---------------------------------------------------------
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write ``module.vmfb`` and ``manifest.json`` into ``directory``."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / VMFB).write_bytes(self._vmfb)
+        manifest = {
+            "format": ARTIFACT_FORMAT,
+            "schema": SCHEMA_VERSION,
+            "vmfb": VMFB,
+            "entry": self._entry,
+            "target": self.target.to_json(),
+            "iree_flags": self.iree_flags,
+            "versions": self.versions,
+            **self.signature.to_json(),
+        }
+        (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        return out
+
+
+def load(directory: str | os.PathLike) -> CompiledModule:
+    """Load an artifact written by ``CompiledModule.save``."""
+    path = Path(directory)
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{path}: no {MANIFEST}; not an anyshape artifact directory")
+    manifest = json.loads(manifest_path.read_text())
+    if manifest.get("format") != ARTIFACT_FORMAT or manifest.get("schema") != SCHEMA_VERSION:
+        raise ValueError(f"{manifest_path}: expected format {ARTIFACT_FORMAT} schema "
+                         f"{SCHEMA_VERSION}, got {manifest.get('format')} schema {manifest.get('schema')}")
+    return CompiledModule(
+        (path / manifest["vmfb"]).read_bytes(),
+        ModuleSignature.from_json(manifest),
+        Target.from_json(manifest["target"]),
+        iree_flags=manifest.get("iree_flags", ()),
+        versions=manifest.get("versions"),
+        entry=manifest["entry"],
+    )
+
+
+def cuda_available() -> bool:
+    """Whether IREE's cuda driver can see a device here (libcuda and a GPU)."""
+    import iree.runtime as rt
+
+    try:
+        return bool(rt.get_driver("cuda").query_available_devices())
+    except (RuntimeError, ValueError, OSError):
+        return False
+
+
+# -- argument checks ---------------------------------------------------------
+
+def check_arguments(signature: ModuleSignature, args: tuple, kwargs: dict) -> list[np.ndarray]:
+    """Match call arguments to the signature and check them; return host arrays in order."""
+    specs = signature.inputs
+    names = [s.name for s in specs]
+    if len(args) > len(specs):
+        raise ValueError(f"expected at most {len(specs)} arguments ({', '.join(names)}), "
+                         f"got {len(args)}")
+    given: dict[str, Any] = dict(zip(names, args))
+    for key, value in kwargs.items():
+        if key not in names:
+            raise ValueError(f"unexpected argument '{key}': this module takes {', '.join(names)}")
+        if key in given:
+            raise ValueError(f"argument '{key}' given both by position and by name")
+        given[key] = value
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise ValueError(f"missing argument(s) {', '.join(missing)}: this module takes "
+                         f"{', '.join(names)}")
+
+    arrays = [_to_array(spec, given[spec.name]) for spec in specs]
+    _check_shapes(signature, specs, arrays)
+    return arrays
+
+
+def _to_array(spec: TensorSpec, value) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        received = str(value.dtype).removeprefix("torch.")
+        array = value.detach().cpu().contiguous().numpy() if received == spec.dtype else None
+    elif isinstance(value, np.ndarray):
+        received = value.dtype.name
+        array = np.ascontiguousarray(value) if received == spec.dtype else None
+    else:
+        raise TypeError(f"argument '{spec.name}': expected a torch.Tensor or numpy.ndarray, "
+                        f"got {type(value).__name__}")
+    if array is None:
+        raise ValueError(f"argument '{spec.name}': expected dtype {spec.dtype}, got {received}")
+    if array.ndim != len(spec.dims):
+        raise ValueError(f"argument '{spec.name}': expected rank {len(spec.dims)} "
+                         f"{spec.render_shape()}, got rank {array.ndim} {tuple(array.shape)}")
+    return array
+
+
+def _check_shapes(signature: ModuleSignature, specs: list[TensorSpec], arrays: list[np.ndarray]) -> None:
+    bound: dict[str, tuple[int, str, int]] = {}  # symbol -> (value, argument, dim)
+    derived = []
+    for spec, array in zip(specs, arrays):
+        for axis, (dim, size) in enumerate(zip(spec.dims, array.shape)):
+            where = f"argument '{spec.name}' dim {axis}"
+            if isinstance(dim, int):
+                if size != dim:
+                    raise ValueError(f"{where}: expected size {dim} (static), got {size}; "
+                                     f"shape {tuple(array.shape)}, expected {spec.render_shape()}")
+                continue
+            symbol = signature.symbols.get(dim)
+            if symbol is None:
+                derived.append((where, dim, size))
+                continue
+            if symbol.min is not None and size < symbol.min or symbol.max is not None and size > symbol.max:
+                raise ValueError(f"{where}: expected a size with {symbol.describe()}, got {size}")
+            if dim in bound and bound[dim][0] != size:
+                value, other, other_axis = bound[dim]
+                raise ValueError(f"{where}: must equal argument '{other}' dim {other_axis} "
+                                 f"(both are {symbol.describe()}), expected {value}, got {size}")
+            bound.setdefault(dim, (size, spec.name, axis))
+    for where, expr, size in derived:
+        expected = _evaluate(expr, {k: v[0] for k, v in bound.items()})
+        if expected is not None and expected != size:
+            raise ValueError(f"{where}: expected size {expr} = {expected}, got {size}")
+
+
+def _evaluate(expr: str, values: dict[str, int]) -> int | None:
+    import sympy
+
+    result = sympy.sympify(expr).subs(values)
+    return int(result) if result.is_number else None
+

@@ -1,0 +1,1 @@
+"""Command-line tools: anyshape-opt and anyshape-compile."""
