@@ -17,6 +17,8 @@ work on the module operation and raises :class:`PassFailure` to fail.
 from __future__ import annotations
 
 import dataclasses
+import os
+import traceback
 from typing import Callable, ClassVar
 
 from anyshape.mlir import ir, passmanager, rewrite
@@ -63,15 +65,27 @@ class ModulePass:
 
     def _run(self, op: ir.Operation, external_pass) -> None:
         try:
-            self.apply(op)
+            with op.context, op.location:
+                self.apply(op)
         except PassFailure as failure:
             location = failure.location or op.location
             location.emit_error(f"{self.argument}: {failure}")
             external_pass.signal_pass_failure()
+        except Exception as error:  # a bug in the pass: report it, do not crash the host
+            if os.environ.get("ANYSHAPE_DEBUG"):
+                traceback.print_exc()
+            op.location.emit_error(f"{self.argument}: internal error: "
+                                   f"{type(error).__name__}: {error} (set ANYSHAPE_DEBUG=1 "
+                                   f"for the traceback)")
+            external_pass.signal_pass_failure()
+
+
+def option_type_name(field: dataclasses.Field) -> str:
+    return field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
 
 
 def _convert_option(argument: str, key: str, text: str, field: dataclasses.Field):
-    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
+    kind = option_type_name(field)
     try:
         if kind == "bool":
             if text.lower() in ("1", "true"):

@@ -2,18 +2,22 @@
 
     anyshape-opt [FILE|-] [-o OUT] [--<pass>[=OPTIONS] ...] [--pass-pipeline=PIPELINE]
                  [--split-input-file] [--mlir-print-ir-after-all] [--mlir-timing]
-                 [--list-passes]
+                 [--load-passes=FILE.py] [--list-passes]
 
 Pass flags run in the order given; a flag that is not an anyshape pass is
 taken as an upstream pass (``--canonicalize``, ``--cse``). Input is MLIR text
 or bytecode. On a parse or pass failure the diagnostics go to stderr as
-``file:line:col: error: ...`` and the exit status is 1.
+``file:line:col: error: ...`` and the exit status is 1. ``--load-passes``
+runs a Python file that registers more passes (as mlir-opt's
+``--load-pass-plugin`` loads a shared library).
 """
 
 from __future__ import annotations
 
+import runpy
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 SPLIT_MARKER = "// -----"
 
@@ -30,6 +34,7 @@ class Options:
     print_ir_after_all: bool = False
     timing: bool = False
     list_passes: bool = False
+    plugins: list[str] = field(default_factory=list)
 
 
 class UsageError(Exception):
@@ -56,6 +61,8 @@ def parse_args(argv: list[str]) -> Options:
             opts.print_ir_after_all = True
         elif arg == "--mlir-timing":
             opts.timing = True
+        elif arg.startswith("--load-passes"):
+            opts.plugins.append(_flag_value(arg, args))
         elif arg == "--list-passes":
             opts.list_passes = True
         elif arg.startswith("--") and len(arg) > 2:
@@ -89,6 +96,7 @@ def _usage(message: str):
 
 def list_passes() -> str:
     from anyshape.passes import registered_passes
+    from anyshape.passes.pass_api import option_type_name
 
     lines = ["anyshape passes:"]
     passes = registered_passes()
@@ -97,7 +105,7 @@ def list_passes() -> str:
     for argument, cls in passes.items():
         lines.append(f"  --{argument}: {cls.description}")
         for option in cls.options():
-            lines.append(f"      {option.name.replace('_', '-')}={option.type} "
+            lines.append(f"      {option.name.replace('_', '-')}={option_type_name(option)} "
                          f"(default {option.default!r})")
     lines.append("Upstream passes: any pass registered in torch-mlir's bindings "
                  "(--canonicalize, --cse, --torch-..., ...), by flag or in --pass-pipeline.")
@@ -151,6 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as error:
         print(f"anyshape-opt: {error}\n{USAGE}", file=sys.stderr)
         return 2
+    for plugin in opts.plugins:
+        try:
+            runpy.run_path(plugin, run_name=f"anyshape_plugin_{Path(plugin).stem}")
+        except OSError as error:
+            print(f"anyshape-opt: cannot load passes from '{plugin}': {error.strerror}",
+                  file=sys.stderr)
+            return 1
     if opts.list_passes:
         print(list_passes())
         return 0

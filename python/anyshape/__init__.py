@@ -2,23 +2,27 @@
 
 ``compile`` and ``import_torch`` need torch-mlir and the IREE compiler;
 ``load`` and a loaded ``CompiledModule`` need only torch, numpy and
-iree-base-runtime, so the compiler side is imported on first use.
+iree-base-runtime. Everything is imported on first use, so the command-line
+tools start without importing torch.
 """
 
 from anyshape.errors import CompileError
-from anyshape.runtime import CompiledModule, load
 
 __all__ = ["compile", "import_torch", "load", "CompiledModule", "CompileError"]
 __version__ = "0.1.0"
 
+_LAZY = {
+    "compile": ("anyshape.compiler", "compile"),
+    "import_torch": ("anyshape.importer", "import_torch"),
+    "load": ("anyshape.runtime", "load"),
+    "CompiledModule": ("anyshape.runtime", "CompiledModule"),
+}
+
 
 def __getattr__(name):
-    if name == "compile":
-        from anyshape.compiler import compile
+    if name in _LAZY:
+        import importlib
 
-        return compile
-    if name == "import_torch":
-        from anyshape.importer import import_torch
-
-        return import_torch
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'anyshape' has no attribute '{name}'")
