@@ -1,0 +1,52 @@
+"""Small models shared by the tests."""
+
+import math
+
+import torch
+from torch.export import Dim
+
+
+class ShapeQueries(torch.nn.Module):
+    """Reads shapes at trace time the way NLP code does: ``x.shape[1]`` into
+    ``arange``, an ``expand`` to a size list, a view by ``x.shape[0] * x.shape[1]``."""
+
+    def __init__(self, hidden=8, max_len=64):
+        super().__init__()
+        self.pos = torch.nn.Embedding(max_len, hidden)
+        self.proj = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        batch, length = x.shape[0], x.shape[1]
+        positions = torch.arange(length).unsqueeze(0).expand(batch, length)
+        h = x + self.pos(positions)
+        flat = h.view(batch * length, h.shape[-1])
+        out = self.proj(flat) * math.sqrt(h.shape[-1])
+        return out.view(batch, length, -1)
+
+
+def shape_queries_case():
+    model = ShapeQueries().eval()
+    example = torch.randn(2, 5, 8)
+    dynamic = {"x": {0: Dim("batch", min=1, max=4), 1: Dim("seq", min=1, max=64)}}
+    return model, (example,), dynamic
+
+
+def small_roberta(num_labels=2, layers=2, hidden=128, max_positions=66):
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+
+    torch.manual_seed(0)
+    config = RobertaConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+                           intermediate_size=2 * hidden, max_position_embeddings=max_positions,
+                           vocab_size=1000, num_labels=num_labels)
+    return RobertaForSequenceClassification(config).eval()
+
+
+def roberta_inputs(batch, length, vocab=1000, pad_from=None, seed=0):
+    """input_ids and an attention mask whose first row is padded from ``pad_from`` on."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (batch, length), generator=generator)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    if pad_from is not None and pad_from < length:
+        mask[0, pad_from:] = 0
+        ids[0, pad_from:] = 1  # RoBERTa's padding token
+    return ids, mask
