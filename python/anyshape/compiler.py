@@ -21,8 +21,9 @@ from typing import Any, Callable, Sequence
 
 from anyshape.errors import CompileError
 from anyshape.mlir import MLIRError, ir, iree_tool, module_to_bytecode, versions
-from anyshape.passes import DEFAULT_PIPELINE, lookup
-from anyshape.pipeline import diagnostics_of, run_pipeline
+from anyshape.passes import DEFAULT_PIPELINE
+from anyshape.pipeline import (diagnostics_of, make_anyshape_pass, opt_command_flag, run_pipeline,
+                               split_pass_element)
 from anyshape.runtime import CompiledModule
 from anyshape.signature import ModuleSignature
 from anyshape.targets import Target, make_target
@@ -48,7 +49,7 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     compile_target = make_target(target, cuda_arch, opt_level)
     pass_names = list(DEFAULT_PIPELINE if passes is None else passes)
     for name in pass_names:
-        lookup(name)  # unknown names fail before the (slow) export
+        make_anyshape_pass(name)  # unknown names and bad options fail before the (slow) export
     report = _progress_printer(progress)
 
     started = time.monotonic()
@@ -65,22 +66,25 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
 
 def compile_module(module: ir.Module, signature: ModuleSignature, target: Target,
                    pass_names: Sequence[str], *, dump_ir_dir: str | Path | None = None,
-                   report: Callable[[str], None] = lambda msg: None) -> CompiledModule:
+                   report: Callable[[str], None] = lambda msg: None,
+                   entry: str = "main") -> CompiledModule:
     """Run the pass stages on an imported module, then IREE. ``module`` is consumed."""
     workdir = tempfile.TemporaryDirectory(prefix="anyshape-")
     stages = _StageWriter(Path(workdir.name), Path(dump_ir_dir) if dump_ir_dir else None)
     stages.write(IMPORT_STAGE, module)
 
-    for name in pass_names:
-        report(f"running {name}")
+    for element in pass_names:
+        name = split_pass_element(element)[0]
+        report(f"running {element}")
         before = stages.last_file
         try:
-            run_pipeline(module, [name])
+            run_pipeline(module, [element])
         except MLIRError as error:
             diag = diagnostics_of(error)[0]
             repro = _keep_reproducer(before, dump_ir_dir, f"{name}-input")
             raise CompileError(name, diag.render(), str(repro),
-                               f"anyshape-opt {shlex.quote(str(repro))} --{name}") from None
+                               f"anyshape-opt {shlex.quote(str(repro))} {opt_command_flag(element)}"
+                               ) from None
         stages.write(name, module)
 
     iree_input = stages.write(IREE_INPUT_STAGE, module)
@@ -89,7 +93,7 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
     flags = target.iree_flags()
     vmfb = _run_iree_compile(iree_input, flags, dump_ir_dir, report)
     return CompiledModule(vmfb, signature, target, iree_flags=flags, versions=versions(),
-                          stage_files=stages.files, workdir=workdir)
+                          stage_files=stages.files, workdir=workdir, entry=entry)
 
 
 class _StageWriter:
@@ -105,7 +109,9 @@ class _StageWriter:
         return list(self.files.values())[-1]
 
     def write(self, stage: str, module: ir.Module) -> Path:
-        stem = f"{len(self.files):02d}-{stage}"
+        if stage in self.files:  # a pass that runs twice gets a numbered stage
+            stage = f"{stage}#{sum(s.split('#')[0] == stage for s in self.files) + 1}"
+        stem = f"{len(self.files):02d}-{stage.replace('#', '-')}"
         path = self.workdir / f"{stem}.mlirbc"
         path.write_bytes(module_to_bytecode(module))
         self.files[stage] = path

@@ -103,14 +103,30 @@ def is_anyshape_pass(element: str) -> bool:
     return re.match(r"\s*anyshape-", element) is not None
 
 
+def split_pass_element(element: str) -> tuple[str, str]:
+    """``name{opts}`` -> (name, opts)."""
+    match = re.fullmatch(r"\s*([\w.-]+)\s*(?:\{(.*)\})?\s*", element, re.S)
+    if not match:
+        raise ValueError(f"cannot parse pipeline element '{element}'")
+    return match.group(1), match.group(2) or ""
+
+
+def make_anyshape_pass(element: str):
+    """The pass object for ``anyshape-name{opts}`` (raises KeyError/ValueError if unknown/bad)."""
+    name, options = split_pass_element(element)
+    return lookup(name).from_options(parse_options(options))
+
+
+def opt_command_flag(element: str) -> str:
+    """The anyshape-opt flag that runs ``element``."""
+    name, options = split_pass_element(element)
+    return f"--{name}" + (f"='{options}'" if options else "")
+
+
 def add_element(pm: passmanager.PassManager, element: str) -> None:
     """Add one top-level pipeline element: an anyshape pass, or any upstream text."""
     if is_anyshape_pass(element):
-        match = re.fullmatch(r"\s*([\w-]+)\s*(?:\{(.*)\})?\s*", element, re.S)
-        if not match:
-            raise ValueError(f"cannot parse pipeline element '{element}'")
-        cls = lookup(match.group(1))
-        cls.from_options(parse_options(match.group(2) or "")).add_to(pm)
+        make_anyshape_pass(element).add_to(pm)
         return
     if "anyshape-" in element:
         raise ValueError(f"'{element}': anyshape passes run on the whole module; put them "

@@ -163,6 +163,11 @@ def encode_tree(spec) -> dict[str, Any]:
     if spec.type is dict:
         return {"kind": "dict", "keys": list(spec.context), "children": children}
     keys = spec.context
+    if (dataclasses.is_dataclass(spec.type) and isinstance(keys, (list, tuple)) and len(keys) == 2
+            and all(isinstance(part, (list, tuple)) for part in keys)):
+        # torch's register_dataclass: [fields with values, fields that are None]
+        return {"kind": "class", "module": spec.type.__module__, "qualname": spec.type.__qualname__,
+                "keys": list(keys[0]), "none_keys": list(keys[1]), "children": children}
     if isinstance(keys, (list, tuple)) and all(isinstance(k, str) for k in keys):
         return {"kind": "class", "module": spec.type.__module__,
                 "qualname": spec.type.__qualname__, "keys": list(keys), "children": children}
@@ -190,6 +195,7 @@ def _decode(tree, it):
     fields = dict(zip(tree["keys"], values))
     if kind == "dict":
         return fields
+    fields.update(dict.fromkeys(tree.get("none_keys", ())))
     cls = _import_class(tree["module"], tree["qualname"])
     return fields if cls is None else cls(**fields)
 

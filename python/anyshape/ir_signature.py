@@ -1,0 +1,72 @@
+"""A module signature read from torch-dialect IR, for artifacts compiled from a file.
+
+``anyshape.compile`` records the signature from the exported program; a
+module that arrives as MLIR text (``anyshape-compile``) carries the same facts
+in its function type, ``torch.symbolic_int`` and ``torch.bind_symbolic_shape``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from anyshape.mlir import ir
+from anyshape.signature import ModuleSignature, Symbol, TensorSpec
+
+_VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],(\w+)>")
+_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+           "si64": "int64", "si32": "int32", "si16": "int16", "si8": "int8", "ui8": "uint8",
+           "i1": "bool"}
+
+
+def _tensor_spec(name: str, type_: ir.Type) -> tuple[TensorSpec, int]:
+    match = _VTENSOR.fullmatch(str(type_))
+    if not match or match.group(2) not in _DTYPES:
+        raise ValueError(f"{name}: expected a !torch.vtensor with a known dtype, got {type_}")
+    dims = [d.strip() for d in match.group(1).split(",") if d.strip()]
+    return TensorSpec(name, _DTYPES[match.group(2)], [int(d) if d != "?" else "?" for d in dims]), len(dims)
+
+
+def find_function(module: ir.Module, name: str) -> ir.Operation:
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
+            return op.operation
+    raise ValueError(f"the module has no function @{name}")
+
+
+def signature_from_module(module: ir.Module, function: str = "main") -> ModuleSignature:
+    func = find_function(module, function)
+    block = func.regions[0].blocks[0]
+    inputs = [_tensor_spec(f"arg{i}", arg.type)[0] for i, arg in enumerate(block.arguments)]
+    func_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    outputs = [_tensor_spec(f"output_{i}", t)[0] for i, t in enumerate(func_type.results)]
+
+    symbols: dict[str, Symbol] = {}
+    symbol_of_value = {}
+    for op in block.operations:
+        op = op.operation
+        if op.name == "torch.symbolic_int":
+            name = ir.StringAttr(op.attributes["symbol_name"]).value
+            lo = ir.IntegerAttr(op.attributes["min_val"]).value if "min_val" in op.attributes else None
+            hi = ir.IntegerAttr(op.attributes["max_val"]).value if "max_val" in op.attributes else None
+            symbols[name] = Symbol(name, lo, hi if hi is not None and hi < 2**62 else None)
+            symbol_of_value[op.results[0]] = name
+        elif op.name == "torch.bind_symbolic_shape":
+            bound, *operands = op.operands
+            if not isinstance(bound.owner, ir.Block) or bound.owner != block:
+                continue
+            spec = inputs[bound.arg_number]
+            affine = ir.AffineMapAttr(op.attributes["shape_expressions"]).value
+            for axis, expr in enumerate(affine.results):
+                if isinstance(expr, ir.AffineSymbolExpr):
+                    symbol = symbol_of_value.get(operands[expr.position])
+                    if symbol is not None and spec.dims[axis] == "?":
+                        spec.dims[axis] = symbol
+    for spec in inputs:
+        for axis, dim in enumerate(spec.dims):
+            if dim == "?":  # dynamic but unbound: any size the runtime accepts
+                name = f"{spec.name}_dim{axis}"
+                symbols[name] = Symbol(name, 0, None)
+                spec.dims[axis] = name
+    tree = {"kind": "leaf"} if len(outputs) == 1 else \
+        {"kind": "tuple", "children": [{"kind": "leaf"}] * len(outputs)}
+    return ModuleSignature(inputs, outputs, symbols, tree)

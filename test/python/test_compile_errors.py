@@ -1,0 +1,84 @@
+"""A failing stage raises CompileError with a reproducer that replays the failure."""
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from torch.export import Dim
+
+import anyshape
+
+
+class TanhNeg(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(-x)
+
+
+class Erfinv(torch.nn.Module):
+    def forward(self, x):
+        return torch.special.erfinv(x)  # IREE 3.13 cannot lower aten.erfinv
+
+
+def _replay(command: str) -> subprocess.CompletedProcess:
+    argv = shlex.split(command)
+    argv[0] = str(Path(__import__("sys").executable).parent / argv[0])
+    return subprocess.run(argv, capture_output=True, text=True)
+
+
+def test_pass_failure_names_stage_and_replays(test_passes, tmp_path):
+    element = "anyshape-test-fail-on{op-name=torch.aten.tanh}"
+    with pytest.raises(anyshape.CompileError) as info:
+        anyshape.compile(TanhNeg(), (torch.randn(3),), passes=[element],
+                         dynamic_shapes={"x": {0: Dim("n", max=16)}}, dump_ir_dir=tmp_path)
+    error = info.value
+    assert error.stage == "anyshape-test-fail-on"
+    assert "test_compile_errors.py:" in error.diagnostic  # the model's source line
+    assert "found torch.aten.tanh" in error.diagnostic
+    assert Path(error.reproducer).parent == tmp_path and Path(error.reproducer).is_file()
+    assert error.command.startswith("anyshape-opt ")
+    plugin = Path(__file__).parent.parent / "lib" / "test_passes.py"
+    replay = _replay(f"{error.command} --load-passes={plugin}")
+    assert replay.returncode == 1
+    assert "error: anyshape-test-fail-on: found torch.aten.tanh" in replay.stderr
+
+
+def test_iree_failure_names_stage_and_replays():
+    with pytest.raises(anyshape.CompileError) as info:
+        anyshape.compile(Erfinv(), (torch.rand(4),), passes=[])
+    error = info.value
+    assert error.stage == "iree-compile"
+    assert "test_compile_errors.py:" in error.diagnostic
+    assert "torch.aten.erfinv" in error.diagnostic
+    assert error.command.startswith("iree-compile ") and "--iree-input-type=torch" in error.command
+    replay = _replay(error.command)
+    assert replay.returncode != 0 and "torch.aten.erfinv" in replay.stderr
+
+
+def test_unknown_pass_fails_before_export():
+    with pytest.raises(KeyError, match="unknown anyshape pass 'anyshape-nope'"):
+        anyshape.compile(TanhNeg(), (torch.randn(3),), passes=["anyshape-nope"])
+
+
+def test_bad_pass_option(test_passes):
+    with pytest.raises(ValueError, match="pass 'anyshape-test-fail-on' has no option 'colour'"):
+        anyshape.compile(TanhNeg(), (torch.randn(3),), passes=["anyshape-test-fail-on{colour=red}"])
+
+
+def test_bad_target():
+    with pytest.raises(ValueError, match="target: expected 'cpu' or 'cuda', got 'tpu'"):
+        anyshape.compile(TanhNeg(), (torch.randn(3),), target="tpu")
+    with pytest.raises(ValueError, match="cuda_arch: expected an NVIDIA architecture"):
+        anyshape.compile(TanhNeg(), (torch.randn(3),), target="cuda", cuda_arch="gfx90a")
+
+
+def test_passes_run_as_stages(test_passes, tmp_path):
+    compiled = anyshape.compile(TanhNeg(), (torch.randn(3),), dump_ir_dir=tmp_path,
+                                passes=["anyshape-test-fold-double-neg"],
+                                dynamic_shapes={"x": {0: Dim("n", max=16)}})
+    assert compiled.stages == ["import", "anyshape-test-fold-double-neg", "iree-input"]
+    assert sorted(p.name for p in tmp_path.glob("*.mlir")) == [
+        "00-import.mlir", "01-anyshape-test-fold-double-neg.mlir", "02-iree-input.mlir"]
+    x = torch.randn(11)
+    torch.testing.assert_close(compiled(x), torch.tanh(-x))

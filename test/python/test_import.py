@@ -1,0 +1,121 @@
+"""Import of unmodified modules: shape reads, buffers, tied weights, output structures."""
+
+import dataclasses
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from models import shape_queries_case
+from torch.export import Dim
+
+import anyshape
+
+
+def test_shape_queries_module_at_many_sizes():
+    model, args, dynamic = shape_queries_case()
+    compiled = anyshape.compile(model, args, dynamic_shapes=dynamic)
+    for batch in (1, 3):
+        for length in (1, 2, 7, 33, 64):
+            x = torch.randn(batch, length, 8)
+            torch.testing.assert_close(compiled(x), model(x).detach(), atol=1e-5, rtol=0)
+
+
+class NonPersistentBuffer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        # Lives in the exported program's `constants`, not its state_dict.
+        self.register_buffer("offsets", torch.arange(32, dtype=torch.float32), persistent=False)
+
+    def forward(self, x):
+        return x + self.offsets[: x.shape[1]]
+
+
+def test_non_persistent_buffer():
+    model = NonPersistentBuffer().eval()
+    compiled = anyshape.compile(model, (torch.randn(2, 5),),
+                                dynamic_shapes={"x": {1: Dim("n", min=1, max=32)}})
+    x = torch.randn(2, 17)
+    torch.testing.assert_close(compiled(x), model(x), atol=0, rtol=0)
+
+
+class TiedWeights(torch.nn.Module):
+    def __init__(self, vocab=512, hidden=64):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, hidden)
+        self.head = torch.nn.Linear(hidden, vocab, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.embed(ids)))
+
+
+def test_tied_weights_stored_once():
+    model = TiedWeights().eval()
+    ids = torch.randint(0, 512, (1, 6))
+    dynamic = {"ids": {1: Dim("seq", min=1, max=64)}}
+    module = anyshape.import_torch(model, (ids,), dynamic_shapes=dynamic)
+    text = str(module)
+    literals = re.findall(r"torch\.vtensor\.literal\(dense_resource<(\w+)> : tensor<512x64xf32>\)", text)
+    assert len(literals) >= 1 and len(set(literals)) == 1, literals
+    assert text.count(f"{literals[0]}: \"0x") == 1  # one blob in dialect_resources
+    compiled = anyshape.compile(model, (ids,), dynamic_shapes=dynamic)
+    ids = torch.randint(0, 512, (1, 40))
+    torch.testing.assert_close(compiled(ids), model(ids).detach(), atol=1e-5, rtol=0)
+
+
+@dataclasses.dataclass
+class Pair:
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+class Structured(torch.nn.Module):
+    def forward(self, x):
+        return {"sum": x.sum(-1), "parts": (x * 2, [x - 1])}
+
+
+def test_nested_dict_tuple_list_outputs():
+    model = Structured()
+    compiled = anyshape.compile(model, (torch.randn(2, 3),),
+                                dynamic_shapes={"x": {0: Dim("rows", max=8)}})
+    x = torch.randn(5, 3)
+    got, expected = compiled(x), model(x)
+    assert set(got) == {"sum", "parts"}
+    assert isinstance(got["parts"], tuple) and isinstance(got["parts"][1], list)
+    torch.testing.assert_close(got, expected)
+
+
+def test_dataclass_output():
+    torch.utils._pytree.register_dataclass(Pair)
+
+    class ReturnsPair(torch.nn.Module):
+        def forward(self, x):
+            return Pair(x + 1, x.flip(0))
+
+    compiled = anyshape.compile(ReturnsPair(), (torch.randn(3, 2),),
+                                dynamic_shapes={"x": {0: Dim("rows", max=8)}})
+    x = torch.randn(6, 2)
+    got = compiled(x)
+    assert isinstance(got, Pair)
+    torch.testing.assert_close(got.first, x + 1)
+    torch.testing.assert_close(got.second, x.flip(0))
+
+
+def test_import_torch_text_reads_back_in_anyshape_opt(tmp_path):
+    model, args, dynamic = shape_queries_case()
+    module = anyshape.import_torch(model, args, dynamic_shapes=dynamic)
+    text = str(module)
+    assert "dialect_resources" in text  # the weights are in the text
+    path = tmp_path / "model.mlir"
+    path.write_text(text)
+    result = subprocess.run([sys.executable, "-m", "anyshape.tools.opt", str(path)],
+                            capture_output=True, text=True, check=True)
+    assert result.stdout.count("torch.aten.") == text.count("torch.aten.")
+    assert "torch.symbolic_int" in result.stdout
+
+
+def test_training_mode_warns():
+    with pytest.warns(UserWarning, match="training mode"):
+        anyshape.import_torch(torch.nn.Dropout(0.1), (torch.randn(2, 3),))
