@@ -91,8 +91,8 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
     del module
     report(f"compiling with IREE for {target.name} ({target.opt_level})")
     flags = target.iree_flags()
-    vmfb = _run_iree_compile(iree_input, flags, dump_ir_dir, report)
-    return CompiledModule(vmfb, signature, target, iree_flags=flags, versions=versions(),
+    vmfb_path = _run_iree_compile(iree_input, flags, dump_ir_dir, report)
+    return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
                           stage_files=stages.files, workdir=workdir, entry=entry)
 
 
@@ -130,7 +130,7 @@ def _keep_reproducer(stage_file: Path, dump_ir_dir, stem: str) -> Path:
 
 
 def _run_iree_compile(input_file: Path, flags: list[str], dump_ir_dir,
-                      report: Callable[[str], None]) -> bytes:
+                      report: Callable[[str], None]) -> Path:
     output = input_file.with_suffix(".vmfb")
     command = [iree_tool("iree-compile"), str(input_file), *flags, "-o", str(output)]
     started = time.monotonic()
@@ -152,7 +152,7 @@ def _run_iree_compile(input_file: Path, flags: list[str], dump_ir_dir,
                           ["iree-compile", str(repro), *flags, "-o", str(repro.with_suffix(".vmfb"))])
         raise CompileError(IREE_COMPILE_STAGE, _first_error(stderr), str(repro), replay,
                            details=stderr)
-    return output.read_bytes()
+    return output
 
 
 def _first_error(stderr: str) -> str:

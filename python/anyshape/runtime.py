@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -29,7 +30,7 @@ class CompiledModule:
     ``ir(stage)`` show the IR after each compile stage (compile-time only).
     """
 
-    def __init__(self, vmfb: bytes, signature: ModuleSignature, target: Target,
+    def __init__(self, vmfb_path: str | os.PathLike, signature: ModuleSignature, target: Target,
                  *, iree_flags: Sequence[str] = (), versions: dict | None = None,
                  stage_files: dict[str, Path] | None = None, workdir: Any = None,
                  entry: str = "main"):
@@ -37,7 +38,7 @@ class CompiledModule:
         self.target = target
         self.iree_flags = list(iree_flags)
         self.versions = dict(versions or {})
-        self._vmfb = vmfb
+        self._vmfb_path = Path(vmfb_path)
         self._entry = entry
         self._stage_files = dict(stage_files or {})
         self._workdir = workdir  # keeps a TemporaryDirectory alive with the module
@@ -59,8 +60,12 @@ class CompiledModule:
         return bytecode_file_to_text(self._stage_files[stage])
 
     @property
+    def vmfb_path(self) -> Path:
+        return self._vmfb_path
+
+    @property
     def vmfb(self) -> bytes:
-        return self._vmfb
+        return self._vmfb_path.read_bytes()
 
     # -- running -------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -82,7 +87,8 @@ class CompiledModule:
                                    "available here (IREE's cuda driver found none)")
             config = rt.Config(self.target.driver)
             context = rt.SystemContext(config=config)
-            vm_module = rt.VmModule.copy_buffer(config.vm_instance, self._vmfb)
+            # mmap: a roberta-base artifact is ~500 MB of weights; no copy into memory.
+            vm_module = rt.VmModule.mmap(config.vm_instance, str(self._vmfb_path))
             context.add_vm_module(vm_module)
             self._function = getattr(context.modules, vm_module.name)[self._entry]
             self._context = context
@@ -93,7 +99,8 @@ class CompiledModule:
         """Write ``module.vmfb`` and ``manifest.json`` into ``directory``."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        (out / VMFB).write_bytes(self._vmfb)
+        if (out / VMFB).resolve() != self._vmfb_path.resolve():
+            shutil.copyfile(self._vmfb_path, out / VMFB)
         manifest = {
             "format": ARTIFACT_FORMAT,
             "schema": SCHEMA_VERSION,
@@ -119,7 +126,7 @@ def load(directory: str | os.PathLike) -> CompiledModule:
         raise ValueError(f"{manifest_path}: expected format {ARTIFACT_FORMAT} schema "
                          f"{SCHEMA_VERSION}, got {manifest.get('format')} schema {manifest.get('schema')}")
     return CompiledModule(
-        (path / manifest["vmfb"]).read_bytes(),
+        path / manifest["vmfb"],
         ModuleSignature.from_json(manifest),
         Target.from_json(manifest["target"]),
         iree_flags=manifest.get("iree_flags", ()),
