@@ -1,16 +1,89 @@
 """The ``anyshape`` dialect: ops that state shape facts the torch dialect leaves implicit.
 
 Defined in Python through the upstream bindings' IRDL-backed ``dialects.ext``;
-its ops therefore print in generic form (``"anyshape.op"(...)``). The ops
-themselves arrive with the shape passes; every context anyshape creates loads
-the dialect so that IR holding them parses anywhere in the tool chain.
+its ops therefore print in generic form (``"anyshape.op"(...) {...}``). Every
+context anyshape creates loads the dialect, so IR holding its ops parses
+anywhere in the tool chain; ``anyshape-lower`` rewrites them to upstream ops
+before IREE sees the IR.
+
+The Python verifier runs before IRDL's own checks, so each verifier checks
+the presence and kind of everything it reads and reports, never raises.
 """
+
+
+import re
+from typing import Any
 
 from anyshape.mlir import ext, ir
 
 
 class AnyshapeDialect(ext.Dialect, name="anyshape"):
     pass
+
+
+_VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],(\w+)>")
+
+
+def vtensor_shape(type_: ir.Type) -> tuple[list[int | None], str] | None:
+    """([size or None for '?'], dtype) of a ranked ``!torch.vtensor``; None otherwise."""
+    match = _VTENSOR.fullmatch(str(type_))
+    if not match:
+        return None
+    sizes = [None if d.strip() == "?" else int(d) for d in match.group(1).split(",") if d.strip()]
+    return sizes, match.group(2)
+
+
+def _report(op, check) -> bool:
+    """Run ``check(op)`` (an error string or None) and turn it into a diagnostic."""
+    try:
+        problem = check(op)
+    except Exception as error:  # a malformed op must give a diagnostic, not a crash
+        problem = f"malformed op: {type(error).__name__}: {error}"
+    if problem:
+        op.location.emit_error(f"'{op.operation.name}' op {problem}")
+        return False
+    return True
+
+
+class IotaLikeOp(AnyshapeDialect.Operation, name="iota_like"):
+    """``arange_like``: the 1-D integer tensor ``[0, 1, ..., size(ref, dim) - 1]``.
+
+    Its length is read from ``ref`` at run time, so no shape is baked into a
+    constant and no scalar size has to flow through the program::
+
+        %pos = "anyshape.iota_like"(%x) {dim = 1 : i64}
+            : (!torch.vtensor<[?,?,768],f32>) -> !torch.vtensor<[?],si64>
+
+    ``dim`` must name an axis of ``ref``; the result is a 1-D ``si64`` or
+    ``si32`` vtensor whose size is ``ref``'s size along ``dim`` (``?`` when that
+    is dynamic).
+    """
+
+    ref: ext.Operand[Any]
+    dim: ir.IntegerAttr
+    result: ext.Result[Any] = ext.result()
+
+    def verify_invariants(self) -> bool:
+        return _report(self, IotaLikeOp.problem)
+
+    def problem(self) -> str | None:
+        if "dim" not in self.attributes or not isinstance(self.attributes["dim"], ir.IntegerAttr):
+            return "requires an integer attribute 'dim'"
+        dim = ir.IntegerAttr(self.attributes["dim"]).value
+        ref = vtensor_shape(self.operands[0].type)
+        if ref is None:
+            return f"expects 'ref' to be a ranked !torch.vtensor, got {self.operands[0].type}"
+        sizes, _ = ref
+        if not 0 <= dim < len(sizes):
+            return f"dim {dim} is out of range for a rank-{len(sizes)} 'ref' (expected 0..{len(sizes) - 1})"
+        result = vtensor_shape(self.results[0].type)
+        if result is None or len(result[0]) != 1 or result[1] not in ("si64", "si32"):
+            return f"expects a 1-D si64 or si32 !torch.vtensor result, got {self.results[0].type}"
+        if result[0][0] != sizes[dim]:
+            expected = "?" if sizes[dim] is None else sizes[dim]
+            got = "?" if result[0][0] is None else result[0][0]
+            return f"result size {got} does not match size {expected} of 'ref' along dim {dim}"
+        return None
 
 
 def load_anyshape_dialect() -> None:

@@ -10,7 +10,7 @@ config.name = "anyshape"
 # The internal shell provides `not` and pipes on every platform.
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir"]
-config.excludes = ["python", "lib", "lit.cfg.py"]
+config.excludes = ["python", "lib", "lit.cfg.py", "Inputs"]
 config.test_source_root = os.path.dirname(__file__)
 
 # Tools come from the environment lit runs in (the .venv's bin directory).
