@@ -10,9 +10,9 @@ from anyshape.passes.pass_api import ModulePass, PassFailure, apply_patterns
 
 _REGISTRY: dict[str, type[ModulePass]] = {}
 
-# The default anyshape pipeline, by pass argument. Empty until the shape and
-# slice passes land; `anyshape.compile(passes=None)` runs exactly this list.
-DEFAULT_PIPELINE: list[str] = []
+# The default anyshape pipeline, by pass argument: what `anyshape.compile(passes=None)`
+# and `anyshape-compile` run, in this order.
+DEFAULT_PIPELINE: list[str] = ["anyshape-canonicalize-shapes", "anyshape-lower"]
 
 
 def register(cls: type[ModulePass]) -> type[ModulePass]:
@@ -38,3 +38,6 @@ def lookup(argument: str) -> type[ModulePass]:
 
 __all__ = ["ModulePass", "PassFailure", "apply_patterns", "register", "registered_passes",
            "lookup", "DEFAULT_PIPELINE"]
+
+# Each pass module registers its pass on import.
+from anyshape.passes import canonicalize_shapes, lower  # noqa: E402,F401

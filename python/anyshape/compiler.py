@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from anyshape.errors import CompileError
+from anyshape.iree_workarounds import untie_duplicate_workloads
 from anyshape.mlir import MLIRError, ir, iree_tool, module_to_bytecode, versions
 from anyshape.passes import DEFAULT_PIPELINE
 from anyshape.pipeline import (diagnostics_of, make_anyshape_pass, opt_command_flag, run_pipeline,
@@ -91,7 +92,7 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
     del module
     report(f"compiling with IREE for {target.name} ({target.opt_level})")
     flags = target.iree_flags()
-    vmfb_path = _run_iree_compile(iree_input, flags, dump_ir_dir, report)
+    vmfb_path = _compile_with_iree(iree_input, flags, dump_ir_dir, report)
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
                           stage_files=stages.files, workdir=workdir, entry=entry)
 
@@ -129,9 +130,24 @@ def _keep_reproducer(stage_file: Path, dump_ir_dir, stem: str) -> Path:
     return target
 
 
-def _run_iree_compile(input_file: Path, flags: list[str], dump_ir_dir,
-                      report: Callable[[str], None]) -> Path:
-    output = input_file.with_suffix(".vmfb")
+def _compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
+                       report: Callable[[str], None]) -> Path:
+    """iree-compile in two runs around the flow-level workaround (iree_workarounds.py)."""
+    flow = input_file.with_name(input_file.stem + "-flow.mlirbc")
+    untied = input_file.with_name(input_file.stem + "-flow-untied.mlirbc")
+    vmfb = input_file.with_suffix(".vmfb")
+    _run_iree_compile(input_file, [*flags, "--compile-to=flow", "--emit-mlir-bytecode"], flow,
+                      dump_ir_dir, report)
+    count = untie_duplicate_workloads(flow, untied)
+    report(f"  made {count} repeated dispatch workload sizes distinct")
+    flow.unlink()
+    _run_iree_compile(untied, [*flags, "--compile-from=flow"], vmfb, dump_ir_dir, report)
+    untied.unlink()
+    return vmfb
+
+
+def _run_iree_compile(input_file: Path, flags: list[str], output: Path, dump_ir_dir,
+                      report: Callable[[str], None]) -> None:
     command = [iree_tool("iree-compile"), str(input_file), *flags, "-o", str(output)]
     started = time.monotonic()
     with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as proc:
@@ -147,12 +163,11 @@ def _run_iree_compile(input_file: Path, flags: list[str], dump_ir_dir,
         reader.join()
     stderr = b"".join(stderr_chunks).decode(errors="replace")
     if proc.returncode != 0:
-        repro = _keep_reproducer(input_file, dump_ir_dir, "iree-input")
+        repro = _keep_reproducer(input_file, dump_ir_dir, input_file.stem)
         replay = " ".join(shlex.quote(a) for a in
-                          ["iree-compile", str(repro), *flags, "-o", str(repro.with_suffix(".vmfb"))])
+                          ["iree-compile", str(repro), *flags, "-o", str(repro.with_suffix(".out"))])
         raise CompileError(IREE_COMPILE_STAGE, _first_error(stderr), str(repro), replay,
                            details=stderr)
-    return output
 
 
 def _first_error(stderr: str) -> str:

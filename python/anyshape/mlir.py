@@ -26,6 +26,7 @@ __all__ = [
     "parse_module",
     "module_to_bytecode",
     "iree_tool",
+    "iree_bindings",
     "MLIRError",
 ]
 
@@ -47,7 +48,21 @@ def new_context() -> ir.Context:
     ctx.allow_unregistered_dialects = False
     with ctx, ir.Location.unknown():
         load_anyshape_dialect()
+        _load_torch_conversion_dialect()
     return ctx
+
+
+def _load_torch_conversion_dialect() -> None:
+    """Load ``torch_c`` (the torch <-> builtin tensor bridge) into the current context.
+
+    torch-mlir's bindings register only the ``torch`` dialect; ``torch_c`` is
+    loaded as a dependent dialect of the passes that use it. Running one such
+    pass on an empty function loads it, so IR holding ``torch_c`` ops parses and
+    anyshape's lowering can create them.
+    """
+    scratch = ir.Module.parse("func.func private @load_torch_c() { return }")
+    passmanager.PassManager.parse(
+        "builtin.module(torch-func-backend-type-conversion)").run(scratch.operation)
 
 
 def parse_module(text: str | bytes, ctx: ir.Context) -> ir.Module:
@@ -71,6 +86,14 @@ def module_to_text(module: ir.Module | ir.Operation, *, elide_large_elements: in
         kwargs["large_elements_limit"] = elide_large_elements
         kwargs["large_resource_limit"] = elide_large_elements
     return op.get_asm(**kwargs)
+
+
+def iree_bindings():
+    """IREE's own copy of the MLIR bindings (``iree.compiler.ir``): its context knows
+    IREE's dialects (flow, util, ...), which torch-mlir's does not."""
+    from iree.compiler import ir as iree_ir
+
+    return iree_ir
 
 
 def iree_tool(name: str) -> str:

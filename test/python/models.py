@@ -25,6 +25,7 @@ class ShapeQueries(torch.nn.Module):
 
 
 def shape_queries_case():
+    torch.manual_seed(0)
     model = ShapeQueries().eval()
     example = torch.randn(2, 5, 8)
     dynamic = {"x": {0: Dim("batch", min=1, max=4), 1: Dim("seq", min=1, max=64)}}
@@ -50,3 +51,33 @@ def roberta_inputs(batch, length, vocab=1000, pad_from=None, seed=0):
         mask[0, pad_from:] = 0
         ids[0, pad_from:] = 1  # RoBERTa's padding token
     return ids, mask
+
+
+class TransformerEncoderPattern(torch.nn.Module):
+    """The Gluon-NLP encoder's shape reads: positions from ``arange(x.shape[1])``,
+    a ``valid_length`` mask broadcast to ``(b, 1, L, L)``, and a scale by
+    ``sqrt(x.shape[-1])``."""
+
+    def __init__(self, hidden=16, max_len=64):
+        super().__init__()
+        self.position = torch.nn.Embedding(max_len, hidden)
+        self.query = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x, valid_length):
+        batch, length = x.shape[0], x.shape[1]
+        steps = torch.arange(length)
+        h = x * math.sqrt(x.shape[-1]) + self.position(steps)
+        valid = steps[None, :] < valid_length[:, None]
+        mask = (valid[:, None, :, None] & valid[:, None, None, :]).expand(batch, 1, length, length)
+        q = self.query(h)
+        scores = q @ h.transpose(1, 2) / math.sqrt(h.shape[-1])
+        scores = scores.masked_fill(~mask[:, 0], -1e4)
+        return torch.softmax(scores, dim=-1) @ h
+
+
+def encoder_pattern_case():
+    torch.manual_seed(0)
+    model = TransformerEncoderPattern().eval()
+    args = (torch.randn(2, 6, 16), torch.tensor([6, 3]))
+    batch, seq = Dim("batch", min=1, max=4), Dim("seq", min=1, max=64)
+    return model, args, {"x": {0: batch, 1: seq}, "valid_length": {0: batch}}

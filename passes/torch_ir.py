@@ -1,0 +1,57 @@
+"""Small queries and builders over torch-dialect IR shared by anyshape's passes."""
+
+from anyshape.dialects import vtensor_shape
+from anyshape.mlir import ir
+
+# torch's ScalarType codes for the integer dtypes an index tensor may have.
+TORCH_INT32, TORCH_INT64 = 3, 4
+_DTYPE_CODE = {"si32": TORCH_INT32, "si64": TORCH_INT64}
+
+
+def defining_op(value: ir.Value) -> ir.Operation | None:
+    owner = value.owner
+    return None if isinstance(owner, ir.Block) else owner.operation
+
+
+def constant_int(value: ir.Value) -> int | None:
+    op = defining_op(value)
+    if op is None or op.name != "torch.constant.int":
+        return None
+    return ir.IntegerAttr(op.attributes["value"]).value
+
+
+def is_none(value: ir.Value) -> bool:
+    op = defining_op(value)
+    return op is not None and op.name == "torch.constant.none"
+
+
+def size_query(value: ir.Value) -> tuple[ir.Value, int] | None:
+    """(tensor, non-negative dim) when ``value`` is ``aten.size.int tensor, <constant>``."""
+    op = defining_op(value)
+    if op is None or op.name != "torch.aten.size.int":
+        return None
+    tensor, dim_value = op.operands
+    dim = constant_int(dim_value)
+    shape = vtensor_shape(tensor.type)
+    if dim is None or shape is None:
+        return None
+    rank = len(shape[0])
+    dim = dim + rank if dim < 0 else dim
+    return (tensor, dim) if 0 <= dim < rank else None
+
+
+def dtype_code(vtensor_dtype: str) -> int | None:
+    return _DTYPE_CODE.get(vtensor_dtype)
+
+
+def vtensor_type(sizes: list, dtype: str) -> ir.Type:
+    dims = ",".join("?" if s is None else str(s) for s in sizes)
+    return ir.Type.parse(f"!torch.vtensor<[{dims}],{dtype}>")
+
+
+def static_info_cast(value: ir.Value, to_type: ir.Type) -> ir.Value:
+    """``value`` as ``to_type`` (same data, more or less static shape information)."""
+    if value.type == to_type:
+        return value
+    return ir.Operation.create("torch.tensor_static_info_cast", results=[to_type],
+                               operands=[value]).result
