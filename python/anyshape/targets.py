@@ -19,9 +19,13 @@ Why each option:
   a run-time crash; not fusing multi-use producers removes the allocation.
 - not ``--iree-opt-data-tiling``: it made the roberta-base classifier about
   2x faster at L = 128, but with a dynamic batch and sequence length IREE
-  3.13's data-tiled code gave wrong results (errors up to 1.5e-2 against
-  eager on a 2-layer RoBERTa once L > 64, at O1 and O2); never trade
-  correctness for speed.
+  3.13's data-tiled code is wrong (errors up to 1.5e-2, and NaNs, against
+  eager on a 2-layer RoBERTa once L > 64, at O1 and O2). Minimal case:
+  ``bmm([B, L, L], [B, L, 32])``; the operand-packing dispatch's workload
+  ``[B, L, L, ...]`` loses its second ``L`` to B in the stream pass that folds
+  duplicate workload values (the same defect that anyshape works around for
+  ordinary dispatches in ``iree_workarounds.py``, but the packing dispatches
+  are formed after the point where that workaround applies).
 - cuda: ``--iree-hal-target-device=cuda --iree-cuda-target=<arch>``; compiling
   needs no GPU, running needs IREE's cuda driver and a device.
 """
