@@ -36,12 +36,14 @@ func.func @arange_end_negative_dim(%arg0: !torch.vtensor<[?,?],si64>) -> !torch.
 
 // -----
 
-/// A static dim gives a static iota, cast back to the type users expect.
-// CHECK-LABEL: func.func @arange_start_static_dim
-// CHECK: %[[IOTA:.*]] = "anyshape.iota_like"(%{{.*}}) {dim = 2 : i64} : (!torch.vtensor<[?,?,8],f32>) -> !torch.vtensor<[8],si64>
-// CHECK: %[[CAST:.*]] = torch.tensor_static_info_cast %[[IOTA]] : !torch.vtensor<[8],si64> to !torch.vtensor<[?],si64>
-// CHECK: return %[[CAST]]
-func.func @arange_start_static_dim(%arg0: !torch.vtensor<[?,?,8],f32>) -> !torch.vtensor<[?],si64> {
+/// A static dim folds the size query to a constant: a static arange is left
+/// to torch-mlir, which lowers it with a static shape.
+// CHECK-LABEL: func.func @static_dim_folds_to_constant
+// CHECK-DAG: %[[EIGHT:.*]] = torch.constant.int 8
+// CHECK-NOT: torch.aten.size.int
+// CHECK: torch.aten.arange.start %{{.*}}, %[[EIGHT]]
+// CHECK-NOT: anyshape.iota_like
+func.func @static_dim_folds_to_constant(%arg0: !torch.vtensor<[?,?,8],f32>) -> !torch.vtensor<[?],si64> {
   %int0 = torch.constant.int 0
   %int2 = torch.constant.int 2
   %none = torch.constant.none

@@ -1,0 +1,109 @@
+// RUN: anyshape-opt %s --split-input-file --anyshape-canonicalize-shapes | FileCheck %s
+
+/// Shape queries of intermediate values become facts over argument dims, and
+/// dims that share a symbol read one SSA value.
+
+// CHECK-LABEL: func.func @rooted_through_elementwise
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,8],f32>, %[[M:.*]]: !torch.vtensor<[?,?],si64>)
+// CHECK-DAG: %[[ONE:.*]] = torch.constant.int 1
+// CHECK-DAG: %[[EIGHT:.*]] = torch.constant.int 8
+/// The root query follows the argument bindings: IREE's torch input replaces
+/// uses of a bound argument with a value defined at its binding.
+// CHECK: torch.bind_symbolic_shape %[[M]]
+// CHECK: %[[L:.*]] = torch.aten.size.int %[[X]], %[[ONE]]
+// CHECK-NOT: torch.aten.size.int
+// CHECK: %[[SUM:.*]] = torch.aten.add.int %[[L]], %[[L]]
+// CHECK: %[[ALL:.*]] = torch.aten.add.int %[[SUM]], %[[EIGHT]]
+// CHECK: return %[[ALL]]
+func.func @rooted_through_elementwise(%arg0: !torch.vtensor<[?,?,8],f32>, %arg1: !torch.vtensor<[?,?],si64>) -> !torch.int {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 512} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1, 8)> : !torch.vtensor<[?,?,8],f32>
+  torch.bind_symbolic_shape %arg1, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],si64>
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %0 = torch.aten.tanh %arg0 : !torch.vtensor<[?,?,8],f32> -> !torch.vtensor<[?,?,8],f32>
+  %1 = torch.aten.size.int %0, %int1 : !torch.vtensor<[?,?,8],f32>, !torch.int -> !torch.int
+  %2 = torch.aten.size.int %arg1, %int1 : !torch.vtensor<[?,?],si64>, !torch.int -> !torch.int
+  %3 = torch.aten.size.int %0, %int2 : !torch.vtensor<[?,?,8],f32>, !torch.int -> !torch.int
+  %4 = torch.aten.add.int %1, %2 : !torch.int, !torch.int -> !torch.int
+  %5 = torch.aten.add.int %4, %3 : !torch.int, !torch.int -> !torch.int
+  return %5 : !torch.int
+}
+
+// -----
+
+/// A binding with a derived dim (2 * s0) becomes scalar arithmetic on the root;
+/// numel is the product of the rooted dims.
+// CHECK-LABEL: func.func @derived_dims_and_numel
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,4],f32>)
+// CHECK-DAG: %[[EIGHT:.*]] = torch.constant.int 8
+// CHECK-DAG: %[[TWO:.*]] = torch.constant.int 2
+// CHECK-DAG: %[[ZERO:.*]] = torch.constant.int 0
+// CHECK: %[[S0:.*]] = torch.aten.size.int %[[X]], %[[ZERO]]
+// CHECK-NOT: torch.aten.numel
+// CHECK: %[[D:.*]] = torch.aten.mul.int %[[TWO]], %[[S0]]
+// CHECK: %[[N:.*]] = torch.aten.mul.int %[[EIGHT]], %[[S0]]
+// CHECK: return %[[D]], %[[N]]
+func.func @derived_dims_and_numel(%arg0: !torch.vtensor<[?,4],f32>) -> (!torch.int, !torch.int) {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%s0], affine_map<()[s0] -> (s0, 4)> : !torch.vtensor<[?,4],f32>
+  %int0 = torch.constant.int 0
+  %1 = torch.prim.ListConstruct %arg0, %arg0 : (!torch.vtensor<[?,4],f32>, !torch.vtensor<[?,4],f32>) -> !torch.list<vtensor>
+  %2 = torch.aten.cat %1, %int0 : !torch.list<vtensor>, !torch.int -> !torch.vtensor<[?,4],f32>
+  torch.bind_symbolic_shape %2, [%s0], affine_map<()[s0] -> (s0 * 2, 4)> : !torch.vtensor<[?,4],f32>
+  %3 = torch.aten.size.int %2, %int0 : !torch.vtensor<[?,4],f32>, !torch.int -> !torch.int
+  %4 = torch.aten.numel %2 : !torch.vtensor<[?,4],f32> -> !torch.int
+  return %3, %4 : !torch.int, !torch.int
+}
+
+// -----
+
+/// Without a binding, dims propagate through the producer: a transpose swaps
+/// them, a matmul takes rows from the left and columns from the right.
+// CHECK-LABEL: func.func @propagated_through_producers
+// CHECK-SAME: (%[[A:.*]]: !torch.vtensor<[?,?],f32>, %[[B:.*]]: !torch.vtensor<[?,?],f32>)
+// CHECK-DAG: %[[ZERO:.*]] = torch.constant.int 0
+// CHECK-DAG: %[[ONE:.*]] = torch.constant.int 1
+// CHECK-DAG: %[[ROWS:.*]] = torch.aten.size.int %[[A]], %[[ONE]]
+// CHECK-DAG: %[[COLS:.*]] = torch.aten.size.int %[[B]], %[[ZERO]]
+// CHECK: return %[[ROWS]], %[[COLS]]
+func.func @propagated_through_producers(%arg0: !torch.vtensor<[?,?],f32>, %arg1: !torch.vtensor<[?,?],f32>) -> (!torch.int, !torch.int) {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %0 = torch.aten.transpose.int %arg0, %int0, %int1 : !torch.vtensor<[?,?],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,?],f32>
+  %1 = torch.aten.transpose.int %arg1, %int0, %int1 : !torch.vtensor<[?,?],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,?],f32>
+  %2 = torch.aten.mm %0, %1 : !torch.vtensor<[?,?],f32>, !torch.vtensor<[?,?],f32> -> !torch.vtensor<[?,?],f32>
+  %3 = torch.aten.size.int %2, %int0 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  %4 = torch.aten.size.int %2, %int1 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  return %3, %4 : !torch.int, !torch.int
+}
+
+// -----
+
+/// Broadcasting two unrelated dynamic dims: either may be 1 at run time, so
+/// the result's size is unknown and its query must stay.
+// CHECK-LABEL: func.func @negative_broadcast_of_unrelated_dims
+// CHECK: %[[SUM:.*]] = torch.aten.add.Tensor
+// CHECK: %[[Q:.*]] = torch.aten.size.int %[[SUM]]
+// CHECK: return %[[Q]]
+func.func @negative_broadcast_of_unrelated_dims(%arg0: !torch.vtensor<[?],f32>, %arg1: !torch.vtensor<[?],f32>) -> !torch.int {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %0 = torch.aten.add.Tensor %arg0, %arg1, %int1 : !torch.vtensor<[?],f32>, !torch.vtensor<[?],f32>, !torch.int -> !torch.vtensor<[?],f32>
+  %1 = torch.aten.size.int %0, %int0 : !torch.vtensor<[?],f32>, !torch.int -> !torch.int
+  return %1 : !torch.int
+}
+
+// -----
+
+/// An op the analysis does not know (data-dependent nonzero) keeps its query.
+// CHECK-LABEL: func.func @negative_unknown_producer
+// CHECK: %[[NZ:.*]] = torch.aten.nonzero
+// CHECK: torch.aten.size.int %[[NZ]]
+func.func @negative_unknown_producer(%arg0: !torch.vtensor<[?],f32>) -> !torch.int {
+  %int0 = torch.constant.int 0
+  %0 = torch.aten.nonzero %arg0 : !torch.vtensor<[?],f32> -> !torch.vtensor<[?,1],si64>
+  %1 = torch.aten.size.int %0, %int0 : !torch.vtensor<[?,1],si64>, !torch.int -> !torch.int
+  return %1 : !torch.int
+}
