@@ -23,6 +23,7 @@ from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.shape_analysis import ShapeAnalysis
+from anyshape.passes.structural_reshapes import rewrite_identity_expand, rewrite_view
 from anyshape.passes.torch_ir import (constant_int, defining_op, dtype_code, is_none, size_query,
                                       static_info_cast, vtensor_type)
 
@@ -209,8 +210,16 @@ def _root_patterns(builder: _ScalarBuilder):
         shape = vtensor_shape(op.operands[0].type)
         return shape is not None and replace_with(op, rewriter, sympy.Integer(len(shape[0])))
 
+    def view(op, rewriter) -> bool:
+        return rewrite_view(op, rewriter, analysis, builder)
+
+    def expand(op, rewriter) -> bool:
+        return rewrite_identity_expand(op, rewriter, analysis)
+
     return [("torch.aten.size.int", size_int), ("torch.aten.__getitem__.t", getitem_of_size),
-            ("torch.aten.numel", numel), ("torch.aten.dim", rank)]
+            ("torch.aten.numel", numel), ("torch.aten.dim", rank),
+            ("torch.aten.view", view), ("torch.aten.reshape", view),
+            ("torch.aten.expand", expand)]
 
 
 def _functions(module_op: ir.Operation):
