@@ -115,8 +115,9 @@ def rewrite_view(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
     result = vtensor_shape(op.results[0].type)
     if in_dims is None or any(d is None for d in in_dims) or sizes is None or result is None:
         return False
-    if all(constant_int(v) is not None for v in sizes):
-        return False  # a static size list is already structural enough for torch-mlir
+    constants = [constant_int(v) for v in sizes]
+    if all(c is not None and c >= 0 for c in constants):
+        return False  # fully static sizes: nothing for torch-mlir to infer at run time
     out_dims = target_dims(sizes, in_dims, analysis)
     if out_dims is None or len(out_dims) != len(result[0]):
         return False
