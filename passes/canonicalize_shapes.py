@@ -7,6 +7,7 @@ Rewrites so far:
   fold to constants, derived dims (``2*s0``, ``s0*s1``, ``s0//2``) become scalar
   arithmetic, and dims equal by a shared symbol read one SSA value, the
   ``aten.size.int`` of the first argument dim bound to it, placed at the entry.
+- **iota-indexed lookups** become slices (``iota_lookups.py``).
 - **dynamic iota**: ``aten.arange(end)``, ``arange.start(0, end)`` and
   ``arange.start_step(0, end, 1)`` with an integer dtype, where ``end`` is
   ``aten.size.int x, d``, become ``anyshape.iota_like x {dim = d}``: the
@@ -23,6 +24,7 @@ from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.shape_analysis import ShapeAnalysis
+from anyshape.passes.iota_lookups import rewrite_iota_lookup
 from anyshape.passes.structural_reshapes import rewrite_identity_expand, rewrite_view
 from anyshape.passes.torch_ir import (constant_int, defining_op, dtype_code, is_none, size_query,
                                       static_info_cast, vtensor_type)
@@ -222,6 +224,40 @@ def _root_patterns(builder: _ScalarBuilder):
             ("torch.aten.expand", expand)]
 
 
+def _lookup_patterns(builder: _ScalarBuilder):
+    def lookup(op, rewriter) -> bool:
+        return rewrite_iota_lookup(op, rewriter, builder.analysis, builder)
+
+    return [("torch.aten.embedding", lookup), ("torch.aten.index_select", lookup)]
+
+
+def hoist_argument_bindings(func: ir.Operation) -> None:
+    """Argument bindings right after the symbolic ints they use, duplicates erased.
+
+    torch.export can bind an argument again further down; the root queries go
+    after the argument bindings (see ``_place_at_entry``), so those must all be
+    at the top of the function.
+    """
+    block = func.regions[0].blocks[0]
+    last_symbol, seen, bindings = None, set(), []
+    for op in block.operations:
+        op = op.operation
+        if op.name == "torch.symbolic_int":
+            last_symbol = op
+        elif op.name == "torch.bind_symbolic_shape" and isinstance(op.operands[0].owner, ir.Block):
+            bindings.append(op)
+    for op in bindings:
+        key = (op.operands[0].arg_number, tuple(str(v.get_name()) for v in op.operands[1:]),
+               str(op.attributes["shape_expressions"]))
+        if key in seen:
+            op.erase()
+            continue
+        seen.add(key)
+        if last_symbol is not None:
+            op.move_after(last_symbol)
+            last_symbol = op
+
+
 def _functions(module_op: ir.Operation):
     for op in module_op.regions[0].blocks[0].operations:
         if op.operation.name == "func.func" and len(op.operation.regions[0].blocks) == 1:
@@ -236,7 +272,12 @@ class CanonicalizeShapesPass(ModulePass):
                    "aranges over a tensor's size as anyshape.iota_like")
 
     def apply(self, module_op):
-        for func in _functions(module_op):
-            builder = _ScalarBuilder(ShapeAnalysis(func))
+        functions = list(_functions(module_op))
+        for func in functions:
+            hoist_argument_bindings(func)
+        builders = [_ScalarBuilder(ShapeAnalysis(func)) for func in functions]
+        for func, builder in zip(functions, builders):
             apply_patterns(func, _root_patterns(builder))
         apply_patterns(module_op, [(name, arange_to_iota) for name in _ARANGE_OPERANDS])
+        for func, builder in zip(functions, builders):
+            apply_patterns(func, _lookup_patterns(builder))

@@ -75,6 +75,7 @@ class ShapeAnalysis:
         self.block = func_op.regions[0].blocks[0]
         self.dims: dict[ir.Value, list[Expr | None]] = {}
         self.roots: dict[sympy.Symbol, tuple[int, int]] = {}  # symbol -> (argument, axis)
+        self.ranges: dict[sympy.Symbol, tuple[int | None, int | None]] = {}  # symbol -> (min, max)
         self._symbol_of: dict[ir.Value, Expr] = {}
         self._bindings: dict[ir.Value, list[Expr | None]] = {}
         self._collect_bindings()
@@ -91,6 +92,16 @@ class ShapeAnalysis:
     def root_of(self, symbol: sympy.Symbol) -> tuple[int, int] | None:
         return self.roots.get(symbol)
 
+    def max_of(self, expr) -> int | None:
+        """An upper bound of ``expr`` from the symbols' ranges (static: itself)."""
+        if expr is None:
+            return None
+        if expr.is_Integer:
+            return int(expr)
+        if isinstance(expr, sympy.Symbol):
+            return self.ranges.get(expr, (None, None))[1]
+        return None
+
     # -- construction ---------------------------------------------------------
     def _collect_bindings(self) -> None:
         for op in self.block.operations:
@@ -98,6 +109,9 @@ class ShapeAnalysis:
             if op.name == "torch.symbolic_int":
                 name = ir.StringAttr(op.attributes["symbol_name"]).value
                 self._symbol_of[op.results[0]] = _symbol(name)
+                bounds = [ir.IntegerAttr(op.attributes[k]).value if k in op.attributes else None
+                          for k in ("min_val", "max_val")]
+                self.ranges[_symbol(name)] = (bounds[0], bounds[1])
             elif op.name == "torch.bind_symbolic_shape":
                 value, *operands = op.operands
                 symbols = [self._symbol_of.get(v) for v in operands]

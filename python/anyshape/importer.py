@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any
 
@@ -26,9 +25,11 @@ from anyshape.mlir import ir, new_context
 # `vector.mask` verifier error after unit dims are dropped from the masked
 # Q.K^T contraction); the builds that avoid that failure ran the whole
 # roberta-base classifier 2-3x slower at L = 512 than the decomposed form.
-# torch's own decomposition returns the output in a permuted memory layout,
-# on which GPT-2's later `x.view(-1, hidden)` fails during export; ours
-# (`_attention`) returns it contiguous, as eager attention does.
+# torch's own decomposition returns the output in a permuted memory layout, on
+# which GPT-2's later `x.view(-1, hidden)` fails during export: it is used with
+# its result made contiguous, as eager attention returns it. (A hand-written
+# matmul/softmax form instead made IREE exceed its stack limit in the
+# roberta-base attention dispatch.)
 KEPT_WHOLE = (
     torch.ops.aten.linear.default,
     torch.ops.aten.layer_norm.default,
@@ -38,41 +39,17 @@ KEPT_WHOLE = (
 )
 
 
-def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-               enable_gqa=False):
-    """softmax(Q K^T * scale + mask) V with eager SDPA's semantics, contiguous output."""
-    if dropout_p != 0.0:
-        raise NotImplementedError("scaled_dot_product_attention with dropout: export the "
-                                  "model in eval mode")
-    if enable_gqa and key.shape[-3] != query.shape[-3]:
-        repeats = query.shape[-3] // key.shape[-3]
-        key = key.repeat_interleave(repeats, dim=-3)
-        value = value.repeat_interleave(repeats, dim=-3)
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = torch.matmul(query, key.transpose(-2, -1)) * scale
-    allowed = None
-    if is_causal:
-        allowed = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool,
-                             device=query.device).tril()
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            allowed = attn_mask if allowed is None else allowed & attn_mask
-        else:
-            scores = scores + attn_mask
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    if allowed is not None:
-        # Eager SDPA gives a row with no allowed key zeros, not NaNs.
-        weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
-    return torch.matmul(weights, value).contiguous()
-
-
 def decomposition_table() -> dict:
     table = torch.export.default_decompositions()
     for op in KEPT_WHOLE:
         table.pop(op, None)
-    table[torch.ops.aten.scaled_dot_product_attention.default] = _attention
+    sdpa = torch.ops.aten.scaled_dot_product_attention.default
+    torch_attention = table[sdpa]
+
+    def contiguous_attention(*args, **kwargs):
+        return torch_attention(*args, **kwargs).contiguous()
+
+    table[sdpa] = contiguous_attention
     return table
 
 
