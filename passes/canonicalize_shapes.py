@@ -26,8 +26,9 @@ from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.shape_analysis import ShapeAnalysis
 from anyshape.passes.iota_lookups import rewrite_iota_lookup
 from anyshape.passes.structural_reshapes import rewrite_identity_expand, rewrite_view
-from anyshape.passes.torch_ir import (constant_int, defining_op, dtype_code, is_none, size_query,
-                                      static_info_cast, vtensor_type)
+from anyshape.passes.torch_ir import (constant_int, defining_op, dtype_code, int_constant,
+                                      int_type, is_none, size_query, static_info_cast,
+                                      vtensor_type)
 
 # arange overload -> (index of start or None for 0, index of end, index of step or
 # None for 1, index of dtype)
@@ -90,8 +91,8 @@ class _ScalarBuilder:
             return None
         arg, axis = root
         with ir.InsertionPoint.at_block_begin(self.block), ir.Location.unknown():
-            axis_value = _constant(axis)
-            query = ir.Operation.create("torch.aten.size.int", results=[_INT()],
+            axis_value = int_constant(axis)
+            query = ir.Operation.create("torch.aten.size.int", results=[int_type()],
                                         operands=[self.block.arguments[arg], axis_value])
         self._place_at_entry(query)
         self._roots[symbol] = query.result
@@ -124,7 +125,7 @@ class _ScalarBuilder:
         if expr is None:
             return None
         if expr.is_Integer:
-            return _constant(int(expr))
+            return int_constant(int(expr))
         if isinstance(expr, sympy.Symbol):
             return self.root(expr)
         if isinstance(expr, (sympy.Mul, sympy.Add)):
@@ -136,7 +137,7 @@ class _ScalarBuilder:
             op_name = "torch.aten.mul.int" if isinstance(expr, sympy.Mul) else "torch.aten.add.int"
             value = parts[0]
             for part in parts[1:]:
-                value = ir.Operation.create(op_name, results=[_INT()], operands=[value, part]).result
+                value = ir.Operation.create(op_name, results=[int_type()], operands=[value, part]).result
             return value
         if isinstance(expr, (sympy.floor, sympy.ceiling)):
             numerator, denominator = sympy.fraction(sympy.together(expr.args[0]))
@@ -147,25 +148,15 @@ class _ScalarBuilder:
             top = self.build(sympy.expand(numerator))
             if top is None:
                 return None
-            return ir.Operation.create("torch.aten.floordiv.int", results=[_INT()],
-                                       operands=[top, _constant(int(denominator))]).result
+            return ir.Operation.create("torch.aten.floordiv.int", results=[int_type()],
+                                       operands=[top, int_constant(int(denominator))]).result
         if isinstance(expr, sympy.Mod):
             a, b = self.build(expr.args[0]), self.build(expr.args[1])
             if a is None or b is None:
                 return None
-            return ir.Operation.create("torch.aten.remainder.int", results=[_INT()],
+            return ir.Operation.create("torch.aten.remainder.int", results=[int_type()],
                                        operands=[a, b]).result
         return None
-
-
-def _INT() -> ir.Type:
-    return ir.Type.parse("!torch.int")
-
-
-def _constant(value: int) -> ir.Value:
-    return ir.Operation.create("torch.constant.int", results=[_INT()],
-                               attributes={"value": ir.IntegerAttr.get(
-                                   ir.IntegerType.get_signless(64), value)}).result
 
 
 def _root_patterns(builder: _ScalarBuilder):

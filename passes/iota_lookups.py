@@ -15,13 +15,8 @@ from __future__ import annotations
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import constant_int, defining_op, vtensor_type
-
-
-def _int_constant(value: int) -> ir.Value:
-    return ir.Operation.create("torch.constant.int", results=[ir.Type.parse("!torch.int")],
-                               attributes={"value": ir.IntegerAttr.get(
-                                   ir.IntegerType.get_signless(64), value)}).result
+from anyshape.passes.torch_ir import (constant_int, defining_op, int_constant, list_items,
+                                      vtensor_type)
 
 
 def _trace_to_iota(index: ir.Value):
@@ -77,21 +72,20 @@ def rewrite_iota_lookup(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
         dims = [row_count] + sizes[1:]
         value = ir.Operation.create(
             "torch.aten.slice.Tensor", results=[vtensor_type(dims, dtype)],
-            operands=[table, _int_constant(0), _int_constant(0), end, _int_constant(1)]).result
+            operands=[table, int_constant(0), int_constant(0), end, int_constant(1)]).result
         for kind, arg in steps:
             if kind == "unsqueeze":
                 dims = dims[:arg] + [1] + dims[arg:]
                 value = ir.Operation.create(
                     "torch.aten.unsqueeze", results=[vtensor_type(dims, dtype)],
-                    operands=[value, _int_constant(arg)]).result
+                    operands=[value, int_constant(arg)]).result
             else:  # expand to the index's sizes, the table's row width kept (-1)
-                items = list(defining_op(arg).operands) if defining_op(arg) is not None and \
-                    defining_op(arg).name == "torch.prim.ListConstruct" else None
+                items = list_items(arg)
                 if items is None:
                     return False
                 size_list = ir.Operation.create(
                     "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
-                    operands=items + [_int_constant(-1)]).result
+                    operands=items + [int_constant(-1)]).result
                 expanded = vtensor_shape(op.results[0].type)[0]
                 dims = expanded[:len(items)] + dims[len(items):]
                 false = ir.Operation.create("torch.constant.bool", results=[

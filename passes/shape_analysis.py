@@ -15,7 +15,7 @@ import sympy
 
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
-from anyshape.passes.torch_ir import constant_int, defining_op
+from anyshape.passes.torch_ir import constant_int, list_items
 
 Expr = sympy.Expr
 
@@ -228,8 +228,6 @@ class ShapeAnalysis:
 
 
 def _int_list(value: ir.Value) -> list[int] | None:
-    op = defining_op(value)
-    if op is None or op.name != "torch.prim.ListConstruct":
-        return None
-    items = [constant_int(v) for v in op.operands]
-    return None if any(i is None for i in items) else items
+    values = list_items(value)
+    items = None if values is None else [constant_int(v) for v in values]
+    return None if items is None or any(i is None for i in items) else items

@@ -17,7 +17,8 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import constant_int, defining_op, vtensor_type
+from anyshape.passes.torch_ir import (constant_int, defining_op, int_constant, list_items,
+                                      vtensor_type)
 
 
 def scalar_expr(value: ir.Value, analysis: ShapeAnalysis):
@@ -40,13 +41,6 @@ def scalar_expr(value: ir.Value, analysis: ShapeAnalysis):
         return None
     lhs, rhs = (scalar_expr(v, analysis) for v in op.operands)
     return None if lhs is None or rhs is None else combine(lhs, rhs)
-
-
-def list_items(value: ir.Value) -> list[ir.Value] | None:
-    op = defining_op(value)
-    if op is None or op.name != "torch.prim.ListConstruct":
-        return None
-    return list(op.operands)
 
 
 def target_dims(sizes: list[ir.Value], in_dims: list, analysis: ShapeAnalysis):
@@ -95,15 +89,6 @@ def group_dims(in_dims: list, out_dims: list) -> list[tuple[list[int], list[int]
     return groups
 
 
-def _int_type() -> ir.Type:
-    return ir.Type.parse("!torch.int")
-
-
-def _constant(value: int) -> ir.Value:
-    return ir.Operation.create("torch.constant.int", results=[_int_type()], attributes={
-        "value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)}).result
-
-
 def _static(expr) -> int | None:
     return int(expr) if expr is not None and expr.is_Integer else None
 
@@ -136,7 +121,7 @@ def rewrite_view(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
                 current = ir.Operation.create(
                     "torch.aten.flatten.using_ints",
                     results=[vtensor_type([_static(d) for d in dims], dtype)],
-                    operands=[current, _constant(start), _constant(gi[-1])]).result
+                    operands=[current, int_constant(start), int_constant(gi[-1])]).result
                 analysis.dims[current] = list(dims)
             elif len(gj) > 1:
                 parts = [out_dims[k] for k in gj]
@@ -144,7 +129,7 @@ def rewrite_view(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
                 for d in parts:
                     # Every size explicit: torch-mlir's unflatten lowering computes a
                     # wrong (negative) size for -1 next to a dynamic size.
-                    value = _constant(_static(d)) if _static(d) is not None else builder.build(d)
+                    value = int_constant(_static(d)) if _static(d) is not None else builder.build(d)
                     if value is None:
                         return False
                     values.append(value)
@@ -155,7 +140,7 @@ def rewrite_view(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
                 current = ir.Operation.create(
                     "torch.aten.unflatten.int",
                     results=[vtensor_type([_static(d) for d in dims], dtype)],
-                    operands=[current, _constant(start), size_list]).result
+                    operands=[current, int_constant(start), size_list]).result
                 analysis.dims[current] = list(dims)
         if current.type != op.results[0].type:
             current = ir.Operation.create("torch.tensor_static_info_cast",

@@ -55,3 +55,21 @@ def static_info_cast(value: ir.Value, to_type: ir.Type) -> ir.Value:
         return value
     return ir.Operation.create("torch.tensor_static_info_cast", results=[to_type],
                                operands=[value]).result
+
+
+def int_type() -> ir.Type:
+    return ir.Type.parse("!torch.int")
+
+
+def int_constant(value: int) -> ir.Value:
+    """``torch.constant.int value`` at the current insertion point."""
+    return ir.Operation.create("torch.constant.int", results=[int_type()], attributes={
+        "value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)}).result
+
+
+def list_items(value: ir.Value) -> list[ir.Value] | None:
+    """The elements of a ``torch.prim.ListConstruct``; None for any other list."""
+    op = defining_op(value)
+    if op is None or op.name != "torch.prim.ListConstruct":
+        return None
+    return list(op.operands)

@@ -11,8 +11,6 @@ quirk or an upstream rename is fixed in one file.
 from __future__ import annotations
 
 import io
-from typing import Any
-
 from torch_mlir import ir, passmanager, rewrite
 from torch_mlir.dialects import ext
 from torch_mlir.dialects import torch as torch_dialect
@@ -76,16 +74,6 @@ def module_to_bytecode(module: ir.Module | ir.Operation) -> bytes:
     buf = io.BytesIO()
     op.write_bytecode(buf)
     return buf.getvalue()
-
-
-def module_to_text(module: ir.Module | ir.Operation, *, elide_large_elements: int | None = None,
-                   debug_info: bool = False) -> str:
-    op = module.operation if isinstance(module, ir.Module) else module
-    kwargs: dict[str, Any] = {"enable_debug_info": debug_info}
-    if elide_large_elements is not None:
-        kwargs["large_elements_limit"] = elide_large_elements
-        kwargs["large_resource_limit"] = elide_large_elements
-    return op.get_asm(**kwargs)
 
 
 def iree_bindings():
