@@ -24,6 +24,16 @@ def register(cls: type[ModulePass]) -> type[ModulePass]:
     return cls
 
 
+def load_pass_file(path: str) -> None:
+    """Run a Python file that registers more passes (the tools' ``--load-passes``).
+
+    Raises OSError when the file cannot be read."""
+    import runpy
+    from pathlib import Path
+
+    runpy.run_path(path, run_name=f"anyshape_plugin_{Path(path).stem}")
+
+
 def registered_passes() -> dict[str, type[ModulePass]]:
     return dict(sorted(_REGISTRY.items()))
 
@@ -37,7 +47,7 @@ def lookup(argument: str) -> type[ModulePass]:
 
 
 __all__ = ["ModulePass", "PassFailure", "apply_patterns", "register", "registered_passes",
-           "lookup", "DEFAULT_PIPELINE"]
+           "lookup", "load_pass_file", "DEFAULT_PIPELINE"]
 
 # Each pass module registers its pass on import.
 from anyshape.passes import canonicalize_shapes, lower  # noqa: E402,F401

@@ -27,18 +27,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    import runpy
-
     from anyshape.compiler import compile_module
     from anyshape.errors import CompileError
     from anyshape.ir_signature import signature_from_module
     from anyshape.mlir import MLIRError, new_context, parse_module
-    from anyshape.passes import DEFAULT_PIPELINE
+    from anyshape.passes import DEFAULT_PIPELINE, load_pass_file
     from anyshape.pipeline import diagnostics_of, split_top_level
     from anyshape.targets import make_target
 
     for plugin in args.load_passes:
-        runpy.run_path(plugin)
+        try:
+            load_pass_file(plugin)
+        except OSError as error:
+            print(f"anyshape-compile: cannot load passes from '{plugin}': {error.strerror}",
+                  file=sys.stderr)
+            return 1
     name = "<stdin>" if args.input == "-" else args.input
     try:
         data = sys.stdin.buffer.read() if args.input == "-" else open(args.input, "rb").read()

@@ -14,10 +14,8 @@ runs a Python file that registers more passes (as mlir-opt's
 
 from __future__ import annotations
 
-import runpy
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 SPLIT_MARKER = "// -----"
 
@@ -159,9 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as error:
         print(f"anyshape-opt: {error}\n{USAGE}", file=sys.stderr)
         return 2
+    from anyshape.passes import load_pass_file
+
     for plugin in opts.plugins:
         try:
-            runpy.run_path(plugin, run_name=f"anyshape_plugin_{Path(plugin).stem}")
+            load_pass_file(plugin)
         except OSError as error:
             print(f"anyshape-opt: cannot load passes from '{plugin}': {error.strerror}",
                   file=sys.stderr)

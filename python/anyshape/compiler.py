@@ -88,7 +88,7 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
                                ) from None
         stages.write(name, module)
 
-    iree_input = stages.write(IREE_INPUT_STAGE, module)
+    iree_input = stages.write(IREE_INPUT_STAGE, module, same_as_last=True)
     del module
     report(f"compiling with IREE for {target.name} ({target.opt_level})")
     flags = target.iree_flags()
@@ -109,12 +109,17 @@ class _StageWriter:
     def last_file(self) -> Path:
         return list(self.files.values())[-1]
 
-    def write(self, stage: str, module: ir.Module) -> Path:
+    def write(self, stage: str, module: ir.Module, same_as_last: bool = False) -> Path:
+        """Record ``module`` as ``stage``; ``same_as_last``: it is unchanged since the
+        last stage, whose bytecode (500 MB for roberta-base) is reused, not rewritten."""
         if stage in self.files:  # a pass that runs twice gets a numbered stage
             stage = f"{stage}#{sum(s.split('#')[0] == stage for s in self.files) + 1}"
         stem = f"{len(self.files):02d}-{stage.replace('#', '-')}"
-        path = self.workdir / f"{stem}.mlirbc"
-        path.write_bytes(module_to_bytecode(module))
+        if same_as_last:
+            path = self.last_file
+        else:
+            path = self.workdir / f"{stem}.mlirbc"
+            path.write_bytes(module_to_bytecode(module))
         self.files[stage] = path
         if self.dump_dir:
             with open(self.dump_dir / f"{stem}.mlir", "w") as f:
@@ -133,21 +138,22 @@ def _keep_reproducer(stage_file: Path, dump_ir_dir, stem: str) -> Path:
 def _compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
                        report: Callable[[str], None]) -> Path:
     """iree-compile in two runs around the flow-level workaround (iree_workarounds.py)."""
-    flow = input_file.with_name(input_file.stem + "-flow.mlirbc")
-    untied = input_file.with_name(input_file.stem + "-flow-untied.mlirbc")
-    vmfb = input_file.with_suffix(".vmfb")
+    flow = input_file.with_name("iree-flow.mlirbc")
+    untied = input_file.with_name("iree-flow-untied.mlirbc")
+    vmfb = input_file.with_name("module.vmfb")
     _run_iree_compile(input_file, [*flags, "--compile-to=flow", "--emit-mlir-bytecode"], flow,
-                      dump_ir_dir, report)
+                      dump_ir_dir, report, repro_stem=IREE_INPUT_STAGE)
     count = untie_duplicate_workloads(flow, untied)
     report(f"  made {count} repeated dispatch workload sizes distinct")
     flow.unlink()
-    _run_iree_compile(untied, [*flags, "--compile-from=flow"], vmfb, dump_ir_dir, report)
+    _run_iree_compile(untied, [*flags, "--compile-from=flow"], vmfb, dump_ir_dir, report,
+                      repro_stem=untied.stem)
     untied.unlink()
     return vmfb
 
 
 def _run_iree_compile(input_file: Path, flags: list[str], output: Path, dump_ir_dir,
-                      report: Callable[[str], None]) -> None:
+                      report: Callable[[str], None], repro_stem: str) -> None:
     command = [iree_tool("iree-compile"), str(input_file), *flags, "-o", str(output)]
     started = time.monotonic()
     with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as proc:
@@ -163,7 +169,7 @@ def _run_iree_compile(input_file: Path, flags: list[str], output: Path, dump_ir_
         reader.join()
     stderr = b"".join(stderr_chunks).decode(errors="replace")
     if proc.returncode != 0:
-        repro = _keep_reproducer(input_file, dump_ir_dir, input_file.stem)
+        repro = _keep_reproducer(input_file, dump_ir_dir, repro_stem)
         replay = " ".join(shlex.quote(a) for a in
                           ["iree-compile", str(repro), *flags, "-o", str(repro.with_suffix(".out"))])
         raise CompileError(IREE_COMPILE_STAGE, _first_error(stderr), str(repro), replay,

@@ -7,23 +7,21 @@ in its function type, ``torch.symbolic_int`` and ``torch.bind_symbolic_shape``.
 
 from __future__ import annotations
 
-import re
-
+from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.signature import ModuleSignature, Symbol, TensorSpec
 
-_VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],(\w+)>")
 _DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
            "si64": "int64", "si32": "int32", "si16": "int16", "si8": "int8", "ui8": "uint8",
            "i1": "bool"}
 
 
-def _tensor_spec(name: str, type_: ir.Type) -> tuple[TensorSpec, int]:
-    match = _VTENSOR.fullmatch(str(type_))
-    if not match or match.group(2) not in _DTYPES:
+def _tensor_spec(name: str, type_: ir.Type) -> TensorSpec:
+    shape = vtensor_shape(type_)
+    if shape is None or shape[1] not in _DTYPES:
         raise ValueError(f"{name}: expected a !torch.vtensor with a known dtype, got {type_}")
-    dims = [d.strip() for d in match.group(1).split(",") if d.strip()]
-    return TensorSpec(name, _DTYPES[match.group(2)], [int(d) if d != "?" else "?" for d in dims]), len(dims)
+    sizes, dtype = shape
+    return TensorSpec(name, _DTYPES[dtype], ["?" if d is None else d for d in sizes])
 
 
 def find_function(module: ir.Module, name: str) -> ir.Operation:
@@ -36,9 +34,9 @@ def find_function(module: ir.Module, name: str) -> ir.Operation:
 def signature_from_module(module: ir.Module, function: str = "main") -> ModuleSignature:
     func = find_function(module, function)
     block = func.regions[0].blocks[0]
-    inputs = [_tensor_spec(f"arg{i}", arg.type)[0] for i, arg in enumerate(block.arguments)]
+    inputs = [_tensor_spec(f"arg{i}", arg.type) for i, arg in enumerate(block.arguments)]
     func_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    outputs = [_tensor_spec(f"output_{i}", t)[0] for i, t in enumerate(func_type.results)]
+    outputs = [_tensor_spec(f"output_{i}", t) for i, t in enumerate(func_type.results)]
 
     symbols: dict[str, Symbol] = {}
     symbol_of_value = {}

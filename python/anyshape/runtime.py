@@ -43,6 +43,7 @@ class CompiledModule:
         self._stage_files = dict(stage_files or {})
         self._workdir = workdir  # keeps a TemporaryDirectory alive with the module
         self._function = None
+        self._context = None  # the IREE SystemContext that owns _function
 
     # -- introspection -------------------------------------------------------
     @property

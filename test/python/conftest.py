@@ -36,6 +36,16 @@ def compiled_roberta(roberta, roberta_dynamic_shapes):
 
 
 @pytest.fixture(scope="session")
+def shape_queries():
+    """The ShapeQueries module and its compile with the default passes, shared."""
+    import anyshape
+    from models import shape_queries_case
+
+    model, args, dynamic = shape_queries_case()
+    return model, anyshape.compile(model, args, dynamic_shapes=dynamic)
+
+
+@pytest.fixture(scope="session")
 def test_passes():
     """Register the infrastructure test passes (test/lib/test_passes.py) in this process."""
     import runpy

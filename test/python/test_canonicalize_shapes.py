@@ -41,9 +41,9 @@ def test_encoder_pattern_matches_eager(encoder, batch, length):
     torch.testing.assert_close(compiled(x, valid), model(x, valid).detach(), atol=1e-5, rtol=1e-5)
 
 
-def test_shape_queries_with_and_without_passes():
-    model, args, dynamic = shape_queries_case()
-    with_passes = anyshape.compile(model, args, dynamic_shapes=dynamic)
+def test_shape_queries_with_and_without_passes(shape_queries):
+    model, with_passes = shape_queries
+    _, args, dynamic = shape_queries_case()
     without = anyshape.compile(model, args, dynamic_shapes=dynamic, passes=[])
     assert without.stages == ["import", "iree-input"]
     for length in (1, 5, 40, 64):

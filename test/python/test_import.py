@@ -13,9 +13,8 @@ from torch.export import Dim
 import anyshape
 
 
-def test_shape_queries_module_at_many_sizes():
-    model, args, dynamic = shape_queries_case()
-    compiled = anyshape.compile(model, args, dynamic_shapes=dynamic)
+def test_shape_queries_module_at_many_sizes(shape_queries):
+    model, compiled = shape_queries
     for batch in (1, 3):
         for length in (1, 2, 7, 33, 64):
             x = torch.randn(batch, length, 8)
