@@ -33,6 +33,25 @@ def vtensor_shape(type_: ir.Type) -> tuple[list[int | None], str] | None:
     return sizes, match.group(2)
 
 
+# torch_c bridges signed/unsigned torch dtypes to signless builtin integers.
+_BUILTIN_ELEMENT = {"f16": "f16", "bf16": "bf16", "f32": "f32", "f64": "f64", "i1": "i1",
+                    "si8": "i8", "si16": "i16", "si32": "i32", "si64": "i64", "ui8": "ui8"}
+
+
+def builtin_tensor_text(type_) -> str | None:
+    """The builtin tensor type ``torch_c`` bridges a ``!torch.vtensor`` to, as text.
+
+    Text, read from the type's text, so that IR held in IREE's bindings (a
+    separate context and type hierarchy) can use it too; None for unranked or
+    unknown dtypes."""
+    shape = vtensor_shape(type_)
+    if shape is None or shape[1] not in _BUILTIN_ELEMENT:
+        return None
+    sizes, dtype = shape
+    dims = "x".join("?" if s is None else str(s) for s in sizes)
+    return f"tensor<{dims + 'x' if dims else ''}{_BUILTIN_ELEMENT[dtype]}>"
+
+
 def _report(op, check) -> bool:
     """Run ``check(op)`` (an error string or None) and turn it into a diagnostic."""
     try:

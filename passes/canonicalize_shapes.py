@@ -1,19 +1,23 @@
 """``anyshape-canonicalize-shapes``: shape facts explicit and cheap in torch-dialect IR.
 
-Rewrites so far:
+Rewrites, in this order:
 - **dim rooting**: every shape query (``aten.size.int``, ``aten.size`` +
   ``__getitem__``, ``aten.numel``, ``aten.dim``) of any value becomes the same
   fact over function-argument dims (see ``shape_analysis.py``): static dims
   fold to constants, derived dims (``2*s0``, ``s0*s1``, ``s0//2``) become scalar
   arithmetic, and dims equal by a shared symbol read one SSA value, the
   ``aten.size.int`` of the first argument dim bound to it, placed at the entry.
-- **iota-indexed lookups** become slices (``iota_lookups.py``).
+  Views by computed sizes become structural reshapes (``structural_reshapes.py``)
+  and expands name only the dims that broadcast (``broadcasts.py``).
 - **dynamic iota**: ``aten.arange(end)``, ``arange.start(0, end)`` and
   ``arange.start_step(0, end, 1)`` with an integer dtype, where ``end`` is
   ``aten.size.int x, d``, become ``anyshape.iota_like x {dim = d}``: the
   length is read from ``x`` where the values are produced, not carried as a
   scalar into a generic arange (Gluon-NLP's ``arange_like``). Other aranges
-  keep their exact semantics.
+  keep their exact semantics. So does a slice of a constant arange buffer.
+- **iota-indexed lookups** become slices, and expanded lookups and operands
+  are broadcast by the ops that use them (``iota_lookups.py``, ``broadcasts.py``).
+- ops left unused but for their own ``torch.bind_symbolic_shape`` are erased.
 """
 
 import dataclasses
@@ -23,12 +27,16 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, apply_patterns, register
+from anyshape.passes.broadcasts import (BROADCASTING_ELEMENTWISE, drop_implied_expand,
+                                       gather_from_expanded_table, rewrite_expand,
+                                       sink_expand_below_embedding)
+from anyshape.passes.iota_lookups import (rewrite_arange_constant_slice, rewrite_iota_gather,
+                                          rewrite_iota_index, rewrite_iota_lookup)
+from anyshape.passes.scalar_builder import ScalarBuilder
 from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.iota_lookups import rewrite_iota_lookup
-from anyshape.passes.structural_reshapes import rewrite_identity_expand, rewrite_view
-from anyshape.passes.torch_ir import (constant_int, defining_op, dtype_code, int_constant,
-                                      int_type, is_none, size_query, static_info_cast,
-                                      vtensor_type)
+from anyshape.passes.structural_reshapes import rewrite_view
+from anyshape.passes.torch_ir import (constant_int, defining_op, dtype_code, is_none,
+                                      size_query, static_info_cast, vtensor_type)
 
 # arange overload -> (index of start or None for 0, index of end, index of step or
 # None for 1, index of dtype)
@@ -65,101 +73,7 @@ def arange_to_iota(op, rewriter) -> bool:
     return True
 
 
-class _ScalarBuilder:
-    """Materializes dim expressions as torch scalar ops; one SSA value per root."""
-
-    def __init__(self, analysis: ShapeAnalysis):
-        self.analysis = analysis
-        self.block = analysis.block
-        self._roots: dict[sympy.Symbol, ir.Value] = {}
-        for op in self.block.operations:  # reuse the entry's existing root queries
-            op = op.operation
-            query = size_query(op.results[0]) if op.name == "torch.aten.size.int" else None
-            if query and isinstance(query[0].owner, ir.Block):
-                expr = analysis.dim(query[0], query[1])
-                if (isinstance(expr, sympy.Symbol) and expr not in self._roots
-                        and analysis.root_of(expr) == (query[0].arg_number, query[1])):
-                    self._roots[expr] = op.results[0]
-        for query in self._roots.values():  # every use of a root must come after it
-            self._place_at_entry(query.owner.operation)
-
-    def root(self, symbol: sympy.Symbol) -> ir.Value | None:
-        if symbol in self._roots:
-            return self._roots[symbol]
-        root = self.analysis.root_of(symbol)
-        if root is None:
-            return None
-        arg, axis = root
-        with ir.InsertionPoint.at_block_begin(self.block), ir.Location.unknown():
-            axis_value = int_constant(axis)
-            query = ir.Operation.create("torch.aten.size.int", results=[int_type()],
-                                        operands=[self.block.arguments[arg], axis_value])
-        self._place_at_entry(query)
-        self._roots[symbol] = query.result
-        return query.result
-
-    def _place_at_entry(self, query: ir.Operation) -> None:
-        """Right after the argument bindings (IREE's torch input replaces every use
-        of a bound argument with a value defined at its binding, so a query above
-        it would break dominance), or first in the block; its constant just before."""
-        axis = query.operands[1].owner.operation
-        binding = self._last_argument_binding()
-        if binding is not None:
-            query.move_after(binding)
-            axis.move_after(binding)
-        else:
-            first = self.block.operations[0].operation
-            axis.move_before(first)
-            query.move_after(axis)
-
-    def _last_argument_binding(self) -> ir.Operation | None:
-        last = None
-        for op in self.block.operations:
-            op = op.operation
-            if op.name == "torch.bind_symbolic_shape" and isinstance(op.operands[0].owner, ir.Block):
-                last = op
-        return last
-
-    def build(self, expr) -> ir.Value | None:
-        """Scalar ops computing ``expr`` at the current insertion point."""
-        if expr is None:
-            return None
-        if expr.is_Integer:
-            return int_constant(int(expr))
-        if isinstance(expr, sympy.Symbol):
-            return self.root(expr)
-        if isinstance(expr, (sympy.Mul, sympy.Add)):
-            if isinstance(expr, sympy.Mul) and any(not a.is_Integer and a.is_Rational for a in expr.args):
-                return None  # a fraction: not an integer expression
-            parts = [self.build(a) for a in expr.args]
-            if any(p is None for p in parts):
-                return None
-            op_name = "torch.aten.mul.int" if isinstance(expr, sympy.Mul) else "torch.aten.add.int"
-            value = parts[0]
-            for part in parts[1:]:
-                value = ir.Operation.create(op_name, results=[int_type()], operands=[value, part]).result
-            return value
-        if isinstance(expr, (sympy.floor, sympy.ceiling)):
-            numerator, denominator = sympy.fraction(sympy.together(expr.args[0]))
-            if not denominator.is_Integer:
-                return None
-            if isinstance(expr, sympy.ceiling):
-                numerator = numerator + denominator - 1
-            top = self.build(sympy.expand(numerator))
-            if top is None:
-                return None
-            return ir.Operation.create("torch.aten.floordiv.int", results=[int_type()],
-                                       operands=[top, int_constant(int(denominator))]).result
-        if isinstance(expr, sympy.Mod):
-            a, b = self.build(expr.args[0]), self.build(expr.args[1])
-            if a is None or b is None:
-                return None
-            return ir.Operation.create("torch.aten.remainder.int", results=[int_type()],
-                                       operands=[a, b]).result
-        return None
-
-
-def _root_patterns(builder: _ScalarBuilder):
+def _root_patterns(builder: ScalarBuilder):
     analysis = builder.analysis
 
     def replace_with(op, rewriter, expr) -> bool:
@@ -207,19 +121,49 @@ def _root_patterns(builder: _ScalarBuilder):
         return rewrite_view(op, rewriter, analysis, builder)
 
     def expand(op, rewriter) -> bool:
-        return rewrite_identity_expand(op, rewriter, analysis)
+        return rewrite_expand(op, rewriter, analysis)
 
     return [("torch.aten.size.int", size_int), ("torch.aten.__getitem__.t", getitem_of_size),
             ("torch.aten.numel", numel), ("torch.aten.dim", rank),
             ("torch.aten.view", view), ("torch.aten.reshape", view),
-            ("torch.aten.expand", expand)]
+            ("torch.aten.expand", expand), ("torch.aten.broadcast_to", expand)]
 
 
-def _lookup_patterns(builder: _ScalarBuilder):
+def _iota_patterns(builder: ScalarBuilder):
+    def arange_slice(op, rewriter) -> bool:
+        return rewrite_arange_constant_slice(op, rewriter, builder.analysis)
+
+    return [(name, arange_to_iota) for name in _ARANGE_OPERANDS] + [
+        ("torch.aten.slice.Tensor", arange_slice)]
+
+
+def _lookup_patterns(builder: ScalarBuilder):
+    analysis = builder.analysis
+
     def lookup(op, rewriter) -> bool:
-        return rewrite_iota_lookup(op, rewriter, builder.analysis, builder)
+        if rewrite_iota_lookup(op, rewriter, analysis, builder):
+            return True
+        return (op.operation.name == "torch.aten.embedding"
+                and sink_expand_below_embedding(op, rewriter, analysis))
 
-    return [("torch.aten.embedding", lookup), ("torch.aten.index_select", lookup)]
+    def gather(op, rewriter) -> bool:
+        return (rewrite_iota_gather(op, rewriter, analysis, builder)
+                or gather_from_expanded_table(op, rewriter, analysis))
+
+    def elementwise(op, rewriter) -> bool:
+        return drop_implied_expand(op, rewriter, analysis)
+
+    def expand(op, rewriter) -> bool:
+        return rewrite_expand(op, rewriter, analysis)
+
+    def index(op, rewriter) -> bool:
+        return rewrite_iota_index(op, rewriter, analysis)
+
+    return [("torch.aten.embedding", lookup), ("torch.aten.index_select", lookup),
+            ("torch.aten.index.Tensor", index), ("torch.aten.index.Tensor_hacked_twin", index),
+            ("torch.aten.gather", gather), ("torch.aten.expand", expand),
+            ("torch.aten.broadcast_to", expand)] + [
+        (name, elementwise) for name in sorted(BROADCASTING_ELEMENTWISE)]
 
 
 def hoist_argument_bindings(func: ir.Operation) -> None:
@@ -249,6 +193,26 @@ def hoist_argument_bindings(func: ir.Operation) -> None:
             last_symbol = op
 
 
+_ERASABLE_PREFIXES = ("torch.aten.", "torch.prim.ListConstruct", "torch.constant.",
+                      "torch.tensor_static_info_cast", "anyshape.")
+
+
+def erase_unused(func: ir.Operation) -> None:
+    """Erase value-semantics ops the rewrites left unused but for their own
+    ``torch.bind_symbolic_shape`` (the greedy driver keeps those alive)."""
+    block = func.regions[0].blocks[0]
+    for op in reversed(list(block.operations)):
+        op = op.operation
+        if not op.results or not op.name.startswith(_ERASABLE_PREFIXES):
+            continue
+        users = [use.owner for result in op.results for use in result.uses]
+        if any(user.name != "torch.bind_symbolic_shape" for user in users):
+            continue
+        for user in users:
+            user.erase()
+        op.erase()
+
+
 def _functions(module_op: ir.Operation):
     for op in module_op.regions[0].blocks[0].operations:
         if op.operation.name == "func.func" and len(op.operation.regions[0].blocks) == 1:
@@ -266,9 +230,10 @@ class CanonicalizeShapesPass(ModulePass):
         functions = list(_functions(module_op))
         for func in functions:
             hoist_argument_bindings(func)
-        builders = [_ScalarBuilder(ShapeAnalysis(func)) for func in functions]
+        builders = [ScalarBuilder(ShapeAnalysis(func)) for func in functions]
         for func, builder in zip(functions, builders):
             apply_patterns(func, _root_patterns(builder))
-        apply_patterns(module_op, [(name, arange_to_iota) for name in _ARANGE_OPERANDS])
         for func, builder in zip(functions, builders):
+            apply_patterns(func, _iota_patterns(builder))
             apply_patterns(func, _lookup_patterns(builder))
+            erase_unused(func)

@@ -110,13 +110,28 @@ def apply_patterns(op: ir.Operation, patterns: list[tuple[str, PatternFn]],
     """Run ``patterns`` to a fixed point with the greedy driver (folding included).
 
     Each pattern returns True when it rewrote, False when it did not match: the
-    reverse of the upstream convention, which this wrapper translates.
+    reverse of the upstream convention, which this wrapper translates. Ops a
+    pattern creates with ``ir.Operation.create`` are not announced to the
+    driver, so it may stop before it visits them: the driver is run again
+    until no pattern rewrites (at most ``max_iterations`` runs, default 64).
     """
+    rewrote = False
+
+    def wrapped(fn):
+        def callback(o, rw):
+            nonlocal rewrote
+            if fn(o, rw):
+                rewrote = True
+                return False
+            return True
+        return callback
+
     pattern_set = rewrite.RewritePatternSet()
     for root, fn in patterns:
-        pattern_set.add(root, lambda o, rw, fn=fn: not fn(o, rw))
-    config = None
-    if max_iterations is not None:
-        config = rewrite.GreedyRewriteConfig()
-        config.max_iterations = max_iterations
-    rewrite.apply_patterns_and_fold_greedily(op, pattern_set.freeze(), config)
+        pattern_set.add(root, wrapped(fn))
+    frozen = pattern_set.freeze()
+    for _ in range(max_iterations or 64):
+        rewrote = False
+        rewrite.apply_patterns_and_fold_greedily(op, frozen)
+        if not rewrote:
+            return

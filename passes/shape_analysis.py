@@ -5,8 +5,10 @@ at a function argument's dim: the one a ``torch.bind_symbolic_shape`` on the
 argument names, or, for a dynamic argument dim no binding names, a symbol of
 its own. Where a value carries a binding its dims come from it; otherwise they
 are propagated from its producer (elementwise and broadcast ops, matmuls,
-transposes, unsqueeze, embedding, ...), and static sizes in the type win over
-both. What cannot be derived stays unknown (None) and is left alone.
+views, flatten/unflatten, permute/transpose, (un)squeeze, slice/select, cat,
+embedding/gather/index_select, reductions, size-list constructors), and static
+sizes in the type win over both. What cannot be derived stays unknown (None)
+and is left alone. (torch-mlir imports ``aten.sym_size`` as ``aten.size.int``.)
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sympy
 
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
-from anyshape.passes.torch_ir import constant_int, list_items
+from anyshape.passes.torch_ir import constant_int, defining_op, is_none, list_items, size_query
 
 Expr = sympy.Expr
 
@@ -66,8 +68,29 @@ _SAME_SHAPE = {
     "torch.aten._softmax", "torch.aten.log_softmax.int", "torch.aten.layer_norm",
     "torch.aten.dropout", "torch.aten.ne.Scalar", "torch.aten.eq.Scalar", "torch.aten.ge.Scalar",
     "torch.aten.gt.Scalar", "torch.aten.lt.Scalar", "torch.aten.le.Scalar",
-    "torch.aten.cumsum", "torch.aten.tensor_static_info_cast",
+    "torch.aten.cumsum", "torch.aten.tensor_static_info_cast", "torch.aten.logical_not",
+    "torch.aten.bitwise_not", "torch.aten.abs", "torch.aten.log", "torch.aten.sin",
+    "torch.aten.cos", "torch.aten.silu", "torch.aten.ones_like", "torch.aten.zeros_like",
+    "torch.aten.full_like", "torch.aten.empty_like", "torch.aten.type_as",
+    "torch.aten.to.dtype_layout",
+    "torch.aten.detach", "torch.aten.alias", "torch.aten._log_softmax",
 }
+# Reductions: (input, dims, keepdim) operand positions.
+_REDUCTIONS = {
+    "torch.aten.sum.dim_IntList": (1, 2), "torch.aten.mean.dim": (1, 2), "torch.aten.amax": (1, 2),
+    "torch.aten.amin": (1, 2), "torch.aten.any.dim": (1, 2), "torch.aten.all.dim": (1, 2),
+    "torch.aten.max.dim": (1, 2), "torch.aten.min.dim": (1, 2), "torch.aten.argmax": (1, 2),
+    "torch.aten.argmin": (1, 2), "torch.aten.var.correction": (1, 3), "torch.aten.var_mean.correction": (1, 3),
+    "torch.aten.std.correction": (1, 3), "torch.aten.logsumexp": (1, 2), "torch.aten.prod.dim_int": (1, 2),
+}
+# Constructors from a size list: operand position of the list.
+_FROM_SIZE_LIST = {
+    "torch.aten.ones": 0, "torch.aten.zeros": 0, "torch.aten.empty.memory_format": 0,
+    "torch.aten.full": 0, "torch.aten.rand": 0, "torch.aten.randn": 0,
+    "torch.aten.new_ones": 1, "torch.aten.new_zeros": 1, "torch.aten.new_full": 1,
+    "torch.aten.new_empty": 1,
+}
+_INT64_MAX = 2**63 - 1
 
 
 class ShapeAnalysis:
@@ -101,6 +124,20 @@ class ShapeAnalysis:
         if isinstance(expr, sympy.Symbol):
             return self.ranges.get(expr, (None, None))[1]
         return None
+
+    def min_of(self, expr) -> int | None:
+        """A lower bound of ``expr`` (a constant, or a symbol plus a constant)."""
+        if expr is None:
+            return None
+        if expr.is_Integer:
+            return int(expr)
+        symbol, offset = expr, 0
+        if isinstance(expr, sympy.Add) and len(expr.args) == 2 and expr.args[0].is_Integer:
+            offset, symbol = int(expr.args[0]), expr.args[1]
+        if not isinstance(symbol, sympy.Symbol):
+            return None
+        low = self.ranges.get(symbol, (None, None))[0]
+        return max(low or 1, 1) + offset  # sizes are at least 1
 
     # -- construction ---------------------------------------------------------
     def _collect_bindings(self) -> None:
@@ -164,7 +201,7 @@ class ShapeAnalysis:
         if name in _SAME_SHAPE and operands:
             return self._operand_dims(operands[0])
         if name in _ELEMENTWISE_BINARY:
-            return self._broadcast([self._operand_dims(v) for v in operands
+            return self.broadcast([self._operand_dims(v) for v in operands
                                     if vtensor_shape(v.type) is not None], rank)
         if name in ("torch.aten.transpose.int",):
             dims = self._operand_dims(operands[0])
@@ -195,7 +232,7 @@ class ShapeAnalysis:
             if name == "torch.aten.linear":
                 return lhs[:-1] + [rhs[0]]
             if len(lhs) >= 2 and len(rhs) >= 2:
-                batch = self._broadcast([lhs[:-2], rhs[:-2]], rank - 2) if rank > 2 else []
+                batch = self.broadcast([lhs[:-2], rhs[:-2]], rank - 2) if rank > 2 else []
                 return (batch or []) + [lhs[-2], rhs[-1]]
             return None
         if name == "torch.aten.embedding":
@@ -203,10 +240,174 @@ class ShapeAnalysis:
             if table is None or indices is None:
                 return None
             return indices + [table[-1]]
+        return self._derive_structural(op, name, operands, rank)
+
+    def _derive_structural(self, op, name: str, operands: list, rank: int):
+        """Shape ops, slicing, reductions and constructors."""
+        dims = self._operand_dims(operands[0]) if operands else None
+        if name in ("torch.aten.view", "torch.aten.reshape"):
+            items = list_items(operands[1])
+            return None if dims is None or items is None else self.target_dims(items, dims)
+        if name in ("torch.aten.expand", "torch.aten.broadcast_to"):
+            items = list_items(operands[1])
+            if dims is None or items is None or len(items) < len(dims):
+                return None
+            exprs = [self.scalar(v) for v in items]
+            aligned = [None] * (len(items) - len(dims)) + list(dims)
+            return [a if e == -1 else e for e, a in zip(exprs, aligned)]
+        if name in _FROM_SIZE_LIST:
+            items = list_items(operands[_FROM_SIZE_LIST[name]])
+            return None if items is None else [self.scalar(v) for v in items]
+        if name == "anyshape.iota_like":
+            return [self.dim(operands[0], ir.IntegerAttr(op.attributes["dim"]).value)]
+        if name in ("torch.aten.gather",):
+            return self._operand_dims(operands[2])
+        if name == "torch.aten.cat":
+            return self._concatenated(operands)
+        if dims is None:
+            return None
+        axis = constant_int(operands[1]) if len(operands) > 1 else None
+        if name == "torch.aten.flatten.using_ints":
+            end = constant_int(operands[2])
+            if axis is None or end is None or not dims:
+                return None
+            axis, end = axis % len(dims), end % len(dims)
+            return dims[:axis] + [sympy.Mul(*dims[axis:end + 1])] + dims[end + 1:]
+        if name == "torch.aten.unflatten.int":
+            items = list_items(operands[2])
+            if axis is None or items is None:
+                return None
+            axis %= len(dims)
+            parts = self.target_dims(items, [dims[axis]])
+            return None if parts is None else dims[:axis] + parts + dims[axis + 1:]
+        if name == "torch.aten.squeeze.dim":
+            if axis is None:
+                return None
+            axis %= len(dims)
+            return dims[:axis] + dims[axis + 1:] if dims[axis] == 1 else list(dims)
+        if name == "torch.aten.squeeze":
+            kept = [d for d in dims if d != 1]
+            return kept if len(kept) == rank else None
+        if name == "torch.aten.select.int":
+            return None if axis is None else dims[:axis % len(dims)] + dims[axis % len(dims) + 1:]
+        if name == "torch.aten.slice.Tensor":
+            if axis is None:
+                return None
+            axis %= len(dims)
+            length = self._slice_length(dims[axis], *operands[2:5])
+            return dims[:axis] + [length] + dims[axis + 1:]
+        if name == "torch.aten.index_select":
+            index = self._operand_dims(operands[2])
+            if axis is None or index is None or len(index) != 1:
+                return None
+            axis %= len(dims)
+            return dims[:axis] + index + dims[axis + 1:]
+        if name in _REDUCTIONS:
+            return self._reduced(dims, operands, *_REDUCTIONS[name])
+        if name in ("torch.aten.addmm", "torch.aten.baddbmm"):
+            lhs, rhs = self._operand_dims(operands[1]), self._operand_dims(operands[2])
+            if lhs is None or rhs is None:
+                return None
+            return lhs[:-1] + [rhs[-1]]
         return None
 
+    def _concatenated(self, operands: list):
+        parts, axis = list_items(operands[0]), constant_int(operands[1])
+        shapes = None if parts is None else [self._operand_dims(v) for v in parts]
+        if axis is None or not shapes or any(s is None for s in shapes):
+            return None
+        shapes = [s for s in shapes if s != [0]]  # torch skips legacy empty 1-D inputs
+        rank = len(shapes[0])
+        if any(len(s) != rank for s in shapes):
+            return None
+        axis %= rank
+        if any(d is None for s in shapes for d in (s[axis],)):
+            return None
+        out = list(shapes[0])
+        out[axis] = sympy.Add(*[s[axis] for s in shapes])
+        return out
+
+    def _reduced(self, dims: list, operands: list, dims_at: int, keepdim_at: int):
+        reduced = _int_list(operands[dims_at])
+        if reduced is None:
+            single = constant_int(operands[dims_at])
+            reduced = None if single is None else [single]
+        keepdim = _constant_bool(operands[keepdim_at]) if keepdim_at < len(operands) else None
+        if reduced is None or keepdim is None:
+            return None
+        reduced = {r % len(dims) for r in reduced} if reduced else set(range(len(dims)))
+        if keepdim:
+            return [sympy.Integer(1) if i in reduced else d for i, d in enumerate(dims)]
+        return [d for i, d in enumerate(dims) if i not in reduced]
+
+    def _slice_length(self, size, start_value, end_value, step_value):
+        """Elements of ``x[start:end:step]`` along an axis of ``size``; None where
+        the slice might clamp in a way the symbols cannot tell."""
+        start, step = constant_int(start_value), constant_int(step_value)
+        end = sympy.Integer(_INT64_MAX) if is_none(end_value) else self.scalar(end_value)
+        if size is None or start is None or step is None or step <= 0 or end is None:
+            return None
+        if start < 0:  # sizes are at least 1, so only -1 is safe on a symbolic size
+            if not (size.is_Integer or start == -1):
+                return None
+            start = size + start
+        start = sympy.sympify(start)
+        if end.is_Integer and end < 0:
+            if not (size.is_Integer or end == -1):
+                return None
+            end = size + end
+        elif end.is_Integer and end >= _INT64_MAX // 2 or sympy.simplify(end - size) == 0:
+            end = size  # "to the end"
+        elif size.is_Integer and end.is_Integer:
+            end = sympy.Min(end, size)
+        elif not (size.is_Integer and (self.max_of(end) or size + 1) <= size):
+            return None
+        length = sympy.simplify(end - start)
+        if length.is_Integer:
+            return sympy.Integer(max(0, -(-int(length) // step)))
+        if start != 0 and (self.min_of(length) is None or self.min_of(length) < 0):
+            return None  # end - start may be negative: the slice would be empty
+        return length if step == 1 else sympy.ceiling(length / step)
+
+    def scalar(self, value: ir.Value) -> Expr | None:
+        """The dim expression a torch scalar computes (sizes, constants, int arithmetic)."""
+        constant = constant_int(value)
+        if constant is not None:
+            return sympy.Integer(constant)
+        op = defining_op(value)
+        if op is None:
+            return None
+        if op.name == "torch.aten.size.int":
+            query = size_query(value)
+            return None if query is None else self.dim(*query)
+        if op.name == "torch.aten.numel":
+            dims = self.dims.get(op.operands[0])
+            return None if dims is None or None in dims else sympy.Mul(*dims)
+        combine = {"torch.aten.mul.int": lambda a, b: a * b, "torch.aten.add.int": lambda a, b: a + b,
+                   "torch.aten.sub.int": lambda a, b: a - b,
+                   "torch.aten.floordiv.int": lambda a, b: sympy.floor(a / b)}.get(op.name)
+        if combine is None:
+            return None
+        lhs, rhs = (self.scalar(v) for v in op.operands)
+        return None if lhs is None or rhs is None else combine(lhs, rhs)
+
+    def target_dims(self, sizes: list[ir.Value], in_dims: list) -> list[Expr | None] | None:
+        """Output dims of ``view(x, sizes)`` for x of ``in_dims``, one -1 inferred."""
+        exprs = [self.scalar(v) for v in sizes]
+        if any(e is None for e in exprs):
+            return None
+        inferred = [i for i, e in enumerate(exprs) if e == -1]
+        if len(inferred) > 1:
+            return None
+        if inferred:
+            if any(d is None for d in in_dims):
+                return None
+            known = sympy.Mul(*[e for i, e in enumerate(exprs) if i != inferred[0]])
+            exprs[inferred[0]] = sympy.cancel(sympy.Mul(*in_dims) / known)
+        return exprs
+
     @staticmethod
-    def _broadcast(shapes: list, rank: int) -> list[Expr | None] | None:
+    def broadcast(shapes: list, rank: int) -> list[Expr | None] | None:
         if any(s is None for s in shapes):
             return None
         out: list[Expr | None] = []
@@ -225,6 +426,13 @@ class ShapeAnalysis:
             else:
                 out.append(None)  # e.g. s0 against s1: either may be 1 at run time
         return out
+
+
+def _constant_bool(value: ir.Value) -> bool | None:
+    op = defining_op(value)
+    if op is None or op.name != "torch.constant.bool":
+        return None
+    return ir.BoolAttr(op.attributes["value"]).value
 
 
 def _int_list(value: ir.Value) -> list[int] | None:

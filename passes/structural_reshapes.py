@@ -7,7 +7,6 @@
   run time (its lowering of dynamic size lists is a known source of failures
   and, with dynamic batch and sequence together, of wrong results:
   torch-mlir issue 4743).
-- ``expand`` to the sizes its input already has is its input.
 """
 
 from __future__ import annotations
@@ -17,44 +16,7 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import (constant_int, defining_op, int_constant, list_items,
-                                      vtensor_type)
-
-
-def scalar_expr(value: ir.Value, analysis: ShapeAnalysis):
-    """The dim expression a torch scalar computes, or None."""
-    constant = constant_int(value)
-    if constant is not None:
-        return sympy.Integer(constant)
-    op = defining_op(value)
-    if op is None:
-        return None
-    if op.name == "torch.aten.size.int":
-        axis = constant_int(op.operands[1])
-        shape = vtensor_shape(op.operands[0].type)
-        if axis is None or shape is None:
-            return None
-        return analysis.dim(op.operands[0], axis % len(shape[0]))
-    combine = {"torch.aten.mul.int": lambda a, b: a * b, "torch.aten.add.int": lambda a, b: a + b,
-               "torch.aten.floordiv.int": lambda a, b: sympy.floor(a / b)}.get(op.name)
-    if combine is None:
-        return None
-    lhs, rhs = (scalar_expr(v, analysis) for v in op.operands)
-    return None if lhs is None or rhs is None else combine(lhs, rhs)
-
-
-def target_dims(sizes: list[ir.Value], in_dims: list, analysis: ShapeAnalysis):
-    """Output dims of view(x, sizes), with one -1 inferred; None if unknown."""
-    exprs = [scalar_expr(v, analysis) for v in sizes]
-    if any(e is None for e in exprs):
-        return None
-    inferred = [i for i, e in enumerate(exprs) if e == -1]
-    if len(inferred) > 1:
-        return None
-    if inferred:
-        known = sympy.Mul(*[e for i, e in enumerate(exprs) if i != inferred[0]])
-        exprs[inferred[0]] = sympy.cancel(sympy.Mul(*in_dims) / known)
-    return exprs
+from anyshape.passes.torch_ir import constant_int, int_constant, list_items, vtensor_type
 
 
 def _divides(a, b) -> bool:
@@ -103,7 +65,7 @@ def rewrite_view(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
     constants = [constant_int(v) for v in sizes]
     if all(c is not None and c >= 0 for c in constants):
         return False  # fully static sizes: nothing for torch-mlir to infer at run time
-    out_dims = target_dims(sizes, in_dims, analysis)
+    out_dims = analysis.target_dims(sizes, in_dims)
     if out_dims is None or len(out_dims) != len(result[0]):
         return False
     groups = group_dims(in_dims, out_dims)
@@ -147,24 +109,4 @@ def rewrite_view(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
                                           results=[op.results[0].type], operands=[current]).result
             analysis.dims[current] = list(dims)
     rewriter.replace_op(op, [current])  # all groups 1 -> 1: the view is its input
-    return True
-
-
-def rewrite_identity_expand(op, rewriter, analysis: ShapeAnalysis) -> bool:
-    source = op.operands[0]
-    in_dims = analysis.dims.get(source)
-    sizes = list_items(op.operands[1])
-    if in_dims is None or sizes is None or len(sizes) != len(in_dims):
-        return False
-    for dim, size in zip(in_dims, sizes):
-        expr = scalar_expr(size, analysis)
-        if expr is None or dim is None or not (expr == -1 or sympy.simplify(expr - dim) == 0):
-            return False
-    with ir.InsertionPoint(op), op.location:
-        value = source
-        if source.type != op.results[0].type:
-            value = ir.Operation.create("torch.tensor_static_info_cast",
-                                        results=[op.results[0].type], operands=[source]).result
-            analysis.dims[value] = list(in_dims)
-    rewriter.replace_op(op, [value])
     return True

@@ -2,10 +2,11 @@
 
 Stages, in order: ``import`` (torch dialect as imported), one stage per
 anyshape pass (named by its argument), ``iree-input`` (exactly what IREE
-receives). The IR after each is kept as bytecode in a working directory and
-written as text under ``dump_ir_dir`` when one is given. A failing stage
-raises :class:`CompileError` with a reproducer saved beside the command that
-replays it.
+receives: the last stage, its ``anyshape.dims`` argument facts stated as
+IREE range assumptions by ``iree_dim_facts.py``). The IR after each is kept
+as bytecode in a working directory and written as text under ``dump_ir_dir``
+when one is given. A failing stage raises :class:`CompileError` with a
+reproducer saved beside the command that replays it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from anyshape.errors import CompileError
+from anyshape.iree_dim_facts import has_dim_facts, inject_dim_facts
 from anyshape.iree_workarounds import untie_duplicate_workloads
 from anyshape.mlir import MLIRError, ir, iree_tool, module_to_bytecode, versions
 from anyshape.passes import DEFAULT_PIPELINE
@@ -88,13 +90,31 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
                                ) from None
         stages.write(name, module)
 
-    iree_input = stages.write(IREE_INPUT_STAGE, module, same_as_last=True)
+    iree_input = _write_iree_input(stages, module, dump_ir_dir, report)
     del module
     report(f"compiling with IREE for {target.name} ({target.opt_level})")
     flags = target.iree_flags()
     vmfb_path = _compile_with_iree(iree_input, flags, dump_ir_dir, report)
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
                           stage_files=stages.files, workdir=workdir, entry=entry)
+
+
+def _write_iree_input(stages: "_StageWriter", module: ir.Module, dump_ir_dir,
+                      report: Callable[[str], None]) -> Path:
+    """The last stage, with its ``anyshape.dims`` facts stated in IREE's own ops."""
+    if not has_dim_facts(module):
+        return stages.write(IREE_INPUT_STAGE, module, same_as_last=True)
+    source = stages.last_file
+    report("stating argument dim ranges for IREE")
+    try:
+        return stages.record(IREE_INPUT_STAGE,
+                             lambda bytecode, text: inject_dim_facts(source, bytecode, text))
+    except ValueError as error:
+        repro = _keep_reproducer(source, dump_ir_dir, f"{IREE_INPUT_STAGE}-input")
+        command = " ".join(shlex.quote(a) for a in [
+            "python", "-m", "anyshape.iree_dim_facts", str(repro), "-o",
+            str(repro.with_name(f"{IREE_INPUT_STAGE}.mlirbc"))])
+        raise CompileError(IREE_INPUT_STAGE, str(error), str(repro), command) from None
 
 
 class _StageWriter:
@@ -112,9 +132,7 @@ class _StageWriter:
     def write(self, stage: str, module: ir.Module, same_as_last: bool = False) -> Path:
         """Record ``module`` as ``stage``; ``same_as_last``: it is unchanged since the
         last stage, whose bytecode (500 MB for roberta-base) is reused, not rewritten."""
-        if stage in self.files:  # a pass that runs twice gets a numbered stage
-            stage = f"{stage}#{sum(s.split('#')[0] == stage for s in self.files) + 1}"
-        stem = f"{len(self.files):02d}-{stage.replace('#', '-')}"
+        stage, stem = self._name(stage)
         if same_as_last:
             path = self.last_file
         else:
@@ -125,6 +143,21 @@ class _StageWriter:
             with open(self.dump_dir / f"{stem}.mlir", "w") as f:
                 module.operation.print(file=f)
         return path
+
+    def record(self, stage: str, produce: Callable[[Path, Path | None], object]) -> Path:
+        """Record ``stage`` as the bytecode that ``produce(bytecode_path, text_path)``
+        writes, with its text when dumping (text_path None otherwise): for IR held
+        in IREE's bindings, which ``write`` cannot serialize."""
+        stage, stem = self._name(stage)
+        path = self.workdir / f"{stem}.mlirbc"
+        produce(path, self.dump_dir / f"{stem}.mlir" if self.dump_dir else None)
+        self.files[stage] = path
+        return path
+
+    def _name(self, stage: str) -> tuple[str, str]:
+        if stage in self.files:  # a pass that runs twice gets a numbered stage
+            stage = f"{stage}#{sum(s.split('#')[0] == stage for s in self.files) + 1}"
+        return stage, f"{len(self.files):02d}-{stage.replace('#', '-')}"
 
 
 def _keep_reproducer(stage_file: Path, dump_ir_dir, stem: str) -> Path:

@@ -117,6 +117,10 @@ def _inline_state(program: torch.export.ExportedProgram) -> torch.fx.Graph:
     return graph
 
 
+# Integer tensors up to this size are imported as readable dense elements.
+_INLINE_INDEX_ELEMENTS = 8192
+
+
 class _WeightLiterals:
     """Importer hook: weights become ``torch.vtensor.literal`` over a resource blob.
 
@@ -142,7 +146,7 @@ class _WeightLiterals:
 
     def resolve_literal(self, gni, literal, info):
         from torch_mlir.extras.fx_importer import (
-            TORCH_DTYPE_TO_MLIR_TYPE_ASM, create_mlir_tensor_type)
+            TORCH_DTYPE_TO_MLIR_TYPE, TORCH_DTYPE_TO_MLIR_TYPE_ASM, create_mlir_tensor_type)
 
         if not isinstance(literal, torch.Tensor) or literal.numel() <= 1:
             return None  # scalars: the default makes splat constants, which fold better
@@ -154,9 +158,15 @@ class _WeightLiterals:
             # numpy has no bfloat16: hand over the same bytes as int16.
             raw = tensor.view(torch.int16) if tensor.dtype == torch.bfloat16 else tensor
             array = raw.numpy()
-            blob = f"weight_{len(self._literals)}"
-            attr = ir.DenseResourceElementsAttr.get_from_buffer(
-                memoryview(array), blob, create_mlir_tensor_type(tensor))
+            if not tensor.is_floating_point() and tensor.numel() <= _INLINE_INDEX_ELEMENTS:
+                # Small integer buffers (position ids, token type ids) stay readable
+                # to the shape passes: a slice of an arange buffer is an iota.
+                attr = ir.DenseElementsAttr.get(
+                    array, type=TORCH_DTYPE_TO_MLIR_TYPE[tensor.dtype](), shape=array.shape)
+            else:
+                blob = f"weight_{len(self._literals)}"
+                attr = ir.DenseResourceElementsAttr.get_from_buffer(
+                    memoryview(array), blob, create_mlir_tensor_type(tensor))
             shape = ",".join(str(d) for d in tensor.shape)
             vtype = f"!torch.vtensor<[{shape}],{TORCH_DTYPE_TO_MLIR_TYPE_ASM[tensor.dtype]}>"
             self._literals[key] = (attr, vtype, array)

@@ -2,13 +2,18 @@
 
 ``anyshape.compile`` records the signature from the exported program; a
 module that arrives as MLIR text (``anyshape-compile``) carries the same facts
-in its function type, ``torch.symbolic_int`` and ``torch.bind_symbolic_shape``.
+in its function type, ``torch.symbolic_int`` and ``torch.bind_symbolic_shape``
+as imported, or in ``anyshape.dims`` argument attributes once ``anyshape-lower``
+has run.
 """
 
 from __future__ import annotations
 
+import re
+
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
+from anyshape.passes.lower import DIMS_ATTR
 from anyshape.signature import ModuleSignature, Symbol, TensorSpec
 
 _DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
@@ -59,6 +64,7 @@ def signature_from_module(module: ir.Module, function: str = "main") -> ModuleSi
                     symbol = symbol_of_value.get(operands[expr.position])
                     if symbol is not None and spec.dims[axis] == "?":
                         spec.dims[axis] = symbol
+    _read_dim_facts(func, inputs, symbols)
     for spec in inputs:
         for axis, dim in enumerate(spec.dims):
             if dim == "?":  # dynamic but unbound: any size the runtime accepts
@@ -68,3 +74,30 @@ def signature_from_module(module: ir.Module, function: str = "main") -> ModuleSi
     tree = {"kind": "leaf"} if len(outputs) == 1 else \
         {"kind": "tuple", "children": [{"kind": "leaf"}] * len(outputs)}
     return ModuleSignature(inputs, outputs, symbols, tree)
+
+
+# What the runtime's argument check can evaluate (with sympy): sums of integer
+# multiples of symbols. Other expressions (floordiv, products) stay unchecked.
+_SYMBOL = re.compile(r"[A-Za-z_]\w*")
+_LINEAR = re.compile(r"-?(\d+\*)?[A-Za-z_]\w*( [+-] ((\d+\*)?[A-Za-z_]\w*|\d+))*")
+
+
+def _read_dim_facts(func: ir.Operation, inputs: list[TensorSpec], symbols: dict[str, Symbol]) -> None:
+    if "arg_attrs" not in func.attributes:
+        return
+    for spec, attrs in zip(inputs, ir.ArrayAttr(func.attributes["arg_attrs"])):
+        attrs = ir.DictAttr(attrs)
+        if DIMS_ATTR not in attrs:
+            continue
+        for fact in ir.ArrayAttr(attrs[DIMS_ATTR]):
+            fact = ir.DictAttr(fact)
+            axis = ir.IntegerAttr(fact["axis"]).value
+            expr = ir.StringAttr(fact["expr"]).value
+            if spec.dims[axis] != "?":
+                continue
+            if _SYMBOL.fullmatch(expr):
+                high = ir.IntegerAttr(fact["max"]).value if "max" in fact else None
+                symbols[expr] = Symbol(expr, ir.IntegerAttr(fact["min"]).value, high)
+                spec.dims[axis] = expr
+            elif _LINEAR.fullmatch(expr):
+                spec.dims[axis] = expr

@@ -2,10 +2,12 @@
 
 torch-mlir and IREE each bundle their own copy of the upstream MLIR Python
 bindings, as separate native libraries with separate contexts. anyshape's
-passes run in torch-mlir's copy (it knows the ``torch`` dialect); IREE is only
-ever driven through its ``iree-compile`` tool, and IR crosses between the two
-as bytecode. Every other module imports what it needs from here, so a binding
-quirk or an upstream rename is fixed in one file.
+passes run in torch-mlir's copy (it knows the ``torch`` dialect); IREE is
+driven through its ``iree-compile`` tool, and its own copy only rewrites IR
+around those runs (it knows IREE's ``util`` and ``flow`` dialects, and
+``torch`` too). IR crosses between the two as bytecode. Every other module
+imports what it needs from here, so a binding quirk or an upstream rename is
+fixed in one file.
 """
 
 from __future__ import annotations

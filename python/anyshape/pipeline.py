@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from anyshape.mlir import MLIRError, ir, new_context, passmanager
+from anyshape.mlir import MLIRError, ir, iree_bindings, new_context, passmanager
 from anyshape.passes import lookup
 
 
@@ -153,7 +153,13 @@ def run_pipeline(module: ir.Module, elements: list[str], **options) -> None:
     pm.run(module.operation)
 
 
-def bytecode_file_to_text(path: Path) -> str:
+def bytecode_file_to_text(path: Path, *, iree: bool = False) -> str:
+    """The text of an MLIR file; ``iree``: read in IREE's bindings, for IR holding
+    IREE's own ops (``util``, ``flow``), which torch-mlir's context cannot parse."""
+    if iree:
+        iree_ir = iree_bindings()
+        with iree_ir.Context():
+            return str(iree_ir.Module.parse(Path(path).read_bytes()))
     ctx = new_context()
     with ctx:
         module = ir.Module.parse(Path(path).read_bytes())

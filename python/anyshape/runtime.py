@@ -56,9 +56,11 @@ class CompiledModule:
             raise ValueError("this module was loaded from disk: its compile stages were not saved")
         if stage not in self._stage_files:
             raise ValueError(f"stage: expected one of {', '.join(self.stages)}, got '{stage}'")
+        from anyshape.compiler import IREE_INPUT_STAGE
         from anyshape.pipeline import bytecode_file_to_text
 
-        return bytecode_file_to_text(self._stage_files[stage])
+        # What IREE receives is read the way IREE reads it: it may hold IREE's own ops.
+        return bytecode_file_to_text(self._stage_files[stage], iree=stage == IREE_INPUT_STAGE)
 
     @property
     def vmfb_path(self) -> Path:

@@ -2,10 +2,8 @@
 
 Why each option:
 - ``--iree-input-type=torch``: anyshape hands IREE torch-dialect IR (plus
-  builtin ops the passes introduce). IREE's torch input consumes
-  ``torch.symbolic_int``/``torch.bind_symbolic_shape`` (turning the bounds on
-  function arguments into ``util.assume.int``), which torch-mlir's own linalg
-  pipeline cannot.
+  builtin ops the passes introduce, and the ``util.assume.int`` range facts on
+  the arguments' dims that ``iree_dim_facts.py`` adds).
 - ``--iree-hal-target-device=local`` + ``llvm-cpu`` + ``--iree-llvmcpu-target-cpu=host``:
   code for the CPU it is compiled on (AVX-512 where present); an artifact is
   for that CPU family.

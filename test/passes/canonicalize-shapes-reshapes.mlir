@@ -1,7 +1,7 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-canonicalize-shapes | FileCheck %s
 
 /// Views whose size lists are built from shape values become flatten/unflatten
-/// with a known grouping; expands to the sizes a tensor already has vanish.
+/// with a known grouping.
 
 // CHECK-LABEL: func.func @view_merges_batch_and_sequence
 // CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,8],f32>)
@@ -89,41 +89,4 @@ func.func @negative_view_regroups(%arg0: !torch.vtensor<[?,6],f32>) -> !torch.vt
   %3 = torch.prim.ListConstruct %2, %int4 : (!torch.int, !torch.int) -> !torch.list<int>
   %4 = torch.aten.view %arg0, %3 : !torch.vtensor<[?,6],f32>, !torch.list<int> -> !torch.vtensor<[?,4],f32>
   return %4 : !torch.vtensor<[?,4],f32>
-}
-
-// -----
-
-/// expand to the sizes the input already has (by the rooted dims) is the input.
-// CHECK-LABEL: func.func @expand_to_own_sizes
-// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?],f32>, %[[Y:.*]]: !torch.vtensor<[?,?],f32>)
-// CHECK-NOT: torch.aten.expand
-// CHECK: return %[[X]]
-func.func @expand_to_own_sizes(%arg0: !torch.vtensor<[?,?],f32>, %arg1: !torch.vtensor<[?,?],f32>) -> !torch.vtensor<[?,?],f32> {
-  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
-  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
-  torch.bind_symbolic_shape %arg0, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],f32>
-  torch.bind_symbolic_shape %arg1, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],f32>
-  %int0 = torch.constant.int 0
-  %int1 = torch.constant.int 1
-  %false = torch.constant.bool false
-  %0 = torch.aten.size.int %arg1, %int0 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
-  %1 = torch.aten.size.int %arg1, %int1 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
-  %2 = torch.prim.ListConstruct %0, %1 : (!torch.int, !torch.int) -> !torch.list<int>
-  %3 = torch.aten.expand %arg0, %2, %false : !torch.vtensor<[?,?],f32>, !torch.list<int>, !torch.bool -> !torch.vtensor<[?,?],f32>
-  return %3 : !torch.vtensor<[?,?],f32>
-}
-
-// -----
-
-/// A real broadcast (size 1 -> a dim) keeps its expand.
-// CHECK-LABEL: func.func @negative_expand_broadcasts
-// CHECK: torch.aten.expand
-func.func @negative_expand_broadcasts(%arg0: !torch.vtensor<[1,?],f32>, %arg1: !torch.vtensor<[?,?],f32>) -> !torch.vtensor<[?,?],f32> {
-  %int0 = torch.constant.int 0
-  %int-1 = torch.constant.int -1
-  %false = torch.constant.bool false
-  %0 = torch.aten.size.int %arg1, %int0 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
-  %1 = torch.prim.ListConstruct %0, %int-1 : (!torch.int, !torch.int) -> !torch.list<int>
-  %2 = torch.aten.expand %arg0, %1, %false : !torch.vtensor<[1,?],f32>, !torch.list<int>, !torch.bool -> !torch.vtensor<[?,?],f32>
-  return %2 : !torch.vtensor<[?,?],f32>
 }

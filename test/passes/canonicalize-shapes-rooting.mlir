@@ -107,3 +107,57 @@ func.func @negative_unknown_producer(%arg0: !torch.vtensor<[?],f32>) -> !torch.i
   %1 = torch.aten.size.int %0, %int0 : !torch.vtensor<[?,1],si64>, !torch.int -> !torch.int
   return %1 : !torch.int
 }
+
+// -----
+
+/// Without bindings, dims propagate through slices to the end, selects,
+/// reductions (keepdim or not), views and concatenation (sum of the parts).
+// CHECK-LABEL: func.func @propagated_through_slicing_reductions_and_cat
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,8],f32>)
+// CHECK-DAG: %[[ZERO:.*]] = torch.constant.int 0
+// CHECK-DAG: %[[ONE:.*]] = torch.constant.int 1
+// CHECK-DAG: %[[B:.*]] = torch.aten.size.int %[[X]], %[[ZERO]]
+// CHECK-DAG: %[[L:.*]] = torch.aten.size.int %[[X]], %[[ONE]]
+// CHECK-DAG: %[[TWICE:.*]] = torch.aten.mul.int %{{.*}}, %[[L]]
+// CHECK-DAG: %[[EIGHT:.*]] = torch.constant.int 8
+// CHECK: return %[[L]], %[[B]], %[[B]], %[[EIGHT]], %[[TWICE]]
+func.func @propagated_through_slicing_reductions_and_cat(%arg0: !torch.vtensor<[?,?,8],f32>) -> (!torch.int, !torch.int, !torch.int, !torch.int, !torch.int) {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %end = torch.constant.int 9223372036854775807
+  %false = torch.constant.bool false
+  %true = torch.constant.bool true
+  %none = torch.constant.none
+  %0 = torch.aten.slice.Tensor %arg0, %int1, %int0, %end, %int1 : !torch.vtensor<[?,?,8],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,?,8],f32>
+  %1 = torch.aten.size.int %0, %int1 : !torch.vtensor<[?,?,8],f32>, !torch.int -> !torch.int
+  %2 = torch.aten.select.int %arg0, %int1, %int0 : !torch.vtensor<[?,?,8],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,8],f32>
+  %3 = torch.aten.size.int %2, %int0 : !torch.vtensor<[?,8],f32>, !torch.int -> !torch.int
+  %dims = torch.prim.ListConstruct %int1 : (!torch.int) -> !torch.list<int>
+  %4 = torch.aten.sum.dim_IntList %arg0, %dims, %false, %none : !torch.vtensor<[?,?,8],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[?,8],f32>
+  %5 = torch.aten.size.int %4, %int0 : !torch.vtensor<[?,8],f32>, !torch.int -> !torch.int
+  %6 = torch.aten.mean.dim %arg0, %dims, %true, %none : !torch.vtensor<[?,?,8],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[?,1,8],f32>
+  %7 = torch.aten.flatten.using_ints %6, %int1, %int2 : !torch.vtensor<[?,1,8],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,?],f32>
+  %8 = torch.aten.size.int %7, %int1 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  %parts = torch.prim.ListConstruct %arg0, %0 : (!torch.vtensor<[?,?,8],f32>, !torch.vtensor<[?,?,8],f32>) -> !torch.list<vtensor>
+  %9 = torch.aten.cat %parts, %int1 : !torch.list<vtensor>, !torch.int -> !torch.vtensor<[?,?,8],f32>
+  %10 = torch.aten.size.int %9, %int1 : !torch.vtensor<[?,?,8],f32>, !torch.int -> !torch.int
+  return %1, %3, %5, %8, %10 : !torch.int, !torch.int, !torch.int, !torch.int, !torch.int
+}
+
+// -----
+
+/// x[:, :4] on a dynamic length: the result has min(L, 4) elements, which the
+/// symbols cannot express, so the query stays.
+// CHECK-LABEL: func.func @negative_slice_may_clamp
+// CHECK: %[[S:.*]] = torch.aten.slice.Tensor
+// CHECK: %[[Q:.*]] = torch.aten.size.int %[[S]]
+// CHECK: return %[[Q]]
+func.func @negative_slice_may_clamp(%arg0: !torch.vtensor<[?,?],f32>) -> !torch.int {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int4 = torch.constant.int 4
+  %0 = torch.aten.slice.Tensor %arg0, %int1, %int0, %int4, %int1 : !torch.vtensor<[?,?],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,?],f32>
+  %1 = torch.aten.size.int %0, %int1 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  return %1 : !torch.int
+}

@@ -1,6 +1,4 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-lower | FileCheck %s
-// RUN: anyshape-opt %s --split-input-file --anyshape-lower=keep-argument-bindings=false \
-// RUN:   | FileCheck %s --check-prefix=STRIP
 
 /// iota_like becomes the dynamic iota: linalg.index over tensor.empty sized by
 /// tensor.dim of the reference tensor.
@@ -17,8 +15,7 @@
 // CHECK: linalg.yield %[[V]] : i64
 // CHECK: %[[R:.*]] = torch_c.from_builtin_tensor %[[G]] : tensor<?xi64> -> !torch.vtensor<[?],si64>
 // CHECK: return %[[R]]
-// STRIP-LABEL: func.func @iota_like
-// STRIP-NOT: anyshape.iota_like
+// CHECK-NOT: anyshape.iota_like
 func.func @iota_like(%arg0: !torch.vtensor<[?,?,8],f32>) -> !torch.vtensor<[?],si64> {
   %0 = "anyshape.iota_like"(%arg0) {dim = 1 : i64} : (!torch.vtensor<[?,?,8],f32>) -> !torch.vtensor<[?],si64>
   return %0 : !torch.vtensor<[?],si64>
@@ -37,21 +34,70 @@ func.func @iota_like_static(%arg0: !torch.vtensor<[?,8],f32>) -> !torch.vtensor<
 
 // -----
 
-/// Argument bindings carry the range facts IREE uses: kept by default, erased
-/// for torch-mlir's linalg pipeline. Bindings on other values always go.
+/// Argument bindings become `anyshape.dims` argument attributes that keep the
+/// real minimum (IREE's own reading of the bindings drops it to 1): the derived
+/// dim `s0 * 2` gets its range through the expression and divisor 2, a dim
+/// bound to the same symbol in two arguments has the same `expr`, static dims
+/// get no entry, and existing argument attributes stay. Bindings of other
+/// values and every torch.symbolic_int go: torch-mlir cannot lower them.
 // CHECK-LABEL: func.func @symbolic_shapes
-// CHECK: %[[S0:.*]] = torch.symbolic_int "s0" {min_val = 1, max_val = 512}
-// CHECK: torch.bind_symbolic_shape %arg0, [%[[S0]]]
+// CHECK-SAME: (%[[X:[^:]*]]: !torch.vtensor<[2,?],f32> {anyshape.dims = [{axis = 1 : i64, divisor = 1 : i64, expr = "s0", max = 512 : i64, min = 16 : i64}]}
+// CHECK-SAME: %[[Y:[^:]*]]: !torch.vtensor<[2,?],f32> {anyshape.dims = [{axis = 1 : i64, divisor = 2 : i64, expr = "2*s0", max = 1024 : i64, min = 32 : i64}]}
+// CHECK-SAME: %[[Z:[^:]*]]: !torch.vtensor<[?,2],f32> {anyshape.dims = [{axis = 0 : i64, divisor = 1 : i64, expr = "s0", max = 512 : i64, min = 16 : i64}], test.kept = 1 : i64}
+// CHECK-NOT: torch.symbolic_int
 // CHECK-NOT: torch.bind_symbolic_shape
-// CHECK: return
-// STRIP-LABEL: func.func @symbolic_shapes
-// STRIP-NOT: torch.symbolic_int
-// STRIP-NOT: torch.bind_symbolic_shape
-// STRIP: return
-func.func @symbolic_shapes(%arg0: !torch.vtensor<[?],f32>) -> !torch.vtensor<[?],f32> {
-  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 512} : !torch.int
-  torch.bind_symbolic_shape %arg0, [%0], affine_map<()[s0] -> (s0)> : !torch.vtensor<[?],f32>
-  %1 = torch.aten.tanh %arg0 : !torch.vtensor<[?],f32> -> !torch.vtensor<[?],f32>
-  torch.bind_symbolic_shape %1, [%0], affine_map<()[s0] -> (s0)> : !torch.vtensor<[?],f32>
-  return %1 : !torch.vtensor<[?],f32>
+// CHECK: %[[T:.*]] = torch.aten.tanh %[[X]]
+// CHECK-NOT: torch.bind_symbolic_shape
+// CHECK: return %[[T]]
+func.func @symbolic_shapes(%arg0: !torch.vtensor<[2,?],f32>, %arg1: !torch.vtensor<[2,?],f32>,
+                           %arg2: !torch.vtensor<[?,2],f32> {test.kept = 1 : i64}) -> !torch.vtensor<[2,?],f32> {
+  %0 = torch.symbolic_int "s0" {min_val = 16, max_val = 512} : !torch.int
+  %1 = torch.symbolic_int "2*s0" {min_val = 32, max_val = 1024} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0], affine_map<()[s0] -> (2, s0)> : !torch.vtensor<[2,?],f32>
+  torch.bind_symbolic_shape %arg1, [%0], affine_map<()[s0] -> (2, s0 * 2)> : !torch.vtensor<[2,?],f32>
+  torch.bind_symbolic_shape %arg2, [%0], affine_map<()[s0] -> (s0, 2)> : !torch.vtensor<[?,2],f32>
+  %2 = torch.aten.tanh %arg0 : !torch.vtensor<[2,?],f32> -> !torch.vtensor<[2,?],f32>
+  torch.bind_symbolic_shape %2, [%0], affine_map<()[s0] -> (2, s0)> : !torch.vtensor<[2,?],f32>
+  return %2 : !torch.vtensor<[2,?],f32>
+}
+
+// -----
+
+/// torch states "no upper bound" as a huge max_val: the fact has no max, nor
+/// has a dim derived from it. A min_val of 0 becomes 1 (a size is positive),
+/// then a multiple of the divisor. An expression over two symbols is written
+/// with its symbols sorted, so `s1 * 4 + s0 * 8` and `s0 * 8 + s1 * 4` compare equal.
+// CHECK-LABEL: func.func @unbounded
+// CHECK-SAME: {anyshape.dims = [{axis = 0 : i64, divisor = 1 : i64, expr = "s0", min = 1 : i64}, {axis = 1 : i64, divisor = 4 : i64, expr = "8*s0 + 4*s1", min = 4 : i64}]}
+// CHECK-NOT: torch.symbolic_int
+func.func @unbounded(%arg0: !torch.vtensor<[?,?],f32>) -> !torch.vtensor<[?,?],f32> {
+  %0 = torch.symbolic_int "s0" {min_val = 0, max_val = 9223372036854775806} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 0, max_val = 1024} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0, s1 * 4 + s0 * 8)> : !torch.vtensor<[?,?],f32>
+  return %arg0 : !torch.vtensor<[?,?],f32>
+}
+
+// -----
+
+/// Derived dims from floor division and a constant offset: the range goes
+/// through each operation.
+// CHECK-LABEL: func.func @derived_ranges
+// CHECK-SAME: {anyshape.dims = [{axis = 0 : i64, divisor = 1 : i64, expr = "(s0 floordiv 2) + 1", max = 33 : i64, min = 5 : i64}]}
+func.func @derived_ranges(%arg0: !torch.vtensor<[?],f32>) -> !torch.vtensor<[?],f32> {
+  %0 = torch.symbolic_int "s0" {min_val = 8, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0], affine_map<()[s0] -> (s0 floordiv 2 + 1)> : !torch.vtensor<[?],f32>
+  return %arg0 : !torch.vtensor<[?],f32>
+}
+
+// -----
+
+/// No bindings: nothing to record, the function is unchanged.
+// CHECK-LABEL: func.func @negative_no_bindings
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?],f32>) -> !torch.vtensor<[?],f32> {
+// CHECK-NOT: anyshape.dims
+// CHECK: %[[T:.*]] = torch.aten.tanh %[[X]]
+// CHECK: return %[[T]]
+func.func @negative_no_bindings(%arg0: !torch.vtensor<[?],f32>) -> !torch.vtensor<[?],f32> {
+  %0 = torch.aten.tanh %arg0 : !torch.vtensor<[?],f32> -> !torch.vtensor<[?],f32>
+  return %0 : !torch.vtensor<[?],f32>
 }

@@ -28,8 +28,11 @@ def test_arange_becomes_iota_and_lowers(encoder):
           f"after canonicalize {canonical.count('torch.aten.arange')}")
     assert imported.count("torch.aten.arange") >= 1
     assert canonical.count("torch.aten.arange") == 0
-    assert canonical.count('"anyshape.iota_like"') == imported.count("torch.aten.arange")
-    assert "anyshape." not in lowered and "linalg.index" in lowered
+    # The positions' iota is read as a slice of the table; the mask's stays.
+    assert canonical.count('"anyshape.iota_like"') >= 1
+    # No anyshape op is left (ops print generically, quoted); the anyshape.dims
+    # argument attributes stay.
+    assert '"anyshape.' not in lowered and "linalg.index" in lowered
 
 
 @pytest.mark.parametrize("batch", [1, 3])

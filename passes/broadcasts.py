@@ -1,0 +1,185 @@
+"""Size-list broadcasts rewritten over the rooted dims.
+
+torch-mlir lowers ``expand(x, [.., n, ..])`` with a check that ``x``'s size
+there is 1 or ``n``; between two tensors' dims that are equal by construction
+that is a run-time ``cf.assert "mismatched size for broadcast"`` nothing can
+fold (and a size list built from shape values for IREE to interpret). So:
+
+- an ``expand``/``broadcast_to`` to the sizes its input already has is its input;
+- where an item of the size list is provably the input's own size, it becomes
+  ``-1`` ("keep"): only the dims that really broadcast are named;
+- a lookup of an expanded index, ``embedding(table, expand(idx))``, looks up
+  ``idx`` and expands after (the rows are gathered once, not once per batch);
+- an expanded operand of an elementwise op whose other operands already have
+  the expanded sizes is used unexpanded: the op broadcasts it implicitly
+  (Gluon-NLP's "broadcast by the reference tensor, not by a size").
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from anyshape.dialects import vtensor_shape
+from anyshape.mlir import ir
+from anyshape.passes.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir import (constant_int, defining_op, int_constant, list_items,
+                                      static_info_cast, vtensor_type)
+
+# Elementwise ops whose tensor operands broadcast against each other.
+BROADCASTING_ELEMENTWISE = {
+    "torch.aten.add.Tensor", "torch.aten.sub.Tensor", "torch.aten.mul.Tensor",
+    "torch.aten.div.Tensor", "torch.aten.where.self", "torch.aten.maximum", "torch.aten.minimum",
+    "torch.aten.eq.Tensor", "torch.aten.ne.Tensor", "torch.aten.lt.Tensor", "torch.aten.gt.Tensor",
+    "torch.aten.le.Tensor", "torch.aten.ge.Tensor", "torch.aten.bitwise_and.Tensor",
+    "torch.aten.bitwise_or.Tensor", "torch.aten.logical_and", "torch.aten.logical_or",
+}
+
+
+def _same(a, b) -> bool:
+    return a is not None and b is not None and sympy.simplify(a - b) == 0
+
+
+def _expand_parts(op, analysis: ShapeAnalysis):
+    """(source, source dims, [size expr per item]) of an expand/broadcast_to, or None."""
+    source = op.operands[0]
+    in_dims = analysis.dims.get(source)
+    items = list_items(op.operands[1])
+    if in_dims is None or items is None or len(items) < len(in_dims):
+        return None
+    return source, in_dims, items
+
+
+def rewrite_expand(op, rewriter, analysis: ShapeAnalysis) -> bool:
+    parts = _expand_parts(op, analysis)
+    if parts is None:
+        return False
+    source, in_dims, items = parts
+    new_axes = len(items) - len(in_dims)
+    exprs = [analysis.scalar(v) for v in items]
+    keep = [i >= new_axes and (exprs[i] == -1 or _same(exprs[i], in_dims[i - new_axes]))
+            for i in range(len(items))]
+    if all(keep):
+        with ir.InsertionPoint(op), op.location:
+            value = static_info_cast(source, op.results[0].type)
+        analysis.dims.setdefault(value, list(in_dims))
+        rewriter.replace_op(op, [value])
+        return True
+    renamed = [i for i, k in enumerate(keep) if k and constant_int(items[i]) != -1]
+    if not renamed:
+        return False
+    with ir.InsertionPoint(op), op.location:
+        minus_one = int_constant(-1)
+        size_list = ir.Operation.create(
+            "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
+            operands=[minus_one if i in renamed else v for i, v in enumerate(items)]).result
+        expanded = ir.Operation.create(op.name, results=[op.results[0].type],
+                                       operands=[source, size_list, *op.operands[2:]]).result
+    analysis.dims[expanded] = analysis.dims.get(op.results[0])
+    rewriter.replace_op(op, [expanded])
+    return True
+
+
+def sink_expand_below_embedding(op, rewriter, analysis: ShapeAnalysis) -> bool:
+    """embedding(table, expand(idx, sizes)) -> expand(embedding(table, idx), sizes + [-1])."""
+    index_op = defining_op(op.operands[1])
+    if index_op is None or index_op.name != "torch.aten.expand":
+        return False
+    index, items = index_op.operands[0], list_items(index_op.operands[1])
+    index_shape, table_shape = vtensor_shape(index.type), vtensor_shape(op.operands[0].type)
+    index_dims, table_dims = analysis.dims.get(index), analysis.dims.get(op.operands[0])
+    if None in (items, index_shape, table_shape, index_dims, table_dims):
+        return False
+    result_shape = vtensor_shape(op.results[0].type)
+    with ir.InsertionPoint(op), op.location:
+        looked_up = ir.Operation.create(
+            op.name, results=[vtensor_type(index_shape[0] + table_shape[0][-1:], result_shape[1])],
+            operands=[op.operands[0], index, *op.operands[2:]]).result
+        size_list = ir.Operation.create(
+            "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
+            operands=[*items, int_constant(-1)]).result
+        expanded = ir.Operation.create(
+            "torch.aten.expand", results=[op.results[0].type],
+            operands=[looked_up, size_list, index_op.operands[2]]).result
+    analysis.dims[looked_up] = list(index_dims) + [table_dims[-1]]
+    analysis.dims[expanded] = analysis.dims.get(op.results[0])
+    rewriter.replace_op(op, [expanded])
+    return True
+
+
+def drop_implied_expand(op, rewriter, analysis: ShapeAnalysis) -> bool:
+    """An elementwise op broadcasts an expanded operand itself when its other
+    operands already carry the expanded sizes."""
+    result_dims = analysis.dims.get(op.results[0])
+    if result_dims is None or None in result_dims:
+        return False
+    operands = list(op.operands)
+    tensors = [i for i, v in enumerate(operands) if vtensor_shape(v.type) is not None]
+    for position in tensors:
+        expand = defining_op(operands[position])
+        if expand is None or expand.name not in ("torch.aten.expand", "torch.aten.broadcast_to"):
+            continue
+        source = expand.operands[0]
+        shapes = [analysis.dims.get(source if i == position else operands[i]) for i in tensors]
+        if any(s is None for s in shapes):
+            continue
+        implied = ShapeAnalysis.broadcast(shapes, len(result_dims))
+        if implied is None or not all(_same(a, b) for a, b in zip(implied, result_dims)):
+            continue
+        static = [vtensor_shape(operands[i].type)[0] for i in tensors]
+        if any(len(s) > len(result_dims) for s in static):
+            continue
+        new_operands = operands[:position] + [source] + operands[position + 1:]
+        with ir.InsertionPoint(op), op.location:
+            replacement = ir.Operation.create(op.name, results=[op.results[0].type],
+                                              operands=new_operands,
+                                              attributes={a.name: a.attr for a in op.attributes}).result
+        analysis.dims[replacement] = list(result_dims)
+        rewriter.replace_op(op, [replacement])
+        return True
+    return False
+
+
+def gather_from_expanded_table(op, rewriter, analysis: ShapeAnalysis) -> bool:
+    """gather(expand(t), d, idx), t of size 1 on every axis but d, reads t's one
+    row at idx: embedding(t as a column, idx) with the unit axis squeezed. The
+    table is never broadcast, and no size list is built (RoBERTa's buffered
+    token type ids, gathered by position ids)."""
+    expand = defining_op(op.operands[0])
+    axis, index = constant_int(op.operands[1]), op.operands[2]
+    if expand is None or expand.name != "torch.aten.expand" or axis is None:
+        return False
+    table = expand.operands[0]
+    table_shape, index_shape = vtensor_shape(table.type), vtensor_shape(index.type)
+    if table_shape is None or index_shape is None:
+        return False
+    sizes, dtype = table_shape
+    axis %= len(sizes)
+    expanded = vtensor_shape(expand.results[0].type)[0]
+    if sizes[axis] is None or expanded[axis] != sizes[axis] or len(expanded) != len(sizes):
+        return False  # the gathered axis itself is broadcast, or ranks differ
+    if any(n != 1 for i, n in enumerate(sizes) if i != axis):
+        return False
+    rows, index_dims = sizes[axis], analysis.dims.get(index)
+    if index_dims is None:
+        return False
+    with ir.InsertionPoint(op), op.location:
+        column = table
+        if len(sizes) > 1:
+            column = ir.Operation.create(
+                "torch.aten.flatten.using_ints", results=[vtensor_type([rows], dtype)],
+                operands=[table, int_constant(0), int_constant(len(sizes) - 1)]).result
+        column = ir.Operation.create("torch.aten.unsqueeze", results=[vtensor_type([rows, 1], dtype)],
+                                     operands=[column, int_constant(1)]).result
+        false = ir.Operation.create("torch.constant.bool", results=[ir.Type.parse("!torch.bool")],
+                                    attributes={"value": ir.BoolAttr.get(False)}).result
+        looked_up = ir.Operation.create(
+            "torch.aten.embedding", results=[vtensor_type(index_shape[0] + [1], dtype)],
+            operands=[column, index, int_constant(-1), false, false]).result
+        value = ir.Operation.create(
+            "torch.aten.squeeze.dim", results=[vtensor_type(index_shape[0], dtype)],
+            operands=[looked_up, int_constant(-1)]).result
+        value = static_info_cast(value, op.results[0].type)
+    analysis.dims[looked_up] = list(index_dims) + [sympy.Integer(1)]
+    analysis.dims[value] = list(index_dims)
+    rewriter.replace_op(op, [value])
+    return True

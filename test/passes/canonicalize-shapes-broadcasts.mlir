@@ -1,0 +1,187 @@
+// RUN: anyshape-opt %s --split-input-file --anyshape-canonicalize-shapes | FileCheck %s
+
+/// expand to the sizes the input already has (by the rooted dims) is the input.
+// CHECK-LABEL: func.func @expand_to_own_sizes
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?],f32>, %[[Y:.*]]: !torch.vtensor<[?,?],f32>)
+// CHECK-NOT: torch.aten.expand
+// CHECK: return %[[X]]
+func.func @expand_to_own_sizes(%arg0: !torch.vtensor<[?,?],f32>, %arg1: !torch.vtensor<[?,?],f32>) -> !torch.vtensor<[?,?],f32> {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],f32>
+  torch.bind_symbolic_shape %arg1, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %0 = torch.aten.size.int %arg1, %int0 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  %1 = torch.aten.size.int %arg1, %int1 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  %2 = torch.prim.ListConstruct %0, %1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %3 = torch.aten.expand %arg0, %2, %false : !torch.vtensor<[?,?],f32>, !torch.list<int>, !torch.bool -> !torch.vtensor<[?,?],f32>
+  return %3 : !torch.vtensor<[?,?],f32>
+}
+
+// -----
+
+/// A real broadcast names only the dim that broadcasts (the rooted batch); the
+/// length, equal to the input's own by construction, becomes -1 so torch-mlir
+/// emits no run-time check comparing it with another tensor's dim.
+// CHECK-LABEL: func.func @expand_names_only_broadcast_dims
+// CHECK-SAME: (%[[POS:.*]]: !torch.vtensor<[1,?],f32>, %[[IDS:.*]]: !torch.vtensor<[?,?],f32>)
+// CHECK-DAG: %[[ZERO:.*]] = torch.constant.int 0
+// CHECK-DAG: %[[B:.*]] = torch.aten.size.int %[[IDS]], %[[ZERO]]
+// CHECK-DAG: %[[KEEP:.*]] = torch.constant.int -1
+// CHECK: %[[SIZES:.*]] = torch.prim.ListConstruct %[[B]], %[[KEEP]]
+// CHECK: torch.aten.expand %[[POS]], %[[SIZES]]
+func.func @expand_names_only_broadcast_dims(%arg0: !torch.vtensor<[1,?],f32>, %arg1: !torch.vtensor<[?,?],f32>) -> !torch.vtensor<[?,?],f32> {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%s1], affine_map<()[s0] -> (1, s0)> : !torch.vtensor<[1,?],f32>
+  torch.bind_symbolic_shape %arg1, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %0 = torch.aten.size.int %arg1, %int0 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  %1 = torch.aten.size.int %arg1, %int1 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  %2 = torch.prim.ListConstruct %0, %1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %3 = torch.aten.expand %arg0, %2, %false : !torch.vtensor<[1,?],f32>, !torch.list<int>, !torch.bool -> !torch.vtensor<[?,?],f32>
+  return %3 : !torch.vtensor<[?,?],f32>
+}
+
+// -----
+
+/// Without bindings the two arguments' lengths are unrelated: the size taken
+/// from the other tensor's dim stays (torch-mlir checks it at run time).
+// CHECK-LABEL: func.func @negative_broadcast_dims_really_differ
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[1,?],f32>, %[[Y:.*]]: !torch.vtensor<[?,?],f32>)
+// CHECK-DAG: %[[ZERO:.*]] = torch.constant.int 0
+// CHECK-DAG: %[[ONE:.*]] = torch.constant.int 1
+// CHECK-DAG: %[[D0:.*]] = torch.aten.size.int %[[Y]], %[[ZERO]]
+// CHECK-DAG: %[[D1:.*]] = torch.aten.size.int %[[Y]], %[[ONE]]
+// CHECK: %[[SIZES:.*]] = torch.prim.ListConstruct %[[D0]], %[[D1]]
+// CHECK: torch.aten.expand %[[X]], %[[SIZES]]
+func.func @negative_broadcast_dims_really_differ(%arg0: !torch.vtensor<[1,?],f32>, %arg1: !torch.vtensor<[?,?],f32>) -> !torch.vtensor<[?,?],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %0 = torch.aten.size.int %arg1, %int0 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  %1 = torch.aten.size.int %arg1, %int1 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  %2 = torch.prim.ListConstruct %0, %1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %3 = torch.aten.expand %arg0, %2, %false : !torch.vtensor<[1,?],f32>, !torch.list<int>, !torch.bool -> !torch.vtensor<[?,?],f32>
+  return %3 : !torch.vtensor<[?,?],f32>
+}
+
+// -----
+
+/// BERT's token types: embedding(table, expand(ids[1, L], [B, L])) + words[B, L, H].
+/// The rows are looked up once, for [1, L], and the add broadcasts them: no
+/// expand and no size list remain.
+// CHECK-LABEL: func.func @expanded_lookup_broadcast_by_add
+// CHECK-SAME: (%[[WORDS:.*]]: !torch.vtensor<[?,?,8],f32>, %[[TYPES:.*]]: !torch.vtensor<[1,?],si64>, %[[TABLE:.*]]: !torch.vtensor<[2,8],f32>)
+// CHECK: %[[ROWS:.*]] = torch.aten.embedding %[[TABLE]], %[[TYPES]]
+// CHECK-SAME: -> !torch.vtensor<[1,?,8],f32>
+// CHECK: %[[SUM:.*]] = torch.aten.add.Tensor %[[WORDS]], %[[ROWS]]
+// CHECK-NOT: torch.aten.expand
+// CHECK: return %[[SUM]]
+func.func @expanded_lookup_broadcast_by_add(%arg0: !torch.vtensor<[?,?,8],f32>, %arg1: !torch.vtensor<[1,?],si64>, %arg2: !torch.vtensor<[2,8],f32>) -> !torch.vtensor<[?,?,8],f32> {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1, 8)> : !torch.vtensor<[?,?,8],f32>
+  torch.bind_symbolic_shape %arg1, [%s1], affine_map<()[s0] -> (1, s0)> : !torch.vtensor<[1,?],si64>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int-1 = torch.constant.int -1
+  %false = torch.constant.bool false
+  %0 = torch.aten.size.int %arg0, %int0 : !torch.vtensor<[?,?,8],f32>, !torch.int -> !torch.int
+  %1 = torch.aten.size.int %arg0, %int1 : !torch.vtensor<[?,?,8],f32>, !torch.int -> !torch.int
+  %2 = torch.prim.ListConstruct %0, %1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %3 = torch.aten.expand %arg1, %2, %false : !torch.vtensor<[1,?],si64>, !torch.list<int>, !torch.bool -> !torch.vtensor<[?,?],si64>
+  %4 = torch.aten.embedding %arg2, %3, %int-1, %false, %false : !torch.vtensor<[2,8],f32>, !torch.vtensor<[?,?],si64>, !torch.int, !torch.bool, !torch.bool -> !torch.vtensor<[?,?,8],f32>
+  %5 = torch.aten.add.Tensor %arg0, %4, %int1 : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[?,?,8],f32>, !torch.int -> !torch.vtensor<[?,?,8],f32>
+  return %5 : !torch.vtensor<[?,?,8],f32>
+}
+
+// -----
+
+/// The other operand has no batch dim: the add would not broadcast to [B, L],
+/// so the expand is needed and stays.
+// CHECK-LABEL: func.func @negative_expand_needed_by_elementwise
+// CHECK: %[[WIDE:.*]] = torch.aten.expand
+// CHECK: torch.aten.add.Tensor %[[WIDE]]
+func.func @negative_expand_needed_by_elementwise(%arg0: !torch.vtensor<[1,?],f32>, %arg1: !torch.vtensor<[?,?],f32>) -> !torch.vtensor<[?,?],f32> {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%s1], affine_map<()[s0] -> (1, s0)> : !torch.vtensor<[1,?],f32>
+  torch.bind_symbolic_shape %arg1, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int-1 = torch.constant.int -1
+  %false = torch.constant.bool false
+  %0 = torch.aten.size.int %arg1, %int0 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  %1 = torch.prim.ListConstruct %0, %int-1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %2 = torch.aten.expand %arg0, %1, %false : !torch.vtensor<[1,?],f32>, !torch.list<int>, !torch.bool -> !torch.vtensor<[?,?],f32>
+  %3 = torch.aten.add.Tensor %2, %arg0, %int1 : !torch.vtensor<[?,?],f32>, !torch.vtensor<[1,?],f32>, !torch.int -> !torch.vtensor<[?,?],f32>
+  return %3 : !torch.vtensor<[?,?],f32>
+}
+
+// -----
+
+/// RoBERTa's buffered token types: gather(expand(t[1, 8], [B, -1]), 1, idx)
+/// reads t's one row at idx, a lookup in t as a column; t is never broadcast.
+// CHECK-LABEL: func.func @gather_from_expanded_table
+// CHECK-SAME: (%[[IDX:.*]]: !torch.vtensor<[?,?],si64>, %[[T:.*]]: !torch.vtensor<[1,8],si64>)
+// CHECK: %[[COLUMN:.*]] = torch.aten.unsqueeze %{{.*}} -> !torch.vtensor<[8,1],si64>
+// CHECK: %[[ROWS:.*]] = torch.aten.embedding %[[COLUMN]], %[[IDX]]
+// CHECK: %[[OUT:.*]] = torch.aten.squeeze.dim %[[ROWS]]
+// CHECK-NOT: torch.aten.gather
+// CHECK: return %[[OUT]]
+func.func @gather_from_expanded_table(%arg0: !torch.vtensor<[?,?],si64>, %arg1: !torch.vtensor<[1,8],si64>) -> !torch.vtensor<[?,?],si64> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int-1 = torch.constant.int -1
+  %false = torch.constant.bool false
+  %0 = torch.aten.size.int %arg0, %int0 : !torch.vtensor<[?,?],si64>, !torch.int -> !torch.int
+  %1 = torch.prim.ListConstruct %0, %int-1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %2 = torch.aten.expand %arg1, %1, %false : !torch.vtensor<[1,8],si64>, !torch.list<int>, !torch.bool -> !torch.vtensor<[?,8],si64>
+  %3 = torch.aten.gather %2, %int1, %arg0, %false : !torch.vtensor<[?,8],si64>, !torch.int, !torch.vtensor<[?,?],si64>, !torch.bool -> !torch.vtensor<[?,?],si64>
+  return %3 : !torch.vtensor<[?,?],si64>
+}
+
+// -----
+
+/// Gathering along the broadcast axis reads different rows per position: it stays.
+// CHECK-LABEL: func.func @negative_gather_along_broadcast_axis
+// CHECK: torch.aten.gather
+func.func @negative_gather_along_broadcast_axis(%arg0: !torch.vtensor<[?,8],si64>, %arg1: !torch.vtensor<[1,8],si64>) -> !torch.vtensor<[?,8],si64> {
+  %int0 = torch.constant.int 0
+  %int-1 = torch.constant.int -1
+  %false = torch.constant.bool false
+  %0 = torch.aten.size.int %arg0, %int0 : !torch.vtensor<[?,8],si64>, !torch.int -> !torch.int
+  %1 = torch.prim.ListConstruct %0, %int-1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %2 = torch.aten.expand %arg1, %1, %false : !torch.vtensor<[1,8],si64>, !torch.list<int>, !torch.bool -> !torch.vtensor<[?,8],si64>
+  %3 = torch.aten.gather %2, %int0, %arg0, %false : !torch.vtensor<[?,8],si64>, !torch.int, !torch.vtensor<[?,8],si64>, !torch.bool -> !torch.vtensor<[?,8],si64>
+  return %3 : !torch.vtensor<[?,8],si64>
+}
+
+// -----
+
+/// ones() sized by an intermediate value's dims is sized by the argument dims
+/// those are (through the matmul: rows of the left, columns of the right).
+// CHECK-LABEL: func.func @ones_sized_by_rooted_dims
+// CHECK-SAME: (%[[A:.*]]: !torch.vtensor<[?,?],f32>, %[[B:.*]]: !torch.vtensor<[?,?],f32>)
+// CHECK-DAG: %[[ZERO:.*]] = torch.constant.int 0
+// CHECK-DAG: %[[ONE:.*]] = torch.constant.int 1
+// CHECK-DAG: %[[ROWS:.*]] = torch.aten.size.int %[[A]], %[[ZERO]]
+// CHECK-DAG: %[[COLS:.*]] = torch.aten.size.int %[[B]], %[[ONE]]
+// CHECK: %[[SIZES:.*]] = torch.prim.ListConstruct %[[ROWS]], %[[COLS]]
+// CHECK: torch.aten.ones %[[SIZES]]
+func.func @ones_sized_by_rooted_dims(%arg0: !torch.vtensor<[?,?],f32>, %arg1: !torch.vtensor<[?,?],f32>) -> !torch.vtensor<[?,?],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %none = torch.constant.none
+  %0 = torch.aten.mm %arg0, %arg1 : !torch.vtensor<[?,?],f32>, !torch.vtensor<[?,?],f32> -> !torch.vtensor<[?,?],f32>
+  %1 = torch.aten.size.int %0, %int0 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  %2 = torch.aten.size.int %0, %int1 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  %3 = torch.prim.ListConstruct %1, %2 : (!torch.int, !torch.int) -> !torch.list<int>
+  %4 = torch.aten.ones %3, %none, %none, %none, %none : !torch.list<int>, !torch.none, !torch.none, !torch.none, !torch.none -> !torch.vtensor<[?,?],f32>
+  return %4 : !torch.vtensor<[?,?],f32>
+}
