@@ -237,3 +237,6 @@ class CanonicalizeShapesPass(ModulePass):
             apply_patterns(func, _iota_patterns(builder))
             apply_patterns(func, _lookup_patterns(builder))
             erase_unused(func)
+            # A rewrite that returns an argument itself (an identity expand) leaves
+            # that value's binding on the argument, further down: deduplicated here.
+            hoist_argument_bindings(func)

@@ -130,8 +130,12 @@ def apply_patterns(op: ir.Operation, patterns: list[tuple[str, PatternFn]],
     for root, fn in patterns:
         pattern_set.add(root, wrapped(fn))
     frozen = pattern_set.freeze()
+    # Each driver iteration may advance a chain of rewrites by one op only (see
+    # above), so its own limit (10) would stop long chains as "not converged".
+    config = rewrite.GreedyRewriteConfig()
+    config.max_iterations = 1000
     for _ in range(max_iterations or 64):
         rewrote = False
-        rewrite.apply_patterns_and_fold_greedily(op, frozen)
+        rewrite.apply_patterns_and_fold_greedily(op, frozen, config)
         if not rewrote:
             return
