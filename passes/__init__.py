@@ -50,4 +50,4 @@ __all__ = ["ModulePass", "PassFailure", "apply_patterns", "register", "registere
            "lookup", "load_pass_file", "DEFAULT_PIPELINE"]
 
 # Each pass module registers its pass on import.
-from anyshape.passes import canonicalize_shapes, lower  # noqa: E402,F401
+from anyshape.passes import canonicalize_shapes, lower, print_flops  # noqa: E402,F401
