@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.anyshape-installed
 
-.PHONY: test lit pytest demo bench clean
+.PHONY: test lit pytest demo bench bench-hoist-slices clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,3 +26,7 @@ demo: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info test/*/Output
+
+# Not a test: latency with and without anyshape-hoist-slices (several minutes).
+bench-hoist-slices: $(STAMP)
+	$(PY) bench/hoist_slices.py --runs 10

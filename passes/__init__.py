@@ -12,7 +12,8 @@ _REGISTRY: dict[str, type[ModulePass]] = {}
 
 # The default anyshape pipeline, by pass argument: what `anyshape.compile(passes=None)`
 # and `anyshape-compile` run, in this order.
-DEFAULT_PIPELINE: list[str] = ["anyshape-canonicalize-shapes", "anyshape-lower"]
+DEFAULT_PIPELINE: list[str] = ["anyshape-canonicalize-shapes", "anyshape-hoist-slices",
+                               "anyshape-lower"]
 
 
 def register(cls: type[ModulePass]) -> type[ModulePass]:
@@ -50,4 +51,4 @@ __all__ = ["ModulePass", "PassFailure", "apply_patterns", "register", "registere
            "lookup", "load_pass_file", "DEFAULT_PIPELINE"]
 
 # Each pass module registers its pass on import.
-from anyshape.passes import canonicalize_shapes, lower, print_flops  # noqa: E402,F401
+from anyshape.passes import canonicalize_shapes, hoist_slices, lower, print_flops  # noqa: E402,F401

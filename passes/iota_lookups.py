@@ -98,20 +98,28 @@ def rewrite_arange_constant_slice(op, rewriter, analysis: ShapeAnalysis) -> bool
         value = ir.Operation.create(
             "anyshape.iota_like", results=[vtensor_type([length_size], dtype)], operands=[ref],
             attributes={"dim": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim)}).result
-        dims, exprs = [length_size], [length]
-        analysis.dims[value] = list(exprs)
-        for position in range(len(sizes)):
-            if position != arange_axis:
-                dims.insert(position, 1)
-                exprs.insert(position, sympy.Integer(1))
-                value = ir.Operation.create(
-                    "torch.aten.unsqueeze", results=[vtensor_type(dims, dtype)],
-                    operands=[value, int_constant(position)]).result
-                analysis.dims[value] = list(exprs)
+        analysis.dims[value] = [length]
+        value, exprs = _unit_axes_around(value, [length_size], [length], dtype, {arange_axis},
+                                         len(sizes), analysis)
         value = static_info_cast(value, op.results[0].type)
     analysis.dims[value] = exprs
     rewriter.replace_op(op, [value])
     return True
+
+
+def _unit_axes_around(value, sizes, exprs, dtype, kept: set, rank: int, analysis):
+    """``value`` unsqueezed to ``rank`` with its axes at the ``kept`` positions
+    (in order) and size 1 everywhere else; returns it and its dims."""
+    sizes, exprs = list(sizes), list(exprs)
+    for position in range(rank):
+        if position not in kept:
+            sizes.insert(position, 1)
+            exprs.insert(position, sympy.Integer(1))
+            value = ir.Operation.create(
+                "torch.aten.unsqueeze", results=[vtensor_type(sizes, dtype)],
+                operands=[value, int_constant(position)]).result
+            analysis.dims[value] = list(exprs)
+    return value, exprs
 
 
 def rewrite_iota_gather(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
@@ -242,15 +250,8 @@ def rewrite_iota_index(op, rewriter, analysis: ShapeAnalysis) -> bool:
         return False
     sizes, dtype = vtensor_shape(source.type)
     with ir.InsertionPoint(op), op.location:
-        value, current, exprs = source, list(sizes), list(dims)
-        for position in range(len(result[0])):
-            if position not in axes:
-                current.insert(position, 1)
-                exprs.insert(position, sympy.Integer(1))
-                value = ir.Operation.create(
-                    "torch.aten.unsqueeze", results=[vtensor_type(current, dtype)],
-                    operands=[value, int_constant(position)]).result
-                analysis.dims[value] = list(exprs)
+        value, exprs = _unit_axes_around(source, sizes, dims, dtype, set(axes), len(result[0]),
+                                         analysis)
         value = static_info_cast(value, op.results[0].type)
     analysis.dims[value] = exprs
     rewriter.replace_op(op, [value])

@@ -56,7 +56,8 @@ _ELEMENTWISE_BINARY = {
     "torch.aten.maximum", "torch.aten.minimum", "torch.aten.eq.Tensor", "torch.aten.ne.Tensor",
     "torch.aten.lt.Tensor", "torch.aten.gt.Tensor", "torch.aten.le.Tensor", "torch.aten.ge.Tensor",
     "torch.aten.bitwise_and.Tensor", "torch.aten.bitwise_or.Tensor", "torch.aten.masked_fill.Scalar",
-    "torch.aten.masked_fill.Tensor",
+    "torch.aten.masked_fill.Tensor", "torch.aten.where.ScalarOther", "torch.aten.where.ScalarSelf",
+    "torch.aten.logical_and", "torch.aten.logical_or",
 }
 # Ops whose result has the shape of their first operand.
 _SAME_SHAPE = {
@@ -73,7 +74,8 @@ _SAME_SHAPE = {
     "torch.aten.cos", "torch.aten.silu", "torch.aten.ones_like", "torch.aten.zeros_like",
     "torch.aten.full_like", "torch.aten.empty_like", "torch.aten.type_as",
     "torch.aten.to.dtype_layout",
-    "torch.aten.detach", "torch.aten.alias", "torch.aten._log_softmax",
+    "torch.aten.detach", "torch.aten.alias", "torch.aten._log_softmax", "torch.aten.rsub.Scalar",
+    "torch.prims.convert_element_type", "torch.aten.native_layer_norm",
 }
 # Reductions: (input, dims, keepdim) operand positions.
 _REDUCTIONS = {
@@ -235,6 +237,9 @@ class ShapeAnalysis:
                 batch = self.broadcast([lhs[:-2], rhs[:-2]], rank - 2) if rank > 2 else []
                 return (batch or []) + [lhs[-2], rhs[-1]]
             return None
+        if name == "torch.aten.scaled_dot_product_attention":
+            query, value = self._operand_dims(operands[0]), self._operand_dims(operands[2])
+            return None if query is None or value is None else query[:-1] + value[-1:]
         if name == "torch.aten.embedding":
             table, indices = self._operand_dims(operands[0]), self._operand_dims(operands[1])
             if table is None or indices is None:
@@ -272,7 +277,9 @@ class ShapeAnalysis:
             if axis is None or end is None or not dims:
                 return None
             axis, end = axis % len(dims), end % len(dims)
-            return dims[:axis] + [sympy.Mul(*dims[axis:end + 1])] + dims[end + 1:]
+            group = dims[axis:end + 1]
+            merged = None if None in group else sympy.Mul(*group)
+            return dims[:axis] + [merged] + dims[end + 1:]
         if name == "torch.aten.unflatten.int":
             items = list_items(operands[2])
             if axis is None or items is None:
@@ -343,15 +350,18 @@ class ShapeAnalysis:
     def _slice_length(self, size, start_value, end_value, step_value):
         """Elements of ``x[start:end:step]`` along an axis of ``size``; None where
         the slice might clamp in a way the symbols cannot tell."""
-        start, step = constant_int(start_value), constant_int(step_value)
+        start, step = self.scalar(start_value), self.scalar(step_value)
         end = sympy.Integer(_INT64_MAX) if is_none(end_value) else self.scalar(end_value)
-        if size is None or start is None or step is None or step <= 0 or end is None:
+        if size is None or start is None or step is None or end is None:
             return None
-        if start < 0:  # sizes are at least 1, so only -1 is safe on a symbolic size
+        if not (step.is_Integer and step > 0 or not step.is_Integer and (self.min_of(step) or 0) >= 1):
+            return None
+        if start.is_Integer and start < 0:  # sizes are at least 1: only -1 is safe
             if not (size.is_Integer or start == -1):
                 return None
             start = size + start
-        start = sympy.sympify(start)
+        elif not start.is_Integer and (self.min_of(start) is None or self.min_of(start) < 0):
+            return None
         if end.is_Integer and end < 0:
             if not (size.is_Integer or end == -1):
                 return None
@@ -362,12 +372,23 @@ class ShapeAnalysis:
             end = sympy.Min(end, size)
         elif not (size.is_Integer and (self.max_of(end) or size + 1) <= size):
             return None
-        length = sympy.simplify(end - start)
-        if length.is_Integer:
-            return sympy.Integer(max(0, -(-int(length) // step)))
+        span = sympy.simplify(end - start)
+        if span.is_Integer and step.is_Integer:
+            return sympy.Integer(max(0, -(-int(span) // int(step))))
+        # ceil(span / step) = (span + step - 1) / step when that divides exactly
+        # (rows start::L of a merged [B*L] axis: B).
+        quotient = sympy.cancel((span + step - 1) / step)
+        if sympy.fraction(quotient)[1] == 1:
+            length = sympy.expand(quotient)
+        elif step == 1:
+            length = span
+        elif step.is_Integer:
+            length = sympy.ceiling(span / step)
+        else:
+            return None
         if start != 0 and (self.min_of(length) is None or self.min_of(length) < 0):
             return None  # end - start may be negative: the slice would be empty
-        return length if step == 1 else sympy.ceiling(length / step)
+        return length
 
     def scalar(self, value: ir.Value) -> Expr | None:
         """The dim expression a torch scalar computes (sizes, constants, int arithmetic)."""

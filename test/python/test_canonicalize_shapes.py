@@ -15,7 +15,8 @@ def encoder():
 
 def test_default_pipeline_stages(encoder):
     _, compiled = encoder
-    assert compiled.stages == ["import", "anyshape-canonicalize-shapes", "anyshape-lower",
+    assert compiled.stages == ["import", "anyshape-canonicalize-shapes", "anyshape-hoist-slices",
+                               "anyshape-lower",
                                "iree-input"]
 
 

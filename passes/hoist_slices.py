@@ -1,0 +1,649 @@
+"""``anyshape-hoist-slices``: compute only the rows a model returns.
+
+A classification head reads ``features[:, 0, :]``, generation prefill reads
+``logits[:, -1, :]``: the model computed every row and keeps one. This pass
+moves such selections up the graph, as early as they can go, so the ops above
+them run on the rows kept (ONNX Runtime's training "compute optimizer",
+generalized: through attention, through reshapes that merge the sliced axis,
+and past producers other users still need whole).
+
+Where it starts: ``aten.select.int`` (negative indices normalized with the
+rooted dim), ``aten.slice.Tensor`` on one axis (any start, end, step),
+``aten.index_select``, and ``aten.gather`` whose index is one 1-D index
+expanded over the other axes (it becomes an ``index_select``; a gather whose
+index differs per batch row is a per-row selection and stays). A select becomes a keep-dim slice of one row plus a
+squeeze, so every op above keeps its rank and its axis numbers: only the
+sliced axis changes size.
+
+How a selection moves through a producer (each rule in ``_PLANS``):
+- elementwise ops and casts: operands aligned from the right; an operand with
+  the full size on the axis is selected too, one with size 1 or without the
+  axis is left alone (it broadcasts); an operand whose size cannot be proven
+  either stops the move;
+- normalizations, softmax and reductions: only when the axis is not reduced;
+- matmuls: a row axis goes to the left operand, a column axis to the right
+  operand (with the bias), a batch axis to both;
+- shape ops: the axis is remapped (transpose, permute, unsqueeze, squeeze,
+  expand). Through a ``flatten``/``unflatten`` that merges the sliced axis with
+  the one before it ([B, L, H] <-> [B*L, H], what ``linear`` decomposes into),
+  one row per group is the strided slice ``start::L`` of the merged axis;
+- attention, decomposed, needs no rule of its own: a row selection of
+  ``softmax(Q Kᵀ s + mask) V`` goes to the left operand of each matmul and
+  through the softmax over the other axis, so it reaches Q and the mask rows,
+  never K or V. ``scaled_dot_product_attention`` (non-causal) selects Q and
+  the mask rows.
+
+It stops at function arguments, at ops without a rule, and at a value that
+other users need whole: there the selection stays, below the shared producer,
+on the branch that leads to it (in an encoder's last layer, only the K and V
+projections and the residual input still see every token).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+
+from anyshape.dialects import vtensor_shape
+from anyshape.mlir import ir
+from anyshape.passes import ModulePass, apply_patterns, register
+from anyshape.passes.canonicalize_shapes import erase_unused, hoist_argument_bindings
+from anyshape.passes.scalar_builder import ScalarBuilder
+from anyshape.passes.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir import (constant_int, defining_op, int_constant, int_type, is_none,
+                                      list_items, vtensor_type)
+
+_INT64_MAX = 2**63 - 1
+_MAX_ROUNDS = 1000
+
+_ELEMENTWISE = {
+    "torch.aten.add.Tensor", "torch.aten.sub.Tensor", "torch.aten.mul.Tensor", "torch.aten.div.Tensor",
+    "torch.aten.add.Scalar", "torch.aten.sub.Scalar", "torch.aten.mul.Scalar", "torch.aten.div.Scalar",
+    "torch.aten.rsub.Scalar", "torch.aten.where.self", "torch.aten.where.ScalarSelf",
+    "torch.aten.where.ScalarOther", "torch.aten.gelu", "torch.aten.tanh", "torch.aten.relu",
+    "torch.aten.erf", "torch.aten.pow.Tensor_Scalar", "torch.aten.pow.Tensor_Tensor",
+    "torch.aten.neg", "torch.aten.rsqrt", "torch.aten.sqrt", "torch.aten.exp", "torch.aten.sigmoid",
+    "torch.aten.silu", "torch.aten.to.dtype", "torch.aten._to_copy", "torch.prims.convert_element_type",
+    "torch.aten.clone", "torch.aten.contiguous", "torch.aten.masked_fill.Scalar",
+    "torch.aten.masked_fill.Tensor", "torch.aten.eq.Scalar", "torch.aten.ne.Scalar",
+    "torch.aten.gt.Scalar", "torch.aten.lt.Scalar", "torch.aten.ge.Scalar", "torch.aten.le.Scalar",
+    "torch.aten.eq.Tensor", "torch.aten.ne.Tensor", "torch.aten.gt.Tensor", "torch.aten.lt.Tensor",
+    "torch.aten.ge.Tensor", "torch.aten.le.Tensor", "torch.aten.logical_not",
+    "torch.aten.bitwise_and.Tensor", "torch.aten.bitwise_or.Tensor", "torch.aten.bitwise_not",
+    "torch.aten.maximum", "torch.aten.minimum", "torch.aten.abs", "torch.aten.log",
+    "torch.tensor_static_info_cast", "torch.aten.full_like", "torch.aten.zeros_like",
+    "torch.aten.ones_like", "torch.aten.empty_like",
+}
+# op -> (operand holding the softmax axis)
+_SOFTMAX = {"torch.aten.softmax.int": 1, "torch.aten._softmax": 1, "torch.aten.log_softmax.int": 1,
+            "torch.aten._log_softmax": 1}
+# op -> (dims operand, keepdim operand)
+_REDUCTIONS = {"torch.aten.sum.dim_IntList": (1, 2), "torch.aten.mean.dim": (1, 2),
+               "torch.aten.amax": (1, 2), "torch.aten.amin": (1, 2), "torch.aten.any.dim": (1, 2),
+               "torch.aten.all.dim": (1, 2)}
+
+
+@dataclasses.dataclass
+class _Cut:
+    """A keep-dim selection along one axis: ``slice(start, end, step)`` or
+    ``index_select(index)``; ``size`` is the selected axis' static size (or None).
+    ``operands`` is None for the stand-in a select is planned with before its
+    one-row slice exists."""
+
+    kind: str
+    operands: list | None
+    size: int | None
+
+    def apply(self, value: ir.Value, axis: int) -> ir.Value:
+        sizes, dtype = vtensor_shape(value.type)
+        sizes = list(sizes)
+        sizes[axis] = self.size
+        if self.kind == "slice":
+            return ir.Operation.create(
+                "torch.aten.slice.Tensor", results=[vtensor_type(sizes, dtype)],
+                operands=[value, int_constant(axis), *self.operands]).result
+        return ir.Operation.create("torch.aten.index_select", results=[vtensor_type(sizes, dtype)],
+                                   operands=[value, int_constant(axis), *self.operands]).result
+
+    def is_one_row(self) -> bool:
+        """A one-row, step-1 slice (``x[i:i+1]``)."""
+        return (self.kind == "slice" and self.size == 1
+                and (self.operands is None or constant_int(self.operands[2]) == 1))
+
+
+class _Hoister:
+    def __init__(self, func: ir.Operation):
+        self.analysis = ShapeAnalysis(func)
+        self.builder = ScalarBuilder(self.analysis)
+
+    # -- dims -----------------------------------------------------------------
+    def dims(self, value: ir.Value) -> list | None:
+        known = self.analysis.dims.get(value)
+        if known is not None:
+            return known
+        shape = vtensor_shape(value.type)
+        return None if shape is None else [None if s is None else sympy.Integer(s) for s in shape[0]]
+
+    def same(self, a, b) -> bool:
+        return a is not None and b is not None and sympy.simplify(a - b) == 0
+
+    # -- start ops --------------------------------------------------------------
+    def select(self, op, rewriter) -> bool:
+        """select(v, a, i) -> squeeze(slice(v, a, i, i + 1), a), when the slice can move."""
+        source, axis, index = op.operands[0], constant_int(op.operands[1]), constant_int(op.operands[2])
+        shape = vtensor_shape(source.type)
+        if axis is None or index is None or shape is None:
+            return False
+        axis %= len(shape[0])
+        size = self.dims(source)[axis]
+        row = sympy.Integer(index) if index >= 0 else None if size is None else size + index
+        if not self._inside(row, size):
+            return False  # may be out of range: the select must keep raising its error
+        if not self._movable(source, axis, _Cut("slice", None, 1)):
+            return False
+        with ir.InsertionPoint(op), op.location:
+            if index >= 0:
+                start, end = int_constant(index), int_constant(index + 1)
+            else:
+                start = self.builder.build(size + index) if size is not None else None
+                end = self.builder.build(size + index + 1) if size is not None else None
+                if start is None or end is None:
+                    return False
+            cut = _Cut("slice", [start, end, int_constant(1)], 1)
+            row = self._cut(cut, source, axis)
+            value = ir.Operation.create("torch.aten.squeeze.dim", results=[op.results[0].type],
+                                        operands=[row, int_constant(axis)]).result
+        rewriter.replace_op(op, [value])
+        return True
+
+    def slice(self, op, rewriter) -> bool:
+        source, axis = op.operands[0], constant_int(op.operands[1])
+        shape, result = vtensor_shape(source.type), vtensor_shape(op.results[0].type)
+        if axis is None or shape is None or result is None:
+            return False
+        axis %= len(shape[0])
+        kind = "slice" if op.operation.name == "torch.aten.slice.Tensor" else "index"
+        if kind == "index" and len(vtensor_shape(op.operands[2].type)[0]) != 1:
+            return False
+        cut = _Cut(kind, list(op.operands[2:]), result[0][axis])
+        producer = self._producer_if_movable(source, axis, cut)
+        if producer is None:
+            return False
+        with ir.InsertionPoint(op), op.location:
+            value = self._move(producer, axis, cut, op.results[0].type)
+        if value is None:
+            return False
+        rewriter.replace_op(op, [value])
+        if not any(_has_real_users(r) for r in producer.results):
+            # Dead but for its bindings: erased here so that the next selection
+            # up sees its own producer with one user.
+            for user in [use.owner for r in producer.results for use in r.uses]:
+                rewriter.erase_op(user)
+            rewriter.erase_op(producer)
+        return True
+
+    def gather(self, op, rewriter) -> bool:
+        """gather(x, d, expand(idx)) with one index for every position of the other
+        axes (idx of size 1 on them, expanded to x's sizes) is index_select(x, d,
+        idx as 1-D): then it moves like one."""
+        source, axis, index = op.operands[0], constant_int(op.operands[1]), op.operands[2]
+        expand = defining_op(index)
+        shape = vtensor_shape(source.type)
+        if axis is None or shape is None or expand is None or expand.name != "torch.aten.expand":
+            return False
+        rank = len(shape[0])
+        axis %= rank
+        base = expand.operands[0]
+        base_shape = vtensor_shape(base.type)
+        if base_shape is None or len(base_shape[0]) != rank:
+            return False
+        if any(n != 1 for i, n in enumerate(base_shape[0]) if i != axis):
+            return False  # the index differs along another axis: a per-row gather
+        index_dims, source_dims = self.dims(index), self.dims(source)
+        if index_dims is None or source_dims is None or any(
+                not self.same(index_dims[i], source_dims[i]) for i in range(rank) if i != axis):
+            return False  # gather would read only a corner of x there
+        result = vtensor_shape(op.results[0].type)[0]
+        if not self._movable(source, axis, _Cut("index", None, result[axis])):
+            return False
+        with ir.InsertionPoint(op), op.location:
+            flat = base
+            if rank > 1:
+                flat = ir.Operation.create(
+                    "torch.aten.flatten.using_ints",
+                    results=[vtensor_type([base_shape[0][axis]], base_shape[1])],
+                    operands=[base, int_constant(0), int_constant(rank - 1)]).result
+            value = ir.Operation.create("torch.aten.index_select", results=[op.results[0].type],
+                                        operands=[source, int_constant(axis), flat]).result
+        rewriter.replace_op(op, [value])
+        return True
+
+    # -- moving -----------------------------------------------------------------
+    def _producer_if_movable(self, source, axis, cut):
+        producer = defining_op(source)
+        if producer is None:
+            return None  # a function argument
+        if not _only_real_user(source) and not _disjoint_slices(_real_users(source), axis):
+            return None  # other users need the whole tensor: the producer stays for them
+        if self._plan(producer, axis, cut) is None:
+            return None
+        return producer
+
+    def _movable(self, source, axis, cut) -> bool:
+        return self._producer_if_movable(source, axis, cut) is not None
+
+    def _plan(self, producer, axis, cut):
+        plan = self._plan_moves(producer, axis, cut)
+        if plan is None or len(plan) == 3:
+            return plan
+        return plan[0], plan[1], None
+
+    def _plan_moves(self, producer, axis, cut):
+        """How the cut moves to the producer's operands, or None: ({operand: axis
+        or (axis, another cut)}, {operand: builder of a replacement}, builder of the
+        result from the new operands or None to re-create the producer)."""
+        name = producer.name
+        if any(_has_real_users(r) for r in list(producer.results)[1:]):
+            return None  # other results (mean/rstd of native_layer_norm) still needed
+        rank = len(vtensor_shape(producer.results[0].type)[0])
+        result_dims = self.dims(producer.results[0])
+        if name in _ELEMENTWISE:
+            return self._broadcast_plan(producer, axis, rank, result_dims, range(len(producer.operands)))
+        if name == "torch.aten.dropout":
+            train = defining_op(producer.operands[2])
+            if train is None or train.name != "torch.constant.bool" or ir.BoolAttr(train.attributes["value"]).value:
+                return None
+            return {0: axis}, {}
+        if name in ("torch.aten.layer_norm", "torch.aten.native_layer_norm"):
+            normalized = list_items(producer.operands[1])
+            if normalized is None or axis >= rank - len(normalized):
+                return None
+            return {0: axis}, {}
+        if name in _SOFTMAX:
+            dim = constant_int(producer.operands[_SOFTMAX[name]])
+            return None if dim is None or dim % rank == axis else ({0: axis}, {})
+        if name in _REDUCTIONS:
+            return self._reduction_plan(producer, axis)
+        if name in ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul"):
+            return self._matmul_plan(producer, axis, rank, result_dims, lhs=0, rhs=1, bias=None)
+        if name in ("torch.aten.addmm", "torch.aten.baddbmm"):
+            return self._matmul_plan(producer, axis, rank, result_dims, lhs=1, rhs=2, bias=0)
+        if name == "torch.aten.linear":
+            if axis < rank - 1:
+                return {0: axis}, {}
+            bias = producer.operands[2]
+            return ({1: 0} if is_none(bias) else {1: 0, 2: 0}), {}
+        if name == "torch.aten.transpose.int":
+            a, b = constant_int(producer.operands[1]), constant_int(producer.operands[2])
+            if a is None or b is None:
+                return None
+            a, b = a % rank, b % rank
+            return {0: b if axis == a else a if axis == b else axis}, {}
+        if name == "torch.aten.permute":
+            order = _int_list(producer.operands[1])
+            return None if order is None else ({0: order[axis] % rank}, {})
+        if name == "torch.aten.unsqueeze":
+            dim = constant_int(producer.operands[1])
+            if dim is None or dim % rank == axis:
+                return None
+            return {0: axis - (axis > dim % rank)}, {}
+        if name == "torch.aten.squeeze.dim":
+            in_rank = len(vtensor_shape(producer.operands[0].type)[0])
+            dim = constant_int(producer.operands[1])
+            if dim is None:
+                return None
+            dim %= in_rank
+            return {0: axis + (axis >= dim)}, {}
+        if name == "torch.aten.expand":
+            return self._expand_plan(producer, axis, rank, cut)
+        if name == "torch.aten.flatten.using_ints":
+            return self._flatten_plan(producer, axis, cut)
+        if name == "torch.aten.unflatten.int":
+            return self._unflatten_plan(producer, axis, cut)
+        if name == "torch.aten.scaled_dot_product_attention":
+            return self._attention_plan(producer, axis, rank, result_dims)
+        return None
+
+    def _broadcast_plan(self, producer, axis, rank, result_dims, positions):
+        if result_dims is None or result_dims[axis] is None or result_dims[axis] == 1:
+            return None  # nothing to save on a unit axis; unknown sizes: cannot align
+        moves = {}
+        for i in positions:
+            operand = producer.operands[i]
+            shape = vtensor_shape(operand.type)
+            if shape is None:
+                continue
+            aligned = axis - (rank - len(shape[0]))
+            if aligned < 0 or shape[0][aligned] == 1:
+                continue  # broadcast along the axis: left whole
+            dims = self.dims(operand)
+            if dims is None or not self.same(dims[aligned], result_dims[axis]):
+                return None  # may be 1 at run time, or differ: cannot tell
+            moves[i] = aligned
+        return (moves, {}) if moves else None
+
+    def _reduction_plan(self, producer, axis):
+        dims_at, keep_at = _REDUCTIONS[producer.name]
+        reduced = _int_list(producer.operands[dims_at])
+        if reduced is None and constant_int(producer.operands[dims_at]) is not None:
+            reduced = [constant_int(producer.operands[dims_at])]  # a single-dim reduction
+        keep = defining_op(producer.operands[keep_at])
+        in_rank = len(vtensor_shape(producer.operands[0].type)[0])
+        if not reduced or keep is None or keep.name != "torch.constant.bool":
+            return None
+        reduced = {r % in_rank for r in reduced}
+        if ir.BoolAttr(keep.attributes["value"]).value:
+            return None if axis in reduced else ({0: axis}, {})
+        kept = [i for i in range(in_rank) if i not in reduced]
+        return {0: kept[axis]}, {}
+
+    def _matmul_plan(self, producer, axis, rank, result_dims, lhs, rhs, bias):
+        lhs_rank = len(vtensor_shape(producer.operands[lhs].type)[0])
+        rhs_rank = len(vtensor_shape(producer.operands[rhs].type)[0])
+        if lhs_rank < 2 or rhs_rank < 2:
+            return None
+        if axis == rank - 2:
+            moves = {lhs: lhs_rank - 2}
+        elif axis == rank - 1:
+            moves = {rhs: rhs_rank - 1}
+        else:
+            batch = self._broadcast_plan(producer, axis, rank, result_dims, [lhs, rhs])
+            if batch is None:
+                return None
+            moves = dict(batch[0])
+        if bias is not None:
+            extra = self._broadcast_plan(producer, axis, rank, result_dims, [bias])
+            if extra is None:
+                bias_shape = vtensor_shape(producer.operands[bias].type)[0]
+                aligned = axis - (rank - len(bias_shape))
+                if aligned >= 0 and bias_shape[aligned] != 1:
+                    return None
+            else:
+                moves.update(extra[0])
+        return moves, {}
+
+    def _expand_plan(self, producer, axis, rank, cut):
+        source = producer.operands[0]
+        sizes = list_items(producer.operands[1])
+        shape = vtensor_shape(source.type)[0]
+        aligned = axis - (rank - len(shape))
+        if sizes is None or aligned < 0:
+            return None
+        if shape[aligned] == 1:
+            if cut.size is None:
+                return None  # the new size would have to be computed
+            moves = {}
+        else:
+            moves = {0: aligned}
+
+        def new_sizes():
+            items = list(sizes)
+            items[axis] = int_constant(cut.size if shape[aligned] == 1 else -1)
+            return ir.Operation.create("torch.prim.ListConstruct",
+                                       results=[ir.Type.parse("!torch.list<int>")],
+                                       operands=items).result
+
+        return moves, {1: new_sizes}
+
+    def _flatten_plan(self, producer, axis, cut):
+        source = producer.operands[0]
+        start, end = constant_int(producer.operands[1]), constant_int(producer.operands[2])
+        in_rank = len(vtensor_shape(source.type)[0])
+        if start is None or end is None:
+            return None
+        start, end = start % in_rank, end % in_rank
+        if axis < start:
+            return {0: axis}, {}
+        if axis > start:
+            return {0: axis + end - start}, {}
+        # One row per group of the merged [outer, inner] axis: rows i, i + inner, ...
+        if end != start + 1 or cut.kind != "slice" or cut.operands is None:
+            return None
+        first, last, step = cut.operands
+        dims = self.dims(source)
+        inner = dims[end] if dims else None
+        step_expr = self.analysis.scalar(step)
+        first_expr = self.analysis.scalar(first)
+        last_value = constant_int(last)
+        if inner is None or not self.same(step_expr, inner) or last_value is None or last_value < _INT64_MAX // 2:
+            return None
+        if not self._inside(first_expr, inner):
+            return None  # the start must be a row inside the group
+
+        def one_row():
+            return _Cut("slice", [first, self._plus_one(first), int_constant(1)], 1)
+
+        return {0: (end, one_row)}, {}
+
+    def _unflatten_plan(self, producer, axis, cut):
+        dim = constant_int(producer.operands[1])
+        sizes = list_items(producer.operands[2])
+        in_rank = len(vtensor_shape(producer.operands[0].type)[0])
+        if dim is None or sizes is None:
+            return None
+        dim %= in_rank
+        if axis < dim:
+            return {0: axis}, {}
+        if axis >= dim + len(sizes):
+            return {0: axis - len(sizes) + 1}, {}
+        if len(sizes) != 2 or axis != dim + 1 or not cut.is_one_row():
+            return None
+        inner = sizes[1]
+        if cut.operands is not None and not self._inside(self.analysis.scalar(cut.operands[0]),
+                                                         self.analysis.scalar(inner)):
+            return None
+
+        def strided():
+            return _Cut("slice", [cut.operands[0], int_constant(_INT64_MAX), inner], None)
+
+        def unsqueezed(operands, result_type):
+            return ir.Operation.create("torch.aten.unsqueeze", results=[result_type],
+                                       operands=[operands[0], int_constant(axis)]).result
+
+        return {0: (dim, strided)}, {}, unsqueezed
+
+    def _inside(self, row, size) -> bool:
+        """0 <= row < size, provably (a row index inside an axis of ``size``)."""
+        if row is None or size is None:
+            return False
+        if self.same(row, size - 1):
+            return True
+        low = self.analysis.min_of(row)
+        return low is not None and low >= 0 and row.is_Integer and (
+            self.analysis.min_of(size) or 0) > int(row)
+
+    def _attention_plan(self, producer, axis, rank, result_dims):
+        causal = defining_op(producer.operands[5])
+        if causal is None or causal.name != "torch.constant.bool" or ir.BoolAttr(causal.attributes["value"]).value:
+            return None  # a causal mask depends on the row's position
+        if axis == rank - 1:
+            return None
+        if axis == rank - 2:
+            moves = {0: len(vtensor_shape(producer.operands[0].type)[0]) - 2}
+            mask = producer.operands[3]
+            if vtensor_shape(mask.type) is not None:
+                extra = self._broadcast_plan(producer, axis, rank, result_dims, [3])
+                mask_shape = vtensor_shape(mask.type)[0]
+                if extra is None and mask_shape[axis - (rank - len(mask_shape))] != 1:
+                    return None
+                moves.update(extra[0] if extra else {})
+            return moves, {}
+        return self._broadcast_plan(producer, axis, rank, result_dims, [0, 1, 2, 3])
+
+    def _plus_one(self, value: ir.Value) -> ir.Value:
+        """value + 1, built from the rooted dims where it is a dim expression, so
+        that equal selections read equal values (and merge)."""
+        expr = self.analysis.scalar(value)
+        built = None if expr is None else self.builder.build(sympy.expand(expr + 1))
+        if built is not None:
+            return built
+        return ir.Operation.create("torch.aten.add.int", results=[int_type()],
+                                   operands=[value, int_constant(1)]).result
+
+    def _move(self, producer, axis, cut, result_type) -> ir.Value | None:
+        plan = self._plan(producer, axis, cut)
+        if plan is None:
+            return None
+        moves, replaced, build = plan
+        operands = list(producer.operands)
+        for position, target in moves.items():
+            if isinstance(target, tuple):  # another cut, on another axis
+                target_axis, make_cut = target
+                operands[position] = self._cut(make_cut(), operands[position], target_axis)
+            else:
+                operands[position] = self._cut(cut, operands[position], target)
+        for position, make in replaced.items():
+            operands[position] = make()
+        if build is not None:
+            return self._record(build(operands, result_type), producer.results[0], axis, cut)
+        results = [result_type]
+        for extra in list(producer.results)[1:]:
+            sizes, dtype = vtensor_shape(extra.type)
+            sizes = list(sizes)
+            if axis < len(sizes):
+                sizes[axis] = cut.size
+            results.append(vtensor_type(sizes, dtype))
+        moved = ir.Operation.create(producer.name, results=results, operands=operands,
+                                    attributes={a.name: a.attr for a in producer.attributes})
+        return self._record(moved.results[0], producer.results[0], axis, cut)
+
+    def _cut(self, cut: _Cut, value: ir.Value, axis: int) -> ir.Value:
+        return self._record(cut.apply(value, axis), value, axis, cut)
+
+    def _record(self, new: ir.Value, old: ir.Value, axis: int, cut: _Cut) -> ir.Value:
+        """``new`` has ``old``'s dims but the cut axis: later moves (and the range
+        checks of selects above them) read it from the analysis."""
+        dims = self.analysis.dims.get(old)
+        if dims is not None and len(dims) == len(vtensor_shape(new.type)[0]):
+            dims = list(dims)
+            dims[axis] = None if cut.size is None else sympy.Integer(cut.size)
+            self.analysis.dims[new] = dims
+        return new
+
+
+def _real_users(value: ir.Value) -> list:
+    return [use.owner for use in value.uses if use.owner.name != "torch.bind_symbolic_shape"]
+
+
+def _has_real_users(value: ir.Value) -> bool:
+    return bool(_real_users(value))
+
+
+def _only_real_user(value: ir.Value) -> bool:
+    return len(_real_users(value)) == 1
+
+
+def _disjoint_slices(users: list, axis: int) -> bool:
+    """Every user a step-1 slice of constant, pairwise disjoint rows along ``axis``:
+    each can take its own copy of the producer, and the copies together do the
+    producer's work once (a fused QKV projection split into Q, K and V)."""
+    ranges = []
+    for user in users:
+        if user.name != "torch.aten.slice.Tensor":
+            return False
+        user_axis, start, end, step = (constant_int(v) for v in list(user.operands)[1:5])
+        rank = len(vtensor_shape(user.operands[0].type)[0])
+        if None in (user_axis, start, end, step) or step != 1 or start < 0 or end < start:
+            return False
+        if user_axis % rank != axis:
+            return False
+        ranges.append((start, end))
+    ranges.sort()
+    return all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+def split_into_slices(op, rewriter) -> bool:
+    """ListUnpack(split_with_sizes(x, sizes, d)) -> one slice of x per part, so a
+    selection of one part (Q of a fused QKV) can move on without the others."""
+    split = defining_op(op.operands[0])
+    if split is None or split.name != "torch.aten.split_with_sizes":
+        return False
+    sizes, axis = _int_list(split.operands[1]), constant_int(split.operands[2])
+    if sizes is None or axis is None or len(sizes) != len(op.results):
+        return False
+    with ir.InsertionPoint(op), op.location:
+        parts, start = [], 0
+        for size, result in zip(sizes, op.results):
+            parts.append(ir.Operation.create(
+                "torch.aten.slice.Tensor", results=[result.type],
+                operands=[split.operands[0], int_constant(axis), int_constant(start),
+                          int_constant(start + size), int_constant(1)]).result)
+            start += size
+    rewriter.replace_op(op, parts)
+    if not list(split.results[0].uses):
+        rewriter.erase_op(split)  # so the slices are the value's only users
+    return True
+
+
+def _int_list(value: ir.Value) -> list[int] | None:
+    items = list_items(value)
+    values = None if items is None else [constant_int(v) for v in items]
+    return None if values is None or None in values else values
+
+
+def squeeze_of_unsqueeze(op, rewriter) -> bool:
+    """squeeze(unsqueeze(x, d), d) is x: what a moved row leaves below a reshape."""
+    inner = defining_op(op.operands[0])
+    if inner is None or inner.name != "torch.aten.unsqueeze":
+        return False
+    rank = len(vtensor_shape(op.operands[0].type)[0])
+    a, b = constant_int(op.operands[1]), constant_int(inner.operands[1])
+    if a is None or b is None or a % rank != b % rank or inner.operands[0].type != op.results[0].type:
+        return False
+    rewriter.replace_op(op, [inner.operands[0]])
+    return True
+
+
+def merge_duplicate_slices(func: ir.Operation) -> int:
+    """Identical selections of one value become one: the first, which dominates
+    the rest. Returns how many were merged."""
+    seen: dict[tuple, ir.Value] = {}
+    merged = 0
+    for op in list(func.regions[0].blocks[0].operations):
+        op = op.operation
+        if op.name not in ("torch.aten.slice.Tensor", "torch.aten.index_select"):
+            continue
+        key = (op.name, str(op.results[0].type)) + tuple(_value_key(v) for v in op.operands)
+        if key in seen:
+            op.results[0].replace_all_uses_with(seen[key])
+            op.erase()
+            merged += 1
+        else:
+            seen[key] = op.results[0]
+    return merged
+
+
+def _value_key(value: ir.Value):
+    constant = constant_int(value)
+    return ("int", constant) if constant is not None else ("value", value)
+
+
+@register
+@dataclasses.dataclass
+class HoistSlicesPass(ModulePass):
+    argument = "anyshape-hoist-slices"
+    description = ("Move selections (select, slice, index_select) up the graph so the "
+                   "ops above them compute only the rows kept")
+
+    def apply(self, module_op):
+        for op in module_op.regions[0].blocks[0].operations:
+            func = op.operation
+            if func.name != "func.func" or len(func.regions[0].blocks) != 1:
+                continue
+            hoist_argument_bindings(func)  # root queries go after them
+            hoister = _Hoister(func)
+            patterns = [("torch.aten.select.int", hoister.select),
+                        ("torch.aten.slice.Tensor", hoister.slice),
+                        ("torch.aten.index_select", hoister.slice),
+                        ("torch.aten.gather", hoister.gather),
+                        ("torch.aten.squeeze.dim", squeeze_of_unsqueeze),
+                        ("torch.prim.ListUnpack", split_into_slices)]
+            # Branches that rejoin (x used by both halves of x * tanh(x)) each bring
+            # their own copy of a selection up to x: once merged, x has one user
+            # again and the selection can go on.
+            for _ in range(_MAX_ROUNDS):
+                apply_patterns(func, patterns)
+                if not merge_duplicate_slices(func):
+                    break
+            erase_unused(func)

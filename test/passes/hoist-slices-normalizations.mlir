@@ -1,0 +1,113 @@
+// RUN: anyshape-opt %s --split-input-file --anyshape-hoist-slices | FileCheck %s
+
+/// layer_norm normalizes the last axis: a selection on the sequence axis
+/// (before it) moves to its input; weight and bias stay whole.
+// CHECK-LABEL: func.func @layer_norm_over_later_axis
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,8],f32>, %[[W:.*]]: !torch.vtensor<[8],f32>, %[[B:.*]]: !torch.vtensor<[8],f32>)
+// CHECK: %[[ROW:.*]] = torch.aten.slice.Tensor %[[X]]
+// CHECK: %[[N:.*]] = torch.aten.layer_norm %[[ROW]], %{{.*}}, %[[W]], %[[B]]
+// CHECK: torch.aten.squeeze.dim %[[N]]
+func.func @layer_norm_over_later_axis(%arg0: !torch.vtensor<[?,?,8],f32>, %arg1: !torch.vtensor<[8],f32>, %arg2: !torch.vtensor<[8],f32>) -> !torch.vtensor<[?,8],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int8 = torch.constant.int 8
+  %eps = torch.constant.float 1.000000e-05
+  %false = torch.constant.bool false
+  %shape = torch.prim.ListConstruct %int8 : (!torch.int) -> !torch.list<int>
+  %0 = torch.aten.layer_norm %arg0, %shape, %arg1, %arg2, %eps, %false : !torch.vtensor<[?,?,8],f32>, !torch.list<int>, !torch.vtensor<[8],f32>, !torch.vtensor<[8],f32>, !torch.float, !torch.bool -> !torch.vtensor<[?,?,8],f32>
+  %1 = torch.aten.select.int %0, %int1, %int0 : !torch.vtensor<[?,?,8],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,8],f32>
+  return %1 : !torch.vtensor<[?,8],f32>
+}
+
+// -----
+
+/// A selection on the normalized axis itself would change every mean: it stays.
+// CHECK-LABEL: func.func @negative_layer_norm_over_sliced_axis
+// CHECK: %[[N:.*]] = torch.aten.layer_norm
+// CHECK: torch.aten.select.int %[[N]]
+func.func @negative_layer_norm_over_sliced_axis(%arg0: !torch.vtensor<[?,?,8],f32>) -> !torch.vtensor<[?,?],f32> {
+  %int0 = torch.constant.int 0
+  %int2 = torch.constant.int 2
+  %int8 = torch.constant.int 8
+  %none = torch.constant.none
+  %eps = torch.constant.float 1.000000e-05
+  %false = torch.constant.bool false
+  %shape = torch.prim.ListConstruct %int8 : (!torch.int) -> !torch.list<int>
+  %0 = torch.aten.layer_norm %arg0, %shape, %none, %none, %eps, %false : !torch.vtensor<[?,?,8],f32>, !torch.list<int>, !torch.none, !torch.none, !torch.float, !torch.bool -> !torch.vtensor<[?,?,8],f32>
+  %1 = torch.aten.select.int %0, %int2, %int0 : !torch.vtensor<[?,?,8],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,?],f32>
+  return %1 : !torch.vtensor<[?,?],f32>
+}
+
+// -----
+
+/// Softmax over the last axis, selection on the batch axis (before it) or on
+/// the rows (axis 1): moved. ONNX Runtime's table allows only "after the
+/// sliced axis"; any axis other than the softmax's own is sound.
+// CHECK-LABEL: func.func @softmax_over_other_axis
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,?],f32>)
+// CHECK: %[[ROWS:.*]] = torch.aten.slice.Tensor %[[X]], %{{.*}} -> !torch.vtensor<[?,1,?],f32>
+// CHECK: %[[P:.*]] = torch.aten.softmax.int %[[ROWS]]
+// CHECK: torch.aten.squeeze.dim %[[P]]
+func.func @softmax_over_other_axis(%arg0: !torch.vtensor<[?,?,?],f32>) -> !torch.vtensor<[?,?],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int-1 = torch.constant.int -1
+  %none = torch.constant.none
+  %0 = torch.aten.softmax.int %arg0, %int-1, %none : !torch.vtensor<[?,?,?],f32>, !torch.int, !torch.none -> !torch.vtensor<[?,?,?],f32>
+  %1 = torch.aten.select.int %0, %int1, %int0 : !torch.vtensor<[?,?,?],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,?],f32>
+  return %1 : !torch.vtensor<[?,?],f32>
+}
+
+// -----
+
+/// Softmax over the sliced axis: every kept value depends on every row.
+// CHECK-LABEL: func.func @negative_softmax_over_sliced_axis
+// CHECK: %[[P:.*]] = torch.aten._softmax
+// CHECK: torch.aten.select.int %[[P]]
+func.func @negative_softmax_over_sliced_axis(%arg0: !torch.vtensor<[?,?,?],f32>) -> !torch.vtensor<[?,?],f32> {
+  %int1 = torch.constant.int 1
+  %int0 = torch.constant.int 0
+  %false = torch.constant.bool false
+  %0 = torch.aten._softmax %arg0, %int1, %false : !torch.vtensor<[?,?,?],f32>, !torch.int, !torch.bool -> !torch.vtensor<[?,?,?],f32>
+  %1 = torch.aten.select.int %0, %int1, %int0 : !torch.vtensor<[?,?,?],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,?],f32>
+  return %1 : !torch.vtensor<[?,?],f32>
+}
+
+// -----
+
+/// mean over axis 2 without keepdim: result axis 1 is input axis 1 ([B, L, H, K]
+/// -> [B, L, K]); a selection of result axis 2 is input axis 3 (renumbered).
+// CHECK-LABEL: func.func @reduction_axes_renumbered
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,4,6],f32>)
+// CHECK: %[[THREE:.*]] = torch.constant.int 3
+// CHECK: %[[COLS:.*]] = torch.aten.slice.Tensor %[[X]], %[[THREE]], %{{.*}} -> !torch.vtensor<[?,?,4,2],f32>
+// CHECK: %[[M:.*]] = torch.aten.mean.dim %[[COLS]]
+// CHECK: return %[[M]]
+func.func @reduction_axes_renumbered(%arg0: !torch.vtensor<[?,?,4,6],f32>) -> !torch.vtensor<[?,?,2],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %dims = torch.prim.ListConstruct %int2 : (!torch.int) -> !torch.list<int>
+  %0 = torch.aten.mean.dim %arg0, %dims, %false, %none : !torch.vtensor<[?,?,4,6],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[?,?,6],f32>
+  %1 = torch.aten.slice.Tensor %0, %int2, %int0, %int2, %int1 : !torch.vtensor<[?,?,6],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,?,2],f32>
+  return %1 : !torch.vtensor<[?,?,2],f32>
+}
+
+// -----
+
+/// A sum over the sliced axis (kept as size 1): nothing to select before it.
+// CHECK-LABEL: func.func @negative_reduction_over_sliced_axis
+// CHECK: %[[S:.*]] = torch.aten.sum.dim_IntList
+// CHECK: torch.aten.select.int %[[S]]
+func.func @negative_reduction_over_sliced_axis(%arg0: !torch.vtensor<[?,?,8],f32>) -> !torch.vtensor<[?,8],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %true = torch.constant.bool true
+  %none = torch.constant.none
+  %dims = torch.prim.ListConstruct %int1 : (!torch.int) -> !torch.list<int>
+  %0 = torch.aten.sum.dim_IntList %arg0, %dims, %true, %none : !torch.vtensor<[?,?,8],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[?,1,8],f32>
+  %1 = torch.aten.select.int %0, %int1, %int0 : !torch.vtensor<[?,1,8],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,8],f32>
+  return %1 : !torch.vtensor<[?,8],f32>
+}
