@@ -52,7 +52,7 @@ from anyshape.passes.canonicalize_shapes import erase_unused, hoist_argument_bin
 from anyshape.passes.scalar_builder import ScalarBuilder
 from anyshape.passes.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir import (constant_int, defining_op, int_constant, int_type, is_none,
-                                      list_items, vtensor_type)
+                                      list_items, static_info_cast, vtensor_type)
 
 _INT64_MAX = 2**63 - 1
 _MAX_ROUNDS = 1000
@@ -434,12 +434,18 @@ class _Hoister:
                                                          self.analysis.scalar(inner)):
             return None
 
-        def strided():
-            return _Cut("slice", [cut.operands[0], int_constant(_INT64_MAX), inner], None)
+        def strided():  # one row per group: as many rows as groups (static if known)
+            return _Cut("slice", [cut.operands[0], int_constant(_INT64_MAX), inner],
+                        constant_int(sizes[0]))
 
         def unsqueezed(operands, result_type):
-            return ir.Operation.create("torch.aten.unsqueeze", results=[result_type],
-                                       operands=[operands[0], int_constant(axis)]).result
+            # The type the unsqueeze of its operand has (torch-mlir's lowering
+            # builds that one), then cast to the selection's type.
+            sizes_in, dtype = vtensor_shape(operands[0].type)
+            natural = vtensor_type(sizes_in[:axis] + [1] + sizes_in[axis:], dtype)
+            value = ir.Operation.create("torch.aten.unsqueeze", results=[natural],
+                                        operands=[operands[0], int_constant(axis)]).result
+            return static_info_cast(value, result_type)
 
         return {0: (dim, strided)}, {}, unsqueezed
 
