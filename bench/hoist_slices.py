@@ -31,35 +31,29 @@ from anyshape.flops import count_flops
 WITHOUT = ["anyshape-canonicalize-shapes", "anyshape-lower"]
 
 
-class LastTokenLogits(torch.nn.Module):
-    def __init__(self, model):
+class Logits(torch.nn.Module):
+    """A HuggingFace model's logits as a tensor; ``position``: only that token's."""
+
+    def __init__(self, model, position: int | None = None):
         super().__init__()
-        self.model = model
+        self.model, self.position = model, position
 
     def forward(self, input_ids, attention_mask):
-        return self.model(input_ids, attention_mask=attention_mask).logits[:, -1, :]
-
-
-class ClassifierLogits(torch.nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, attention_mask):
-        return self.model(input_ids, attention_mask=attention_mask).logits
+        logits = self.model(input_ids, attention_mask=attention_mask).logits
+        return logits if self.position is None else logits[:, self.position, :]
 
 
 def roberta_base():
     from transformers import RobertaConfig, RobertaForSequenceClassification
 
-    return ClassifierLogits(RobertaForSequenceClassification(
+    return Logits(RobertaForSequenceClassification(
         RobertaConfig(max_position_embeddings=514)))
 
 
 def gpt2_small():
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    return LastTokenLogits(GPT2LMHeadModel(GPT2Config(use_cache=False)))
+    return Logits(GPT2LMHeadModel(GPT2Config(use_cache=False)), position=-1)
 
 
 MODELS = {"roberta-base classifier": (roberta_base, 512),
