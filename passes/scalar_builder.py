@@ -21,6 +21,10 @@ class ScalarBuilder:
         self.analysis = analysis
         self.block = analysis.block
         self._roots: dict[sympy.Symbol, ir.Value] = {}
+        # Fixed now: a rewrite that folds an op into an argument (an identity
+        # expand) leaves that op's binding on the argument further down, and a
+        # root placed after it would not dominate uses built before it.
+        self._entry = self._last_argument_binding()
         for op in self.block.operations:  # reuse the entry's existing root queries
             op = op.operation
             query = size_query(op.results[0]) if op.name == "torch.aten.size.int" else None
@@ -52,10 +56,9 @@ class ScalarBuilder:
         of a bound argument with a value defined at its binding, so a query above
         it would break dominance), or first in the block; its constant just before."""
         axis = query.operands[1].owner.operation
-        binding = self._last_argument_binding()
-        if binding is not None:
-            query.move_after(binding)
-            axis.move_after(binding)
+        if self._entry is not None:
+            query.move_after(self._entry)
+            axis.move_after(self._entry)
         else:
             first = self.block.operations[0].operation
             axis.move_before(first)

@@ -161,3 +161,31 @@ func.func @negative_slice_may_clamp(%arg0: !torch.vtensor<[?,?],f32>) -> !torch.
   %1 = torch.aten.size.int %0, %int1 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
   return %1 : !torch.int
 }
+
+// -----
+
+/// The identity expand of %arg1 folds away first and leaves its binding on
+/// %arg1 at the bottom of the block; the root query of s0 made afterwards must
+/// still go to the entry, above the mul.int that uses it.
+// CHECK-LABEL: func.func @root_above_identity_expand_binding
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?],f32>, %[[Y:.*]]: !torch.vtensor<[?,?],f32>)
+// CHECK: %[[B:.*]] = torch.aten.size.int %[[X]], %int0
+// CHECK: %[[L:.*]] = torch.aten.size.int %[[X]], %int1
+// CHECK: %[[N:.*]] = torch.aten.mul.int %[[B]], %[[L]]
+// CHECK: return %[[N]], %[[Y]]
+func.func @root_above_identity_expand_binding(%arg0: !torch.vtensor<[?,?],f32>, %arg1: !torch.vtensor<[?,?],f32>) -> (!torch.int, !torch.vtensor<[?,?],f32>) {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],f32>
+  torch.bind_symbolic_shape %arg1, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %0 = torch.aten.size.int %arg1, %int0 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  %1 = torch.aten.size.int %arg0, %int1 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  %2 = torch.aten.mul.int %0, %1 : !torch.int, !torch.int -> !torch.int
+  %5 = torch.prim.ListConstruct %0, %1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %6 = torch.aten.expand %arg1, %5, %false : !torch.vtensor<[?,?],f32>, !torch.list<int>, !torch.bool -> !torch.vtensor<[?,?],f32>
+  torch.bind_symbolic_shape %6, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],f32>
+  return %2, %6 : !torch.int, !torch.vtensor<[?,?],f32>
+}
