@@ -27,7 +27,7 @@ from anyshape.mlir import MLIRError, ir, iree_tool, module_to_bytecode, versions
 from anyshape.passes import DEFAULT_PIPELINE
 from anyshape.pipeline import (diagnostics_of, make_anyshape_pass, opt_command_flag, run_pipeline,
                                split_pass_element)
-from anyshape.runtime import CompiledModule
+from anyshape.runtime import CompiledModule, check_threads
 from anyshape.signature import ModuleSignature
 from anyshape.targets import Target, make_target
 
@@ -39,17 +39,22 @@ IREE_COMPILE_STAGE = "iree-compile"
 def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = None,
             target: str = "cpu", cuda_arch: str | None = None, opt_level: str | None = None,
             passes: Sequence[str] | None = None, dump_ir_dir: str | Path | None = None,
-            progress: bool | Callable[[str], None] = False) -> CompiledModule:
+            progress: bool | Callable[[str], None] = False,
+            threads: int | None = None) -> CompiledModule:
     """Export ``model`` with ``torch.export`` (``dynamic_shapes`` as there), run the
     anyshape passes and compile with IREE for ``target`` ("cpu" or "cuda").
 
     ``passes=None`` runs the default anyshape pipeline, ``[]`` none, or a list of
-    pass arguments. ``progress=True`` prints each stage as it runs.
+    pass arguments. ``progress=True`` prints each stage as it runs. ``threads``:
+    CPU worker threads the module runs on (None: one per core this process may
+    use); IREE fixes the count for the whole process when the first CPU module
+    runs, so modules of one process must agree on it.
     """
     from anyshape.importer import export_program, import_program
     from anyshape.signature import dim_labels_from, signature_from_program
 
     compile_target = make_target(target, cuda_arch, opt_level)
+    check_threads(threads)
     pass_names = list(DEFAULT_PIPELINE if passes is None else passes)
     for name in pass_names:
         make_anyshape_pass(name)  # unknown names and bad options fail before the (slow) export
@@ -63,6 +68,7 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     imported = import_program(program)
     module = compile_module(imported, signature, compile_target, pass_names,
                             dump_ir_dir=dump_ir_dir, report=report)
+    module.threads = threads
     report(f"done in {time.monotonic() - started:.0f}s")
     return module
 

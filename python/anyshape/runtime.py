@@ -33,7 +33,8 @@ class CompiledModule:
     def __init__(self, vmfb_path: str | os.PathLike, signature: ModuleSignature, target: Target,
                  *, iree_flags: Sequence[str] = (), versions: dict | None = None,
                  stage_files: dict[str, Path] | None = None, workdir: Any = None,
-                 entry: str = "main"):
+                 entry: str = "main", threads: int | None = None):
+        self.threads = check_threads(threads)
         self.signature = signature
         self.target = target
         self.iree_flags = list(iree_flags)
@@ -88,6 +89,8 @@ class CompiledModule:
             if self.target.driver == "cuda" and not cuda_available():
                 raise RuntimeError("this module was compiled for CUDA, and no CUDA device is "
                                    "available here (IREE's cuda driver found none)")
+            if self.target.driver == "local-task":
+                use_cpu_threads(self.threads)
             config = rt.Config(self.target.driver)
             context = rt.SystemContext(config=config)
             # mmap: a roberta-base artifact is ~500 MB of weights; no copy into memory.
@@ -118,8 +121,9 @@ class CompiledModule:
         return out
 
 
-def load(directory: str | os.PathLike) -> CompiledModule:
-    """Load an artifact written by ``CompiledModule.save``."""
+def load(directory: str | os.PathLike, *, threads: int | None = None) -> CompiledModule:
+    """Load an artifact written by ``CompiledModule.save``; ``threads``: as for
+    ``anyshape.compile``."""
     path = Path(directory)
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
@@ -135,7 +139,43 @@ def load(directory: str | os.PathLike) -> CompiledModule:
         iree_flags=manifest.get("iree_flags", ()),
         versions=manifest.get("versions"),
         entry=manifest["entry"],
+        threads=threads,
     )
+
+
+# IREE's CPU driver starts its worker threads when it is first used and keeps
+# them for the life of the process (the driver is cached), so the thread count
+# is fixed by the first CPU module that runs.
+_cpu_threads_in_use: int | None = None
+
+
+def available_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def check_threads(threads: int | None) -> int | None:
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads: expected a positive int (or None: all {available_cores()} "
+                         f"cores), got {threads!r}")
+    return threads
+
+
+def use_cpu_threads(threads: int | None) -> None:
+    """Start IREE's CPU workers with ``threads`` (None: one per available core),
+    or check that the running ones match."""
+    global _cpu_threads_in_use
+    wanted = threads or available_cores()
+    if _cpu_threads_in_use is None:
+        import iree.runtime as rt
+
+        rt.flags.parse_flags(f"--task_topology_group_count={wanted}")
+        _cpu_threads_in_use = wanted
+    elif _cpu_threads_in_use != wanted:
+        raise ValueError(f"threads: this process already runs CPU modules with "
+                         f"{_cpu_threads_in_use} threads (IREE's CPU driver keeps the count it "
+                         f"started with), got {wanted}; use one count per process")
 
 
 def cuda_available() -> bool:
