@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.anyshape-installed
+BENCH_STAMP := $(VENV)/.anyshape-bench-installed
+BENCH_ARGS ?=
 
 .PHONY: test lit pytest demo bench bench-hoist-slices clean
 
@@ -12,6 +14,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+# The bench extra on top of the test one (rebuilt whenever $(STAMP) is).
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
 
 test: lit pytest
 
@@ -30,3 +37,10 @@ clean:
 # Not a test: latency with and without anyshape-hoist-slices (several minutes).
 bench-hoist-slices: $(STAMP)
 	$(PY) bench/hoist_slices.py --runs 10
+
+# Not a test: anyshape against IREE static, eager, inductor and onnxruntime, both
+# models, batch 1 and 8, L 16..512 (long: hours on 2 cores). Results in
+# bench/results/compare.{md,json,png}. A smoke test of the script:
+#   make bench BENCH_ARGS='--tiny --lengths 16 32 --batches 1 --out /tmp/compare-tiny'
+bench: $(BENCH_STAMP)
+	$(PY) bench/compare.py $(BENCH_ARGS)

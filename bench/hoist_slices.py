@@ -7,7 +7,7 @@ compiled twice, once with the default pipeline and once without the pass;
 at each length the two artifacts run alternately (warm-up, then medians of
 ``--runs``), so drift on the machine hits both alike.
 
-    python bench/hoist_slices.py [--lengths 128 512] [--runs 10] [--out bench/results]
+    python bench/hoist_slices.py [--lengths 128 512] [--runs 10] [--out bench/results] [--tiny]
 
 Writes ``hoist_slices.md`` (the table) under ``--out`` and prints it.
 """
@@ -27,37 +27,9 @@ from torch.export import Dim
 
 import anyshape
 from anyshape.flops import count_flops
+from models import MODELS  # bench/models.py: the wrappers shared with bench/compare.py
 
 WITHOUT = ["anyshape-canonicalize-shapes", "anyshape-lower"]
-
-
-class Logits(torch.nn.Module):
-    """A HuggingFace model's logits as a tensor; ``position``: only that token's."""
-
-    def __init__(self, model, position: int | None = None):
-        super().__init__()
-        self.model, self.position = model, position
-
-    def forward(self, input_ids, attention_mask):
-        logits = self.model(input_ids, attention_mask=attention_mask).logits
-        return logits if self.position is None else logits[:, self.position, :]
-
-
-def roberta_base():
-    from transformers import RobertaConfig, RobertaForSequenceClassification
-
-    return Logits(RobertaForSequenceClassification(
-        RobertaConfig(max_position_embeddings=514)))
-
-
-def gpt2_small():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    return Logits(GPT2LMHeadModel(GPT2Config(use_cache=False)), position=-1)
-
-
-MODELS = {"roberta-base classifier": (roberta_base, 512),
-          "gpt2-small last-token logits": (gpt2_small, 1024)}
 
 
 def _compile(model, max_len, passes):
@@ -71,10 +43,22 @@ def _compile(model, max_len, passes):
     return module, time.perf_counter() - start
 
 
-def _time_ms(fn) -> float:
-    start = time.perf_counter()
+def _time_ms(fn) -> tuple[float, float]:
+    """(wall, CPU) milliseconds of one call; CPU time is this process's, all
+    threads (IREE's workers run in it), so it is not inflated by time the
+    virtual machine's host steals, which the wall time is."""
+    wall, cpu = time.perf_counter(), time.process_time()
     fn()
-    return (time.perf_counter() - start) * 1e3
+    return (time.perf_counter() - wall) * 1e3, (time.process_time() - cpu) * 1e3
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(steal, total) jiffies of all CPUs so far (/proc/stat), or (0, 0)."""
+    try:
+        fields = [int(v) for v in open("/proc/stat").readline().split()[1:]]
+    except OSError:
+        return 0, 0
+    return (fields[7] if len(fields) > 7 else 0), sum(fields)
 
 
 def main(argv=None) -> int:
@@ -82,13 +66,16 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--tiny", action="store_true",
+                        help="2 layers, hidden 64: a smoke test of this script, not a benchmark")
     args = parser.parse_args(argv)
     if args.runs < 10:
         parser.error(f"--runs: expected at least 10 (medians of 10 or more), got {args.runs}")
     torch.manual_seed(0)
     rows = []
+    ticks_at_start = _cpu_ticks()
     for name, (build, max_len) in MODELS.items():
-        model = build().eval()
+        model = build(tiny=args.tiny).eval()
         print(f"{name}: compiling with and without anyshape-hoist-slices", flush=True)
         with_pass, with_s = _compile(model, max_len, None)
         without_pass, without_s = _compile(model, max_len, WITHOUT)
@@ -108,22 +95,32 @@ def main(argv=None) -> int:
             for _ in range(args.runs):  # alternate, so both see the same machine state
                 samples["with"].append(_time_ms(lambda: with_pass(ids, attention_mask=mask)))
                 samples["without"].append(_time_ms(lambda: without_pass(ids, attention_mask=mask)))
-            with_ms, without_ms = (statistics.median(samples[k]) for k in ("with", "without"))
+            with_ms, without_ms = (statistics.median(w for w, _ in samples[k]) for k in ("with", "without"))
+            with_cpu, without_cpu = (statistics.median(c for _, c in samples[k])
+                                     for k in ("with", "without"))
             sizes = {batch.name: 1, seq.name: length}
             gflop_with, gflop_without = (r.evaluate(**sizes) / 1e9 for r in (flops_with, flops_without))
             rows.append((name, length, without_ms, with_ms, with_ms / without_ms,
+                         without_cpu, with_cpu, with_cpu / without_cpu,
                          gflop_without, gflop_with, 1 - gflop_with / gflop_without))
             print(f"  L={length}: without {without_ms:.1f} ms, with {with_ms:.1f} ms "
-                  f"({with_ms / without_ms:.3f}x)", flush=True)
+                  f"({with_ms / without_ms:.3f}x); CPU time {without_cpu:.1f} ms, "
+                  f"{with_cpu:.1f} ms ({with_cpu / without_cpu:.3f}x)", flush=True)
         print(f"  compile: {with_s:.0f} s with, {without_s:.0f} s without", flush=True)
-    table = ["| model | L | without the pass (ms) | with the pass (ms) | ratio | GFLOP without | "
-             "GFLOP with | FLOPs saved |", "|---|---|---|---|---|---|---|---|"]
-    for name, length, without_ms, with_ms, ratio, g0, g1, saved in rows:
+    table = ["| model | L | without the pass (ms) | with the pass (ms) | ratio | "
+             "CPU ms without | CPU ms with | CPU ratio | GFLOP without | GFLOP with | FLOPs saved |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, length, without_ms, with_ms, ratio, c0, c1, cpu_ratio, g0, g1, saved in rows:
         table.append(f"| {name} | {length} | {without_ms:.1f} | {with_ms:.1f} | {ratio:.3f} | "
-                     f"{g0:.2f} | {g1:.2f} | {saved:.1%} |")
-    header = (f"batch 1, fp32, medians of {args.runs} alternating runs; "
-              f"{platform.machine()}, {os.cpu_count()} cores; "
-              f"`python bench/hoist_slices.py --runs {args.runs}`")
+                     f"{c0:.1f} | {c1:.1f} | {cpu_ratio:.3f} | {g0:.2f} | {g1:.2f} | {saved:.1%} |")
+    steal, total = (end - start for end, start in zip(_cpu_ticks(), ticks_at_start))
+    header = (f"batch 1, fp32, medians of {args.runs} alternating runs (wall time, and the "
+              f"process's CPU time over all its threads); "
+              f"{platform.machine()}, {os.cpu_count()} cores; the host stole "
+              f"{steal / max(total, 1):.0%} of CPU time during the run; "
+              f"`python bench/hoist_slices.py --runs {args.runs}"
+              f"{' --tiny' if args.tiny else ''}`"
+              f"{'; TINY models (2 layers, hidden 64): not a benchmark' if args.tiny else ''}")
     text = "\n".join([header, "", *table, ""])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "hoist_slices.md").write_text(text)
