@@ -15,15 +15,21 @@ Why each option:
   8x768 tiles on the stack (139 KB for hidden 768 against IREE's 32 KB limit:
   "exceeded stack allocation limit"). Raising the limit only turned that into
   a run-time crash; not fusing multi-use producers removes the allocation.
-- not ``--iree-opt-data-tiling``: it made the roberta-base classifier about
-  2x faster at L = 128, but with a dynamic batch and sequence length IREE
-  3.13's data-tiled code is wrong (errors up to 1.5e-2, and NaNs, against
-  eager on a 2-layer RoBERTa once L > 64, at O1 and O2). Minimal case:
-  ``bmm([B, L, L], [B, L, 32])``; the operand-packing dispatch's workload
-  ``[B, L, L, ...]`` loses its second ``L`` to B in the stream pass that folds
-  duplicate workload values (the same defect that anyshape works around for
-  ordinary dispatches in ``iree_workarounds.py``, but the packing dispatches
-  are formed after the point where that workaround applies).
+- not ``--iree-opt-data-tiling``, although it is where most of the CPU speed
+  is (about 2x less CPU time in iree-benchmark-module for the roberta-base
+  classifier at L = 128, batch 1).
+  An earlier build gave wrong results with it under a dynamic batch and
+  length (duplicate dispatch workload sizes folded by IREE 3.13, see
+  ``iree_workarounds.py``). With that workaround and the argument range facts
+  it is now exact without slice hoisting: max |error| <= 9e-7 against eager at
+  1x1, 2x2, 1x128, 3x77, 2x200, 3x512, 8x65 and 5x333. With the default
+  pipeline it does not compile: the last layer's one-row attention
+  (``[B*heads, 1, L] x [B*heads, L, 64]`` and the one-row projections next to
+  it) gets encodings that IREE 3.13's CPU codegen rejects ("no basis element
+  may be statically non-positive" in ``affine.delinearize_index``, and a
+  stack allocation of 819200 bytes). Raising the stack limit would only move
+  that failure to run time, so data tiling waits for an IR form of the
+  one-row products that IREE compiles.
 - cuda: ``--iree-hal-target-device=cuda --iree-cuda-target=<arch>``; compiling
   needs no GPU, running needs IREE's cuda driver and a device.
 """

@@ -1,0 +1,102 @@
+"""Per-dispatch CPU time of saved anyshape artifacts, side by side.
+
+Runs each artifact under ``iree-benchmark-module`` with IREE's HAL profiling
+(host execution events) and reads the bundle with ``iree-profile dispatch``:
+for every dispatch function, how often it ran and how long it took per call
+of the model. Dynamic dims are given by their labels (``batch=1 seq=128``);
+every input is filled with one value (token id 5, mask 1), which is all the
+timing depends on.
+
+    python bench/profile_dispatches.py ART_DIR [ART_DIR ...] --dims batch=1 seq=128 [--runs 5] [--top 15]
+
+Use it to see where a dynamic artifact loses time against a static one built
+for the same shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# iree-base-runtime installs its tools as scripts beside this interpreter.
+_TOOLS = Path(sys.executable).parent
+_IREE_TYPES = {"int64": "i64", "int32": "i32", "float32": "f32", "float16": "f16", "bool": "i1"}
+_FILL = {"input_ids": 5}
+
+
+def _inputs(manifest: dict, sizes: dict[str, int]) -> list[str]:
+    symbols = manifest["symbols"]
+    flags = []
+    for spec in manifest["inputs"]:
+        shape = []
+        for dim in spec["dims"]:
+            if isinstance(dim, int):
+                shape.append(dim)
+                continue
+            label = symbols.get(dim, {}).get("label") or dim
+            if label not in sizes:
+                raise SystemExit(f"--dims: no size for '{label}' (input '{spec['name']}'); "
+                                 f"give {label}=N")
+            shape.append(sizes[label])
+        element = _IREE_TYPES.get(spec["dtype"])
+        if element is None:
+            raise SystemExit(f"input '{spec['name']}': dtype {spec['dtype']} not supported here")
+        flags.append(f"--input={'x'.join(map(str, shape))}x{element}={_FILL.get(spec['name'], 1)}")
+    return flags
+
+
+def profile(artifact: Path, sizes: dict[str, int], runs: int) -> tuple[float, list[dict]]:
+    """(wall ms per call, per-dispatch rows sorted by time) for one artifact."""
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        bundle = Path(tmp) / "profile.ireeprof"
+        run = subprocess.run(
+            [str(_TOOLS / "iree-benchmark-module"), "--device=local-task",
+             f"--module={artifact / manifest['vmfb']}", f"--function={manifest['entry']}",
+             *_inputs(manifest, sizes), f"--benchmark_min_time={runs}x",
+             "--device_profiling_mode=host-execution", f"--device_profiling_output={bundle}"],
+            capture_output=True, text=True, check=True)
+        wall_ms = next(float(line.split()[1]) for line in run.stdout.splitlines()
+                       if line.startswith("BM_"))
+        listing = subprocess.run([str(_TOOLS / "iree-profile"), "dispatch", "--format=jsonl", str(bundle)],
+                                 capture_output=True, text=True, check=True).stdout
+    rows = []
+    for line in listing.splitlines():
+        row = json.loads(line)
+        if "total_ns" not in row:
+            continue
+        rows.append({"name": row["key"], "calls": row["count"] / runs,
+                     "ms": row["total_ns"] / 1e6 / runs})
+    return wall_ms, sorted(rows, key=lambda r: -r["ms"])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("artifacts", type=Path, nargs="+")
+    parser.add_argument("--dims", nargs="+", required=True, metavar="LABEL=N")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--top", type=int, default=15)
+    args = parser.parse_args(argv)
+    sizes = {}
+    for item in args.dims:
+        label, _, value = item.partition("=")
+        if not value.isdigit():
+            parser.error(f"--dims: expected LABEL=N, got '{item}'")
+        sizes[label] = int(value)
+    for artifact in args.artifacts:
+        wall_ms, rows = profile(artifact, sizes, args.runs)
+        total = sum(r["ms"] for r in rows)
+        print(f"\n{artifact}: {wall_ms:.1f} ms per call (wall), dispatches {total:.1f} ms "
+              f"(summed over threads' spans) in {sum(r['calls'] for r in rows):.0f} dispatches")
+        print("| dispatch | calls | ms per model call | share |\n|---|---|---|---|")
+        for row in rows[:args.top]:
+            print(f"| {row['name']} | {row['calls']:.0f} | {row['ms']:.1f} | {row['ms'] / total:.1%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
