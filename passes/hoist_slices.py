@@ -81,7 +81,13 @@ _SOFTMAX = {"torch.aten.softmax.int": 1, "torch.aten._softmax": 1, "torch.aten.l
 # op -> (dims operand, keepdim operand)
 _REDUCTIONS = {"torch.aten.sum.dim_IntList": (1, 2), "torch.aten.mean.dim": (1, 2),
                "torch.aten.amax": (1, 2), "torch.aten.amin": (1, 2), "torch.aten.any.dim": (1, 2),
-               "torch.aten.all.dim": (1, 2)}
+               "torch.aten.all.dim": (1, 2), "torch.aten.var.correction": (1, 3),
+               "torch.aten.var.dim": (1, 3), "torch.aten.std.correction": (1, 3),
+               "torch.aten.std.dim": (1, 3), "torch.aten.var_mean.correction": (1, 3),
+               "torch.aten.var_mean.dim": (1, 3)}
+# Reductions with several results (all shaped alike): they move when every
+# result that is used is used only by the same selection.
+_MULTI_RESULT = {"torch.aten.var_mean.correction", "torch.aten.var_mean.dim"}
 
 
 @dataclasses.dataclass
@@ -167,6 +173,9 @@ class _Hoister:
         if kind == "index" and len(vtensor_shape(op.operands[2].type)[0]) != 1:
             return False
         cut = _Cut(kind, list(op.operands[2:]), result[0][axis])
+        multi = defining_op(source)
+        if multi is not None and multi.name in _MULTI_RESULT:
+            return self._slice_results(op, rewriter, multi, axis, cut)
         producer = self._producer_if_movable(source, axis, cut)
         if producer is None:
             return False
@@ -217,6 +226,41 @@ class _Hoister:
             value = ir.Operation.create("torch.aten.index_select", results=[op.results[0].type],
                                         operands=[source, int_constant(axis), flat]).result
         rewriter.replace_op(op, [value])
+        return True
+
+    def _slice_results(self, op, rewriter, producer, axis, cut) -> bool:
+        """One selection of every used result of a multi-result reduction
+        (``var, mean = var_mean(x)``, each reaching the selection through its own
+        branch): the reduction runs on the selected rows, once."""
+        same = _selection_key(op)
+        selections = []
+        for result in producer.results:
+            users = _real_users(result)
+            if any(_selection_key(u) != same for u in users):
+                return False  # a result is still used whole, or selected otherwise
+            selections.append(users)
+        plan = self._reduction_plan(producer, axis)
+        if plan is None:
+            return False
+        (position, operand_axis), = plan[0].items()
+        with ir.InsertionPoint(op), op.location:
+            operands = list(producer.operands)
+            operands[position] = self._cut(cut, operands[position], operand_axis)
+            types = []
+            for result in producer.results:
+                sizes, dtype = vtensor_shape(result.type)
+                sizes = list(sizes)
+                sizes[axis] = cut.size
+                types.append(vtensor_type(sizes, dtype))
+            moved = ir.Operation.create(producer.name, results=types, operands=operands,
+                                        attributes={a.name: a.attr for a in producer.attributes})
+        for old, new, users in zip(producer.results, moved.results, selections, strict=True):
+            self._record(new, old, axis, cut)
+            for user in users:
+                rewriter.replace_op(user, [new])
+        for user in [use.owner for r in producer.results for use in r.uses]:
+            rewriter.erase_op(user)  # the bindings of the whole results
+        rewriter.erase_op(producer)
         return True
 
     # -- moving -----------------------------------------------------------------
@@ -526,6 +570,19 @@ class _Hoister:
             dims[axis] = None if cut.size is None else sympy.Integer(cut.size)
             self.analysis.dims[new] = dims
         return new
+
+
+def _selection_key(op) -> tuple | None:
+    """What a slice/index_select selects (kind, axis, bounds or index), without
+    its source; None for other ops."""
+    if op.name not in ("torch.aten.slice.Tensor", "torch.aten.index_select"):
+        return None
+    rank = len(vtensor_shape(op.operands[0].type)[0])
+    axis = constant_int(op.operands[1])
+    if axis is None:
+        return None
+    return (op.name, axis % rank, str(op.results[0].type)) + tuple(
+        _value_key(v) for v in list(op.operands)[2:])
 
 
 def _real_users(value: ir.Value) -> list:

@@ -111,3 +111,90 @@ func.func @negative_reduction_over_sliced_axis(%arg0: !torch.vtensor<[?,?,8],f32
   %1 = torch.aten.select.int %0, %int1, %int0 : !torch.vtensor<[?,1,8],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,8],f32>
   return %1 : !torch.vtensor<[?,8],f32>
 }
+
+// -----
+
+/// var_mean has two results, each reaching the selection through its own
+/// branch ((x - mean) / sqrt(var + eps)): once both branches carry the same
+/// selection, var_mean runs on the selected row, once, for both.
+// CHECK-LABEL: func.func @var_mean_both_results_selected
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,16],f32>)
+// CHECK: %[[ROW:.*]] = torch.aten.slice.Tensor %[[X]], %int1, %int0, %int1, %int1 {{.*}} -> !torch.vtensor<[?,1,16],f32>
+// CHECK: %[[VAR:.*]], %[[MEAN:.*]] = torch.aten.var_mean.correction %[[ROW]], {{.*}} -> !torch.vtensor<[?,1,1],f32>, !torch.vtensor<[?,1,1],f32>
+// CHECK: torch.aten.sub.Tensor %[[ROW]], %[[MEAN]]
+// CHECK: torch.aten.add.Scalar %[[VAR]]
+// CHECK-NOT: torch.aten.var_mean
+func.func @var_mean_both_results_selected(%arg0: !torch.vtensor<[?,?,16],f32>) -> !torch.vtensor<[?,16],f32> {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 2, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 16)> : !torch.vtensor<[?,?,16],f32>
+  %int-1 = torch.constant.int -1
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %true = torch.constant.bool true
+  %eps = torch.constant.float 1.000000e-05
+  %dims = torch.prim.ListConstruct %int-1 : (!torch.int) -> !torch.list<int>
+  %var, %mean = torch.aten.var_mean.correction %arg0, %dims, %int1, %true : !torch.vtensor<[?,?,16],f32>, !torch.list<int>, !torch.int, !torch.bool -> !torch.vtensor<[?,?,1],f32>, !torch.vtensor<[?,?,1],f32>
+  torch.bind_symbolic_shape %var, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 1)> : !torch.vtensor<[?,?,1],f32>
+  torch.bind_symbolic_shape %mean, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 1)> : !torch.vtensor<[?,?,1],f32>
+  %2 = torch.aten.sub.Tensor %arg0, %mean, %int1 : !torch.vtensor<[?,?,16],f32>, !torch.vtensor<[?,?,1],f32>, !torch.int -> !torch.vtensor<[?,?,16],f32>
+  torch.bind_symbolic_shape %2, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 16)> : !torch.vtensor<[?,?,16],f32>
+  %3 = torch.aten.add.Scalar %var, %eps, %int1 : !torch.vtensor<[?,?,1],f32>, !torch.float, !torch.int -> !torch.vtensor<[?,?,1],f32>
+  torch.bind_symbolic_shape %3, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 1)> : !torch.vtensor<[?,?,1],f32>
+  %4 = torch.aten.sqrt %3 : !torch.vtensor<[?,?,1],f32> -> !torch.vtensor<[?,?,1],f32>
+  torch.bind_symbolic_shape %4, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 1)> : !torch.vtensor<[?,?,1],f32>
+  %5 = torch.aten.div.Tensor %2, %4 : !torch.vtensor<[?,?,16],f32>, !torch.vtensor<[?,?,1],f32> -> !torch.vtensor<[?,?,16],f32>
+  torch.bind_symbolic_shape %5, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 16)> : !torch.vtensor<[?,?,16],f32>
+  %6 = torch.aten.select.int %5, %int1, %int0 : !torch.vtensor<[?,?,16],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,16],f32>
+  return %6 : !torch.vtensor<[?,16],f32>
+}
+
+// -----
+
+/// The mean is also returned whole: var_mean must still produce every row, so
+/// it stays (only the branches below it are selected).
+// CHECK-LABEL: func.func @negative_var_mean_result_used_whole
+// CHECK: %[[VAR:.*]], %[[MEAN:.*]] = torch.aten.var_mean.correction %arg0
+// CHECK-SAME: -> !torch.vtensor<[?,?,1],f32>, !torch.vtensor<[?,?,1],f32>
+// CHECK: return {{.*}}, %[[MEAN]]
+func.func @negative_var_mean_result_used_whole(%arg0: !torch.vtensor<[?,?,16],f32>) -> (!torch.vtensor<[?,1],f32>, !torch.vtensor<[?,?,1],f32>) {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 2, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 16)> : !torch.vtensor<[?,?,16],f32>
+  %int-1 = torch.constant.int -1
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %true = torch.constant.bool true
+  %dims = torch.prim.ListConstruct %int-1 : (!torch.int) -> !torch.list<int>
+  %var, %mean = torch.aten.var_mean.correction %arg0, %dims, %int1, %true : !torch.vtensor<[?,?,16],f32>, !torch.list<int>, !torch.int, !torch.bool -> !torch.vtensor<[?,?,1],f32>, !torch.vtensor<[?,?,1],f32>
+  torch.bind_symbolic_shape %var, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 1)> : !torch.vtensor<[?,?,1],f32>
+  torch.bind_symbolic_shape %mean, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 1)> : !torch.vtensor<[?,?,1],f32>
+  %2 = torch.aten.select.int %var, %int1, %int0 : !torch.vtensor<[?,?,1],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,1],f32>
+  return %2, %mean : !torch.vtensor<[?,1],f32>, !torch.vtensor<[?,?,1],f32>
+}
+
+// -----
+
+/// var_mean over the sliced axis: every row's statistics need all rows, so
+/// the mean stays whole and broadcasts against the selected row.
+// CHECK-LABEL: func.func @negative_var_mean_over_sliced_axis
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,16],f32>)
+// CHECK: %[[VAR:.*]], %[[MEAN:.*]] = torch.aten.var_mean.correction %[[X]]
+// CHECK: %[[ROW:.*]] = torch.aten.slice.Tensor %[[X]]
+// CHECK: torch.aten.sub.Tensor %[[ROW]], %[[MEAN]]
+func.func @negative_var_mean_over_sliced_axis(%arg0: !torch.vtensor<[?,?,16],f32>) -> !torch.vtensor<[?,16],f32> {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 2, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 16)> : !torch.vtensor<[?,?,16],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %true = torch.constant.bool true
+  %dims = torch.prim.ListConstruct %int1 : (!torch.int) -> !torch.list<int>
+  %var, %mean = torch.aten.var_mean.correction %arg0, %dims, %int1, %true : !torch.vtensor<[?,?,16],f32>, !torch.list<int>, !torch.int, !torch.bool -> !torch.vtensor<[?,1,16],f32>, !torch.vtensor<[?,1,16],f32>
+  torch.bind_symbolic_shape %var, [%0], affine_map<()[s0] -> (s0, 1, 16)> : !torch.vtensor<[?,1,16],f32>
+  torch.bind_symbolic_shape %mean, [%0], affine_map<()[s0] -> (s0, 1, 16)> : !torch.vtensor<[?,1,16],f32>
+  %2 = torch.aten.sub.Tensor %arg0, %mean, %int1 : !torch.vtensor<[?,?,16],f32>, !torch.vtensor<[?,1,16],f32>, !torch.int -> !torch.vtensor<[?,?,16],f32>
+  torch.bind_symbolic_shape %2, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 16)> : !torch.vtensor<[?,?,16],f32>
+  %3 = torch.aten.select.int %2, %int1, %int0 : !torch.vtensor<[?,?,16],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,16],f32>
+  return %3 : !torch.vtensor<[?,16],f32>
+}

@@ -402,18 +402,26 @@ def _heads(t: _Value, n: int, b: _Builder) -> str:
                          f"{t.name}.reshape(x.shape[0], -1, {n}, {d}).transpose(1, 2)"])
 
 
+def _qkv_projections(b: _Builder):
+    """Q, K and V as linear maps of the current [B, L, static] tensor, with a
+    random width and head count: (width, heads, head size, (q, k, v)), or None."""
+    t = b.current()
+    if len(t.dims) != 3 or t.dims[:2] != ("B", "L") or not _static(t.dims[2]):
+        return None
+    width = b.rng.choice([8, 16])
+    heads = b.rng.choice([1, 2])
+    q, k, v = (b.emit(f"{b.linear(t.dims[2], width, b.rng.random() < 0.5)}({t.name})", ("B", "L", width))
+               for _ in range(3))
+    return width, heads, width // heads, (q, k, v)
+
+
 def _attention(b: _Builder) -> bool:
     """softmax(q k^T * scale + mask) v, one or two heads, every intermediate in
     the pool (so a selection may land on scores or on 4-D head outputs)."""
-    t = b.current()
-    if len(t.dims) != 3 or t.dims[:2] != ("B", "L") or not _static(t.dims[2]):
+    projected = _qkv_projections(b)
+    if projected is None:
         return False
-    n_in = t.dims[2]
-    width = b.rng.choice([8, 16])
-    heads = b.rng.choice([1, 2])
-    d = width // heads
-    q, k, v = (b.emit(f"{b.linear(n_in, width, b.rng.random() < 0.5)}({t.name})", ("B", "L", width))
-               for _ in range(3))
+    width, heads, d, (q, k, v) = projected
     if heads > 1:
         q, k, v = (b.emit(_heads(s, heads, b), ("B", heads, "L", d)) for s in (q, k, v))
     s = b.emit(f"{q.name} @ {k.name}.transpose(-1, -2) * {round(1 / d ** 0.5, 4)}", (*q.dims[:-1], "L"))
@@ -431,15 +439,10 @@ def _attention(b: _Builder) -> bool:
 
 
 def _sdpa(b: _Builder) -> bool:
-    t = b.current()
-    if len(t.dims) != 3 or t.dims[:2] != ("B", "L") or not _static(t.dims[2]):
+    projected = _qkv_projections(b)
+    if projected is None:
         return False
-    n_in = t.dims[2]
-    width = b.rng.choice([8, 16])
-    heads = b.rng.choice([1, 2])
-    d = width // heads
-    q, k, v = (b.emit(f"{b.linear(n_in, width, b.rng.random() < 0.5)}({t.name})", ("B", "L", width))
-               for _ in range(3))
+    width, heads, d, (q, k, v) = projected
     q, k, v = (b.emit(_heads(s, heads, b), ("B", heads, "L", d)) for s in (q, k, v))
     mode = b.rng.choice(["plain", "mask", "causal"])
     extra = {"plain": "", "mask": ", attn_mask=(1.0 - mask)[:, None, None, :] * -30.0",
