@@ -51,4 +51,5 @@ __all__ = ["ModulePass", "PassFailure", "apply_patterns", "register", "registere
            "lookup", "load_pass_file", "DEFAULT_PIPELINE"]
 
 # Each pass module registers its pass on import.
-from anyshape.passes import canonicalize_shapes, hoist_slices, lower, print_flops  # noqa: E402,F401
+from anyshape.passes import (canonicalize_shapes, data_tiling_forms, hoist_slices, lower,  # noqa: E402,F401
+                             print_flops)

@@ -15,6 +15,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--cuda-arch", default=None, help="with --target=cuda (default sm_80)")
     parser.add_argument("--opt-level", default=None, help="IREE optimization level (O0-O3)")
+    parser.add_argument("--data-tiling", action="store_true",
+                        help="IREE data tiling (adds anyshape-data-tiling-forms after "
+                             "anyshape-hoist-slices); see anyshape/targets.py")
     parser.add_argument("--passes", default=None,
                         help="comma-separated anyshape passes (default: the default pipeline; "
                              "'' for none)")
@@ -27,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from anyshape.compiler import compile_module
+    from anyshape.compiler import compile_module, with_data_tiling_forms
     from anyshape.errors import CompileError
     from anyshape.ir_signature import signature_from_module
     from anyshape.mlir import MLIRError, new_context, parse_module
@@ -49,10 +52,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"anyshape-compile: cannot read '{name}': {error.strerror}", file=sys.stderr)
         return 1
     try:
-        target = make_target(args.target, args.cuda_arch, args.opt_level)
+        target = make_target(args.target, args.cuda_arch, args.opt_level, args.data_tiling)
         module = parse_module(data, new_context())
         signature = signature_from_module(module, args.function)
         passes = DEFAULT_PIPELINE if args.passes is None else split_top_level(args.passes)
+        if args.data_tiling:
+            passes = with_data_tiling_forms(list(passes))
         compiled = compile_module(module, signature, target, passes, dump_ir_dir=args.dump_ir_dir,
                                   report=lambda msg: print(f"[anyshape-compile] {msg}",
                                                            file=sys.stderr, flush=True),

@@ -40,7 +40,7 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
             target: str = "cpu", cuda_arch: str | None = None, opt_level: str | None = None,
             passes: Sequence[str] | None = None, dump_ir_dir: str | Path | None = None,
             progress: bool | Callable[[str], None] = False,
-            threads: int | None = None) -> CompiledModule:
+            threads: int | None = None, data_tiling: bool = False) -> CompiledModule:
     """Export ``model`` with ``torch.export`` (``dynamic_shapes`` as there), run the
     anyshape passes and compile with IREE for ``target`` ("cpu" or "cuda").
 
@@ -48,14 +48,18 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     pass arguments. ``progress=True`` prints each stage as it runs. ``threads``:
     CPU worker threads the module runs on (None: one per core this process may
     use); IREE fixes the count for the whole process when the first CPU module
-    runs, so modules of one process must agree on it.
+    runs, so modules of one process must agree on it. ``data_tiling=True``:
+    IREE's data tiling (``targets.py``), with ``anyshape-data-tiling-forms``
+    after ``anyshape-hoist-slices``.
     """
     from anyshape.importer import export_program, import_program
     from anyshape.signature import dim_labels_from, signature_from_program
 
-    compile_target = make_target(target, cuda_arch, opt_level)
+    compile_target = make_target(target, cuda_arch, opt_level, data_tiling)
     check_threads(threads)
     pass_names = list(DEFAULT_PIPELINE if passes is None else passes)
+    if data_tiling:
+        pass_names = with_data_tiling_forms(pass_names)
     for name in pass_names:
         make_anyshape_pass(name)  # unknown names and bad options fail before the (slow) export
     report = _progress_printer(progress)
@@ -71,6 +75,19 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     module.threads = threads
     report(f"done in {time.monotonic() - started:.0f}s")
     return module
+
+
+DATA_TILING_FORMS = "anyshape-data-tiling-forms"
+
+
+def with_data_tiling_forms(pass_names: list[str]) -> list[str]:
+    """``anyshape-data-tiling-forms`` right after ``anyshape-hoist-slices``
+    (whose one-row work it rewrites), unless already there."""
+    names = [split_pass_element(p)[0] for p in pass_names]
+    if DATA_TILING_FORMS in names or "anyshape-hoist-slices" not in names:
+        return list(pass_names)
+    at = names.index("anyshape-hoist-slices") + 1
+    return [*pass_names[:at], DATA_TILING_FORMS, *pass_names[at:]]
 
 
 def compile_module(module: ir.Module, signature: ModuleSignature, target: Target,

@@ -15,21 +15,19 @@ Why each option:
   8x768 tiles on the stack (139 KB for hidden 768 against IREE's 32 KB limit:
   "exceeded stack allocation limit"). Raising the limit only turned that into
   a run-time crash; not fusing multi-use producers removes the allocation.
-- not ``--iree-opt-data-tiling``, although it is where most of the CPU speed
-  is (about 2x less CPU time in iree-benchmark-module for the roberta-base
-  classifier at L = 128, batch 1).
-  An earlier build gave wrong results with it under a dynamic batch and
-  length (duplicate dispatch workload sizes folded by IREE 3.13, see
-  ``iree_workarounds.py``). With that workaround and the argument range facts
-  it is now exact without slice hoisting: max |error| <= 9e-7 against eager at
-  1x1, 2x2, 1x128, 3x77, 2x200, 3x512, 8x65 and 5x333. With the default
-  pipeline it does not compile: the last layer's one-row attention
-  (``[B*heads, 1, L] x [B*heads, L, 64]`` and the one-row projections next to
-  it) gets encodings that IREE 3.13's CPU codegen rejects ("no basis element
-  may be statically non-positive" in ``affine.delinearize_index``, and a
-  stack allocation of 819200 bytes). Raising the stack limit would only move
-  that failure to run time, so data tiling waits for an IR form of the
-  one-row products that IREE compiles.
+- ``--iree-opt-data-tiling`` only with ``data_tiling=True`` (off by default
+  for now). It is where most of the CPU matmul speed is (about 2x less CPU
+  time in iree-benchmark-module for the roberta-base classifier at L = 128,
+  batch 1). An earlier build gave wrong results with it under a dynamic
+  batch and length (duplicate dispatch workload sizes folded by IREE 3.13,
+  see ``iree_workarounds.py``); with that workaround and the argument range
+  facts it is exact: max |error| <= 9e-7 against eager at 1x1, 2x2, 1x128,
+  3x77, 2x200, 3x512, 8x65 and 5x333 (roberta-base, without slice hoisting).
+  The slice-hoisted last layer needs ``anyshape-data-tiling-forms`` (which
+  ``compile`` adds after ``anyshape-hoist-slices`` when data tiling is on):
+  IREE's CPU codegen rejects the packing of its one-row attention products
+  and of a one-row slice fused into a projection's dispatch. It is not the
+  default until the slice-hoisting property test runs with it.
 - cuda: ``--iree-hal-target-device=cuda --iree-cuda-target=<arch>``; compiling
   needs no GPU, running needs IREE's cuda driver and a device.
 """
@@ -50,9 +48,12 @@ class Target:
     driver: str              # IREE runtime driver
     cuda_arch: str | None = None
     opt_level: str = DEFAULT_OPT_LEVEL
+    data_tiling: bool = False
 
     def iree_flags(self) -> list[str]:
         flags = list(_COMMON) + [f"--iree-opt-level={self.opt_level}"]
+        if self.data_tiling:
+            flags.append("--iree-opt-data-tiling")
         if self.name == "cpu":
             flags += [
                 "--iree-hal-target-device=local",
@@ -71,17 +72,20 @@ class Target:
         return cls(**data)
 
 
-def make_target(target: str, cuda_arch: str | None = None, opt_level: str | None = None) -> Target:
+def make_target(target: str, cuda_arch: str | None = None, opt_level: str | None = None,
+                data_tiling: bool = False) -> Target:
     opt_level = opt_level or DEFAULT_OPT_LEVEL
+    if not isinstance(data_tiling, bool):
+        raise ValueError(f"data_tiling: expected True or False, got {data_tiling!r}")
     if opt_level not in ("O0", "O1", "O2", "O3"):
         raise ValueError(f"opt_level: expected one of O0, O1, O2, O3, got '{opt_level}'")
     if target == "cpu":
         if cuda_arch is not None:
             raise ValueError("cuda_arch: only meaningful with target='cuda'")
-        return Target("cpu", "local-task", None, opt_level)
+        return Target("cpu", "local-task", None, opt_level, data_tiling)
     if target == "cuda":
         arch = cuda_arch or DEFAULT_CUDA_ARCH
         if not (arch.startswith("sm_") and arch[3:].isdigit()):
             raise ValueError(f"cuda_arch: expected an NVIDIA architecture like 'sm_80', got '{arch}'")
-        return Target("cuda", "cuda", arch, opt_level)
+        return Target("cuda", "cuda", arch, opt_level, data_tiling)
     raise ValueError(f"target: expected 'cpu' or 'cuda', got '{target}'")

@@ -1,0 +1,185 @@
+"""anyshape-data-tiling-forms: the one-row work slice hoisting leaves, in forms
+IREE 3.13 data-tiles without failing.
+
+With ``--iree-opt-data-tiling`` (``anyshape.compile(..., data_tiling=True)``),
+IREE's CPU codegen fails on two shapes the slice-hoisted last layer has:
+
+- A batch matmul with one row (``bmm([B*H, 1, K], [B*H, K, N])``, one query
+  row against every key): unit-dim folding makes it a batch matvec, whose
+  data-tiled packing fails ("no basis element may be statically
+  non-positive"). Written as a multiply and a sum over the unflattened
+  ``[B, H]`` it has two batch dims, so IREE leaves it untiled: it is a row's
+  worth of work.
+- A slice of a tensor that other ops read whole, taking one row or one row
+  per sequence (the last layer's input, also read by the K and V
+  projections): IREE fuses the strided read into the projection's dispatch
+  together with the operand packing, and that dispatch exceeds the stack
+  limit or the vector size limit (tiles sized by the length's upper bound).
+  As ``index_select`` the rows are their own small copy.
+
+Both rewrites compute the same values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+
+from anyshape.dialects import vtensor_shape
+from anyshape.mlir import ir
+from anyshape.passes import ModulePass, apply_patterns, register
+from anyshape.passes.canonicalize_shapes import erase_unused
+from anyshape.passes.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir import constant_int, defining_op, int_constant, vtensor_type
+
+
+def _users(value: ir.Value) -> list:
+    return [use.owner for use in value.uses if use.owner.name != "torch.bind_symbolic_shape"]
+
+
+def _flattened_4d(value: ir.Value):
+    """``a`` when ``value`` is ``flatten(a, 0, 1)`` of a rank-4 ``a``."""
+    op = defining_op(value)
+    if op is None or op.name != "torch.aten.flatten.using_ints":
+        return None
+    if constant_int(op.operands[1]) != 0 or constant_int(op.operands[2]) != 1:
+        return None
+    shape = vtensor_shape(op.operands[0].type)
+    return op.operands[0] if shape is not None and len(shape[0]) == 4 else None
+
+
+def _bool_constant(value: bool) -> ir.Value:
+    return ir.Operation.create("torch.constant.bool", results=[ir.Type.parse("!torch.bool")],
+                               attributes={"value": ir.BoolAttr.get(value)}).result
+
+
+def _int_list(values: list[ir.Value]) -> ir.Value:
+    return ir.Operation.create("torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
+                               operands=values).result
+
+
+@dataclasses.dataclass
+class _Rewrites:
+    analysis: ShapeAnalysis
+
+    def same_dims(self, a: ir.Value, b: ir.Value, axes) -> bool:
+        da, db = self.analysis.dims.get(a), self.analysis.dims.get(b)
+        return (da is not None and db is not None and
+                all(da[i] is not None and db[i] is not None and sympy.simplify(da[i] - db[i]) == 0
+                    for i in axes))
+
+    def is_row(self, start, size) -> bool:
+        """0 <= start < size for every size in range."""
+        return self.nonnegative(start) and self.nonnegative(size - start - 1)
+
+    def nonnegative(self, expr) -> bool:
+        """expr >= 0 wherever every symbol is at least its minimum: with each
+        symbol written as its minimum plus t >= 0, every coefficient of the
+        polynomial in the t's is >= 0 (sufficient, not necessary)."""
+        expr = sympy.sympify(expr)
+        shifted, shifts = expr, []
+        for symbol in expr.free_symbols:
+            low = self.analysis.ranges.get(symbol, (None, None))[0]
+            if low is None:
+                return False
+            t = sympy.Dummy(nonnegative=True)
+            shifted, shifts = shifted.subs(symbol, low + t), shifts + [t]
+        try:
+            poly = sympy.Poly(sympy.expand(shifted), *shifts) if shifts else None
+        except sympy.PolynomialError:
+            return False
+        coefficients = poly.coeffs() if poly is not None else [shifted]
+        return all(c.is_number and c >= 0 for c in coefficients)
+
+    def one_row_bmm(self, op, rewriter) -> bool:
+        """unflatten(bmm(flatten(a), flatten(b)), 0, [B, H]) with one row in a
+        -> sum(transpose(a, 2, 3) * b, 2, keepdim)."""
+        if constant_int(op.operands[1]) != 0:
+            return False
+        bmm = defining_op(op.operands[0])
+        if bmm is None or bmm.name != "torch.aten.bmm" or len(_users(bmm.results[0])) != 1:
+            return False
+        a, b = _flattened_4d(bmm.operands[0]), _flattened_4d(bmm.operands[1])
+        result = vtensor_shape(op.results[0].type)
+        if a is None or b is None or result is None or len(result[0]) != 4:
+            return False
+        a_shape, b_shape = vtensor_shape(a.type)[0], vtensor_shape(b.type)[0]
+        if a_shape[2] != 1 or not self.same_dims(a, b, (0, 1)) or not self.same_dims(a, op.results[0], (0, 1)):
+            return False
+        with ir.InsertionPoint(op), op.location:
+            column = ir.Operation.create(
+                "torch.aten.transpose.int",
+                results=[vtensor_type([a_shape[0], a_shape[1], a_shape[3], 1], result[1])],
+                operands=[a, int_constant(2), int_constant(3)]).result
+            products = ir.Operation.create(
+                "torch.aten.mul.Tensor", results=[vtensor_type(list(b_shape), result[1])],
+                operands=[column, b]).result
+            none = ir.Operation.create("torch.constant.none", results=[ir.Type.parse("!torch.none")]).result
+            total = ir.Operation.create(
+                "torch.aten.sum.dim_IntList", results=[op.results[0].type],
+                operands=[products, _int_list([int_constant(2)]), _bool_constant(True), none]).result
+        rewriter.replace_op(op, [total])
+        return True
+
+    def selection_as_gather(self, op, rewriter) -> bool:
+        """A slice of an x that is also read whole, taking one row (``x[:, s]``)
+        or every step-th row (a row per sequence of a flattened ``[B*L, H]``),
+        on an outer axis, with every row provably inside x ->
+        index_select(x, d, rows)."""
+        source, axis = op.operands[0], constant_int(op.operands[1])
+        shape, result = vtensor_shape(source.type), vtensor_shape(op.results[0].type)
+        if axis is None or shape is None or result is None or len(_users(source)) < 2:
+            return False
+        axis %= len(shape[0])
+        step = constant_int(op.operands[4])
+        one_row = result[0][axis] == 1 and step == 1
+        if axis == len(shape[0]) - 1 or not (one_row or (step is None or step > 1)):
+            return False
+        start, end = self.analysis.scalar(op.operands[2]), self.analysis.scalar(op.operands[3])
+        dims = self.analysis.dims.get(source)
+        if start is None or end is None or dims is None or dims[axis] is None:
+            return False
+        # Rows from start on, a positive step apart, before end: inside x when
+        # start is a row of x and (for several rows) end does not pass x's size.
+        if not self.is_row(start, dims[axis]) or not (one_row or self.nonnegative(dims[axis] - end)):
+            return False  # may be out of range: the slice would clamp, a gather would not
+        count = result[0][axis]
+        with ir.InsertionPoint(op), op.location:
+            index_type = vtensor_type([count], "si64")
+            constant = constant_int(op.operands[2])
+            if one_row and constant is not None:
+                index = ir.Operation.create(
+                    "torch.vtensor.literal", results=[index_type],
+                    attributes={"value": ir.DenseElementsAttr.get_splat(
+                        ir.RankedTensorType.get([1], ir.IntegerType.get_signed(64)),
+                        ir.IntegerAttr.get(ir.IntegerType.get_signed(64), constant))}).result
+            else:
+                none = ir.Operation.create("torch.constant.none", results=[ir.Type.parse("!torch.none")]).result
+                index = ir.Operation.create(
+                    "torch.aten.arange.start_step", results=[index_type],
+                    operands=[op.operands[2], op.operands[3], op.operands[4], int_constant(4),
+                              none, none, none]).result
+            rows = ir.Operation.create("torch.aten.index_select", results=[op.results[0].type],
+                                       operands=[source, op.operands[1], index]).result
+        rewriter.replace_op(op, [rows])
+        return True
+
+
+@register
+@dataclasses.dataclass
+class DataTilingFormsPass(ModulePass):
+    argument = "anyshape-data-tiling-forms"
+    description = ("One-row batch matmuls as multiply-reduce over batch and heads, one-row "
+                   "slices of tensors also read whole as index_select: forms IREE's data "
+                   "tiling compiles")
+
+    def apply(self, module_op):
+        for op in module_op.regions[0].blocks[0].operations:
+            func = op.operation
+            if func.name != "func.func" or len(func.regions[0].blocks) != 1:
+                continue
+            rewrites = _Rewrites(ShapeAnalysis(func))
+            apply_patterns(func, [("torch.aten.unflatten.int", rewrites.one_row_bmm),
+                                  ("torch.aten.slice.Tensor", rewrites.selection_as_gather)])
+            erase_unused(func)  # the flattened operands and bmm, kept alive by their bindings

@@ -1,0 +1,135 @@
+// RUN: anyshape-opt %s --split-input-file --anyshape-data-tiling-forms | FileCheck %s
+
+/// Slice hoisting left one query row: both batch matmuls have one row, which
+/// IREE's data tiling turns into a batch matvec it cannot pack. They become a
+/// multiply and a sum over the unflattened [B, heads]; the row of the values
+/// (also read whole by the other products) becomes its own gather.
+// CHECK-LABEL: func.func @one_row_attention
+// CHECK-SAME: (%[[Q:.*]]: !torch.vtensor<[?,4,?,8],f32>, %[[K:.*]]: !torch.vtensor<[?,4,?,8],f32>, %[[V:.*]]: !torch.vtensor<[?,4,?,8],f32>)
+// CHECK: %[[INDEX:.*]] = torch.vtensor.literal(dense<0> : tensor<1xsi64>)
+// CHECK: %[[ROW:.*]] = torch.aten.index_select %[[V]], %int2, %[[INDEX]]
+// CHECK-NOT: torch.aten.bmm
+// CHECK: %[[COLUMN:.*]] = torch.aten.transpose.int %[[ROW]], %int2, %int3 : !torch.vtensor<[?,4,1,8],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,4,8,1],f32>
+// CHECK: %[[PRODUCTS:.*]] = torch.aten.mul.Tensor %[[COLUMN]], %{{.*}} : !torch.vtensor<[?,4,8,1],f32>, !torch.vtensor<[?,4,8,?],f32>
+// CHECK: %[[SCORES:.*]] = torch.aten.sum.dim_IntList %[[PRODUCTS]], %{{.*}}, %true, %none {{.*}} -> !torch.vtensor<[?,4,1,?],f32>
+// CHECK: %[[P:.*]] = torch.aten.softmax.int %[[SCORES]]
+// CHECK: %[[PCOL:.*]] = torch.aten.transpose.int %[[P]], %int2, %int3
+// CHECK: %[[PV:.*]] = torch.aten.mul.Tensor %[[PCOL]], %[[V]] : !torch.vtensor<[?,4,?,1],f32>, !torch.vtensor<[?,4,?,8],f32>
+// CHECK: torch.aten.sum.dim_IntList %[[PV]], %{{.*}}, %true, %none {{.*}} -> !torch.vtensor<[?,4,1,8],f32>
+// CHECK-NOT: torch.aten.bmm
+func.func @one_row_attention(%arg0: !torch.vtensor<[?,4,?,8],f32>, %arg1: !torch.vtensor<[?,4,?,8],f32>, %arg2: !torch.vtensor<[?,4,?,8],f32>) -> !torch.vtensor<[?,4,8],f32> {
+  %int0 = torch.constant.int 0
+  %none = torch.constant.none
+  %int-1 = torch.constant.int -1
+  %int4 = torch.constant.int 4
+  %int3 = torch.constant.int 3
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %0 = torch.symbolic_int "s85" {min_val = 1, max_val = 8} : !torch.int
+  %1 = torch.symbolic_int "s0" {min_val = 2, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%1, %0], affine_map<()[s0, s1] -> (s1, 4, s0, 8)> : !torch.vtensor<[?,4,?,8],f32>
+  torch.bind_symbolic_shape %arg1, [%1, %0], affine_map<()[s0, s1] -> (s1, 4, s0, 8)> : !torch.vtensor<[?,4,?,8],f32>
+  torch.bind_symbolic_shape %arg2, [%1, %0], affine_map<()[s0, s1] -> (s1, 4, s0, 8)> : !torch.vtensor<[?,4,?,8],f32>
+  %2 = torch.aten.size.int %arg0, %int0 : !torch.vtensor<[?,4,?,8],f32>, !torch.int -> !torch.int
+  %3 = torch.prim.ListConstruct %int0, %int1, %int3, %int2 : (!torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %4 = torch.aten.permute %arg2, %3 : !torch.vtensor<[?,4,?,8],f32>, !torch.list<int> -> !torch.vtensor<[?,4,8,?],f32>
+  torch.bind_symbolic_shape %4, [%1, %0], affine_map<()[s0, s1] -> (s1, 4, 8, s0)> : !torch.vtensor<[?,4,8,?],f32>
+  torch.bind_symbolic_shape %4, [%1, %0], affine_map<()[s0, s1] -> (s1, 4, 8, s0)> : !torch.vtensor<[?,4,8,?],f32>
+  %5 = torch.aten.flatten.using_ints %4, %int0, %int1 : !torch.vtensor<[?,4,8,?],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,8,?],f32>
+  torch.bind_symbolic_shape %5, [%1, %0], affine_map<()[s0, s1] -> (s1 * 4, 8, s0)> : !torch.vtensor<[?,8,?],f32>
+  %6 = torch.prim.ListConstruct %2, %int4 : (!torch.int, !torch.int) -> !torch.list<int>
+  %7 = torch.aten.flatten.using_ints %arg2, %int0, %int1 : !torch.vtensor<[?,4,?,8],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,?,8],f32>
+  torch.bind_symbolic_shape %7, [%1, %0], affine_map<()[s0, s1] -> (s1 * 4, s0, 8)> : !torch.vtensor<[?,?,8],f32>
+  %8 = torch.prim.ListConstruct %2, %int4 : (!torch.int, !torch.int) -> !torch.list<int>
+  %9 = torch.aten.slice.Tensor %arg2, %int2, %int0, %int1, %int1 : !torch.vtensor<[?,4,?,8],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,4,1,8],f32>
+  %10 = torch.aten.flatten.using_ints %9, %int0, %int1 : !torch.vtensor<[?,4,1,8],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,1,8],f32>
+  %11 = torch.aten.bmm %10, %5 : !torch.vtensor<[?,1,8],f32>, !torch.vtensor<[?,8,?],f32> -> !torch.vtensor<[?,1,?],f32>
+  %12 = torch.aten.unflatten.int %11, %int0, %6 : !torch.vtensor<[?,1,?],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,4,1,?],f32>
+  %13 = torch.aten.softmax.int %12, %int-1, %none : !torch.vtensor<[?,4,1,?],f32>, !torch.int, !torch.none -> !torch.vtensor<[?,4,1,?],f32>
+  %14 = torch.aten.flatten.using_ints %13, %int0, %int1 : !torch.vtensor<[?,4,1,?],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,1,?],f32>
+  %15 = torch.aten.bmm %14, %7 : !torch.vtensor<[?,1,?],f32>, !torch.vtensor<[?,?,8],f32> -> !torch.vtensor<[?,1,8],f32>
+  %16 = torch.aten.unflatten.int %15, %int0, %8 : !torch.vtensor<[?,1,8],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,4,1,8],f32>
+  %17 = torch.aten.squeeze.dim %16, %int2 : !torch.vtensor<[?,4,1,8],f32>, !torch.int -> !torch.vtensor<[?,4,8],f32>
+  torch.bind_symbolic_shape %17, [%0], affine_map<()[s0] -> (s0, 4, 8)> : !torch.vtensor<[?,4,8],f32>
+  return %17 : !torch.vtensor<[?,4,8],f32>
+}
+
+// -----
+
+/// Two rows: a real (if small) matmul, which IREE data-tiles; left alone.
+// CHECK-LABEL: func.func @negative_two_rows
+// CHECK: torch.aten.bmm
+// CHECK-NOT: torch.aten.sum.dim_IntList
+func.func @negative_two_rows(%arg0: !torch.vtensor<[?,4,2,8],f32>, %arg1: !torch.vtensor<[?,4,8,?],f32>) -> !torch.vtensor<[?,4,2,?],f32> {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 2, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0], affine_map<()[s0] -> (s0, 4, 2, 8)> : !torch.vtensor<[?,4,2,8],f32>
+  torch.bind_symbolic_shape %arg1, [%0, %1], affine_map<()[s0, s1] -> (s0, 4, 8, s1)> : !torch.vtensor<[?,4,8,?],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int4 = torch.constant.int 4
+  %b = torch.aten.size.int %arg0, %int0 : !torch.vtensor<[?,4,2,8],f32>, !torch.int -> !torch.int
+  %a = torch.aten.flatten.using_ints %arg0, %int0, %int1 : !torch.vtensor<[?,4,2,8],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,2,8],f32>
+  %k = torch.aten.flatten.using_ints %arg1, %int0, %int1 : !torch.vtensor<[?,4,8,?],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,8,?],f32>
+  %s = torch.aten.bmm %a, %k : !torch.vtensor<[?,2,8],f32>, !torch.vtensor<[?,8,?],f32> -> !torch.vtensor<[?,2,?],f32>
+  %sizes = torch.prim.ListConstruct %b, %int4 : (!torch.int, !torch.int) -> !torch.list<int>
+  %r = torch.aten.unflatten.int %s, %int0, %sizes : !torch.vtensor<[?,2,?],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,4,2,?],f32>
+  return %r : !torch.vtensor<[?,4,2,?],f32>
+}
+
+// -----
+
+/// The slice is the only reader of x: nothing else would share its dispatch.
+// CHECK-LABEL: func.func @negative_slice_is_only_reader
+// CHECK: torch.aten.slice.Tensor
+// CHECK-NOT: torch.aten.index_select
+func.func @negative_slice_is_only_reader(%arg0: !torch.vtensor<[?,?,8],f32>) -> !torch.vtensor<[?,1,8],f32> {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 2, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 8)> : !torch.vtensor<[?,?,8],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %r = torch.aten.slice.Tensor %arg0, %int1, %int0, %int1, %int1 : !torch.vtensor<[?,?,8],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,1,8],f32>
+  return %r : !torch.vtensor<[?,1,8],f32>
+}
+
+// -----
+
+/// Row 3 of a length that may be 2: the slice would be empty there, a gather
+/// would read out of bounds; left alone.
+// CHECK-LABEL: func.func @negative_row_may_be_outside
+// CHECK: torch.aten.slice.Tensor
+// CHECK-NOT: torch.aten.index_select
+func.func @negative_row_may_be_outside(%arg0: !torch.vtensor<[?,?,8],f32>) -> (!torch.vtensor<[?,?,8],f32>, !torch.vtensor<[?,1,8],f32>) {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 2, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 8)> : !torch.vtensor<[?,?,8],f32>
+  %int1 = torch.constant.int 1
+  %int3 = torch.constant.int 3
+  %int4 = torch.constant.int 4
+  %r = torch.aten.slice.Tensor %arg0, %int1, %int3, %int4, %int1 : !torch.vtensor<[?,?,8],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,1,8],f32>
+  return %arg0, %r : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[?,1,8],f32>
+}
+
+// -----
+
+/// The last row of every sequence of a flattened [B*L, 8] (GPT-2's last token
+/// after its Conv1D view), also read whole: rows L-1, 2L-1, ... gathered.
+// CHECK-LABEL: func.func @strided_rows
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,8],f32>
+// CHECK: %[[ROWS:.*]] = torch.aten.arange.start_step
+// CHECK: torch.aten.index_select %[[X]], %int0, %[[ROWS]] : !torch.vtensor<[?,8],f32>, !torch.int, !torch.vtensor<[?],si64> -> !torch.vtensor<[?,8],f32>
+func.func @strided_rows(%arg0: !torch.vtensor<[?,8],f32>, %arg1: !torch.vtensor<[?,?],si64>) -> (!torch.vtensor<[?,8],f32>, !torch.vtensor<[?,8],f32>) {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 2, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg1, [%0, %1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],si64>
+  torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0 * s1, 8)> : !torch.vtensor<[?,8],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %b = torch.aten.size.int %arg1, %int0 : !torch.vtensor<[?,?],si64>, !torch.int -> !torch.int
+  %l = torch.aten.size.int %arg1, %int1 : !torch.vtensor<[?,?],si64>, !torch.int -> !torch.int
+  %start = torch.aten.sub.int %l, %int1 : !torch.int, !torch.int -> !torch.int
+  %end = torch.aten.mul.int %b, %l : !torch.int, !torch.int -> !torch.int
+  %r = torch.aten.slice.Tensor %arg0, %int0, %start, %end, %l : !torch.vtensor<[?,8],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,8],f32>
+  return %arg0, %r : !torch.vtensor<[?,8],f32>, !torch.vtensor<[?,8],f32>
+}
