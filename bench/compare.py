@@ -57,6 +57,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+# The systems alternate in one process. With OpenMP's default active wait,
+# torch's threads keep spinning after each eager/inductor call and take the
+# cores from IREE's workers on the next call (and IREE's from torch): measured
+# at L = 128, anyshape took 1003 ms after eager calls with it and 483 ms with
+# PASSIVE. Set before torch is imported (child processes inherit it).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 TOLERANCE = 1e-3  # max |system - eager| above which a system's time is not reported
 WARMUP = 2
 CHILD_TIMEOUT_S = 3600
@@ -736,7 +743,8 @@ def main(argv=None) -> int:
     header = (f"# anyshape compared\n\n"
               f"{platform.machine()} ({_cpu_name()}), {os.cpu_count()} cores; {args.threads} threads "
               f"(torch.set_num_threads, onnxruntime intra-op {args.threads} / inter-op 1; "
-              f"{iree_threads_note(args.threads)}); fp32, random weights"
+              f"{iree_threads_note(args.threads)}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}); "
+              f"fp32, random weights"
               f"{', TINY models (2 layers, hidden 64): not a benchmark' if args.tiny else ''}; "
               f"medians of {args.runs} round-robin runs; {time.strftime('%Y-%m-%d %H:%M')}; "
               f"{_versions()}.\n\nCommand: `{command}`\n\n"
