@@ -54,7 +54,7 @@ def _bool_constant(value: bool) -> ir.Value:
                                attributes={"value": ir.BoolAttr.get(value)}).result
 
 
-def _int_list(values: list[ir.Value]) -> ir.Value:
+def _list_construct(values: list[ir.Value]) -> ir.Value:
     return ir.Operation.create("torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
                                operands=values).result
 
@@ -118,7 +118,7 @@ class _Rewrites:
             none = ir.Operation.create("torch.constant.none", results=[ir.Type.parse("!torch.none")]).result
             total = ir.Operation.create(
                 "torch.aten.sum.dim_IntList", results=[op.results[0].type],
-                operands=[products, _int_list([int_constant(2)]), _bool_constant(True), none]).result
+                operands=[products, _list_construct([int_constant(2)]), _bool_constant(True), none]).result
         rewriter.replace_op(op, [total])
         return True
 
