@@ -7,9 +7,12 @@ compiled twice, once with the default pipeline and once without the pass;
 at each length the two artifacts run alternately (warm-up, then medians of
 ``--runs``), so drift on the machine hits both alike.
 
-    python bench/hoist_slices.py [--lengths 128 512] [--runs 10] [--out bench/results] [--tiny]
+    python bench/hoist_slices.py [--lengths 128 512] [--runs 10] [--data-tiling]
+                                 [--out bench/results] [--tiny]
 
-Writes ``hoist_slices.md`` (the table) under ``--out`` and prints it.
+``--data-tiling`` builds both artifacts with ``data_tiling=True``.
+
+Writes ``hoist_slices.md`` (``hoist_slices-data-tiling.md``) under ``--out`` and prints it.
 """
 
 from __future__ import annotations
@@ -32,14 +35,14 @@ from models import MODELS  # bench/models.py: the wrappers shared with bench/com
 WITHOUT = ["anyshape-canonicalize-shapes", "anyshape-lower"]
 
 
-def _compile(model, max_len, passes):
+def _compile(model, max_len, passes, data_tiling):
     ids = torch.randint(3, 1000, (2, 8))  # batch 1 would be specialized by torch.export
     mask = torch.ones(2, 8, dtype=torch.long)
     dynamic = {"input_ids": {0: Dim("batch", min=1, max=8), 1: Dim("seq", min=1, max=max_len)},
                "attention_mask": {0: Dim("batch", min=1, max=8), 1: Dim("seq", min=1, max=max_len)}}
     start = time.perf_counter()
     module = anyshape.compile(model, (ids,), {"attention_mask": mask}, dynamic_shapes=dynamic,
-                              passes=passes)
+                              passes=passes, data_tiling=data_tiling)
     return module, time.perf_counter() - start
 
 
@@ -66,6 +69,8 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--data-tiling", action="store_true",
+                        help="compile both artifacts with data_tiling=True")
     parser.add_argument("--tiny", action="store_true",
                         help="2 layers, hidden 64: a smoke test of this script, not a benchmark")
     args = parser.parse_args(argv)
@@ -77,8 +82,8 @@ def main(argv=None) -> int:
     for name, (build, max_len) in MODELS.items():
         model = build(tiny=args.tiny).eval()
         print(f"{name}: compiling with and without anyshape-hoist-slices", flush=True)
-        with_pass, with_s = _compile(model, max_len, None)
-        without_pass, without_s = _compile(model, max_len, WITHOUT)
+        with_pass, with_s = _compile(model, max_len, None, args.data_tiling)
+        without_pass, without_s = _compile(model, max_len, WITHOUT, args.data_tiling)
         flops_with = count_flops(with_pass.ir("anyshape-hoist-slices"))
         flops_without = count_flops(without_pass.ir("anyshape-canonicalize-shapes"))
         batch, seq = (next(s for s, root in flops_with.symbols.items() if root == (0, axis))
@@ -114,16 +119,17 @@ def main(argv=None) -> int:
         table.append(f"| {name} | {length} | {without_ms:.1f} | {with_ms:.1f} | {ratio:.3f} | "
                      f"{c0:.1f} | {c1:.1f} | {cpu_ratio:.3f} | {g0:.2f} | {g1:.2f} | {saved:.1%} |")
     steal, total = (end - start for end, start in zip(_cpu_ticks(), ticks_at_start))
-    header = (f"batch 1, fp32, medians of {args.runs} alternating runs (wall time, and the "
+    header = (f"batch 1, fp32, {'data tiling' if args.data_tiling else 'no data tiling'}, medians of {args.runs} alternating runs (wall time, and the "
               f"process's CPU time over all its threads); "
               f"{platform.machine()}, {os.cpu_count()} cores; the host stole "
               f"{steal / max(total, 1):.0%} of CPU time during the run; "
               f"`python bench/hoist_slices.py --runs {args.runs}"
+              f"{' --data-tiling' if args.data_tiling else ''}"
               f"{' --tiny' if args.tiny else ''}`"
               f"{'; TINY models (2 layers, hidden 64): not a benchmark' if args.tiny else ''}")
     text = "\n".join([header, "", *table, ""])
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "hoist_slices.md").write_text(text)
+    (args.out / f"hoist_slices{'-data-tiling' if args.data_tiling else ''}.md").write_text(text)
     print(text)
     return 0
 

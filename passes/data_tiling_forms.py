@@ -16,8 +16,19 @@ IREE's CPU codegen fails on two shapes the slice-hoisted last layer has:
   together with the operand packing, and that dispatch exceeds the stack
   limit or the vector size limit (tiles sized by the length's upper bound).
   As ``index_select`` the rows are their own small copy.
+- A projection with a column slice of a constant weight (the Q, K and V
+  parts of GPT-2's fused ``c_attn``, split by slice hoisting): IREE packs
+  the slice inside the projection's dispatch on every call instead of once
+  at load time, and in the last layer that dispatch also fails to compile.
+  Computed with the whole weight and sliced after, the packing is hoisted
+  and the projections that share an input become one (CSE). In the last
+  layer the query rows' projection then reads the same whole weight as the
+  K and V projection of every row: its rows are taken from that product
+  instead (IREE would fuse the column slice back into a one-row projection
+  and pack the weight inside it). The cost is the last layer's Q columns
+  for every row: under 1 % of GPT-2 small's FLOPs.
 
-Both rewrites compute the same values.
+The rewrites compute the same values.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.canonicalize_shapes import erase_unused
+from anyshape.passes.scalar_builder import ScalarBuilder
 from anyshape.passes.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir import constant_int, defining_op, int_constant, vtensor_type
 
@@ -59,9 +71,26 @@ def _list_construct(values: list[ir.Value]) -> ir.Value:
                                operands=values).result
 
 
+def _constant_column_slice(value: ir.Value, axis: int):
+    """(whole, start, end, step) when ``value`` is a constant-bounds slice on
+    ``axis`` of a ``torch.vtensor.literal``."""
+    op = defining_op(value)
+    if op is None or op.name != "torch.aten.slice.Tensor":
+        return None
+    whole = defining_op(op.operands[0])
+    shape = vtensor_shape(op.operands[0].type)
+    bounds = [constant_int(v) for v in op.operands[1:5]]
+    if whole is None or whole.name != "torch.vtensor.literal" or shape is None or None in bounds:
+        return None
+    if bounds[0] % len(shape[0]) != axis % len(shape[0]):
+        return None
+    return op.operands[0], bounds[1], bounds[2], bounds[3]
+
+
 @dataclasses.dataclass
 class _Rewrites:
     analysis: ShapeAnalysis
+    scalars: ScalarBuilder
 
     def same_dims(self, a: ir.Value, b: ir.Value, axes) -> bool:
         da, db = self.analysis.dims.get(a), self.analysis.dims.get(b)
@@ -142,8 +171,18 @@ class _Rewrites:
             return False
         # Rows from start on, a positive step apart, before end: inside x when
         # start is a row of x and (for several rows) end does not pass x's size.
-        if not self.is_row(start, dims[axis]) or not (one_row or self.nonnegative(dims[axis] - end)):
+        if not self.is_row(start, dims[axis]):
             return False  # may be out of range: the slice would clamp, a gather would not
+        end_value = op.operands[3]
+        if not one_row and not self.nonnegative(dims[axis] - end):
+            # An end past every size (x[s::step]) stops at x's size.
+            largest = self.analysis.max_of(dims[axis])
+            if largest is None or not end.is_number or end < largest:
+                return False
+            with ir.InsertionPoint(op), op.location:
+                end_value = self.scalars.build(dims[axis])
+            if end_value is None:
+                return False
         count = result[0][axis]
         with ir.InsertionPoint(op), op.location:
             index_type = vtensor_type([count], "si64")
@@ -158,11 +197,74 @@ class _Rewrites:
                 none = ir.Operation.create("torch.constant.none", results=[ir.Type.parse("!torch.none")]).result
                 index = ir.Operation.create(
                     "torch.aten.arange.start_step", results=[index_type],
-                    operands=[op.operands[2], op.operands[3], op.operands[4], int_constant(4),
+                    operands=[op.operands[2], end_value, op.operands[4], int_constant(4),
                               none, none, none]).result
             rows = ir.Operation.create("torch.aten.index_select", results=[op.results[0].type],
                                        operands=[source, op.operands[1], index]).result
         rewriter.replace_op(op, [rows])
+        return True
+
+    def rows_of_shared_projection(self, op, rewriter) -> bool:
+        """addmm(b, rows(x), W) beside addmm(b, x, W) -> rows(addmm(b, x, W)),
+        rows a selection on axis 0 (mm alike), W a constant: CSE makes the
+        second product the first."""
+        lhs_at = 1 if op.name == "torch.aten.addmm" else 0
+        weight = defining_op(op.operands[lhs_at + 1])
+        rows = defining_op(op.operands[lhs_at])
+        if weight is None or weight.name != "torch.vtensor.literal" or rows is None:
+            return False
+        if rows.name not in ("torch.aten.slice.Tensor", "torch.aten.index_select"):
+            return False
+        if constant_int(rows.operands[1]) != 0:
+            return False
+        source = rows.operands[0]
+        whole = None
+        for user in _users(source):
+            if (user.name == op.name and user.results[0] != op.results[0] and
+                    len(user.operands) == len(op.operands) and user.operands[lhs_at] == source and
+                    all(user.operands[i] == op.operands[i]
+                        for i in range(len(op.operands)) if i != lhs_at)):
+                whole = user
+                break
+        if whole is None:
+            return False
+        operands = list(op.operands)
+        operands[lhs_at] = source
+        with ir.InsertionPoint(op), op.location:
+            product = ir.Operation.create(op.name, results=[whole.results[0].type],
+                                          operands=operands).result
+            selected = ir.Operation.create(rows.name, results=[op.results[0].type],
+                                           operands=[product, *rows.operands[1:]]).result
+        rewriter.replace_op(op, [selected])
+        return True
+
+    def whole_weight_projection(self, op, rewriter) -> bool:
+        """addmm(b[s], x, W[:, s]) with W and b constants -> addmm(b, x, W)[:, s]
+        (mm alike)."""
+        is_addmm = op.name == "torch.aten.addmm"
+        weight = _constant_column_slice(op.operands[2 if is_addmm else 1], 1)
+        result = vtensor_shape(op.results[0].type)
+        if weight is None or result is None:
+            return False
+        whole_weight, start, end, step = weight
+        operands = [op.operands[1 if is_addmm else 0], whole_weight]
+        if is_addmm:
+            bias = _constant_column_slice(op.operands[0], 0)
+            if bias is None or bias[1:] != (start, end, step):
+                return False
+            if vtensor_shape(bias[0].type)[0][0] != vtensor_shape(whole_weight.type)[0][1]:
+                return False
+            operands = [bias[0]] + operands + list(op.operands[3:])
+        columns = vtensor_shape(whole_weight.type)[0][1]
+        with ir.InsertionPoint(op), op.location:
+            whole = ir.Operation.create(
+                op.name, results=[vtensor_type([result[0][0], columns], result[1])],
+                operands=operands).result
+            sliced = ir.Operation.create(
+                "torch.aten.slice.Tensor", results=[op.results[0].type],
+                operands=[whole, int_constant(1), int_constant(start), int_constant(end),
+                          int_constant(step)]).result
+        rewriter.replace_op(op, [sliced])
         return True
 
 
@@ -171,15 +273,21 @@ class _Rewrites:
 class DataTilingFormsPass(ModulePass):
     argument = "anyshape-data-tiling-forms"
     description = ("One-row batch matmuls as multiply-reduce over batch and heads, one-row "
-                   "slices of tensors also read whole as index_select: forms IREE's data "
-                   "tiling compiles")
+                   "slices of tensors also read whole as index_select, projections with a "
+                   "column slice of a constant weight on the whole weight: forms IREE's "
+                   "data tiling compiles")
 
     def apply(self, module_op):
         for op in module_op.regions[0].blocks[0].operations:
             func = op.operation
             if func.name != "func.func" or len(func.regions[0].blocks) != 1:
                 continue
-            rewrites = _Rewrites(ShapeAnalysis(func))
+            analysis = ShapeAnalysis(func)
+            rewrites = _Rewrites(analysis, ScalarBuilder(analysis))
             apply_patterns(func, [("torch.aten.unflatten.int", rewrites.one_row_bmm),
-                                  ("torch.aten.slice.Tensor", rewrites.selection_as_gather)])
+                                  ("torch.aten.slice.Tensor", rewrites.selection_as_gather),
+                                  ("torch.aten.addmm", rewrites.whole_weight_projection),
+                                  ("torch.aten.mm", rewrites.whole_weight_projection),
+                                  ("torch.aten.addmm", rewrites.rows_of_shared_projection),
+                                  ("torch.aten.mm", rewrites.rows_of_shared_projection)])
             erase_unused(func)  # the flattened operands and bmm, kept alive by their bindings

@@ -125,7 +125,18 @@ class ShapeAnalysis:
             return int(expr)
         if isinstance(expr, sympy.Symbol):
             return self.ranges.get(expr, (None, None))[1]
-        return None
+        # A polynomial with nonnegative coefficients grows with every (positive)
+        # symbol, so it is largest at the symbols' maxima.
+        highs = {s: self.ranges.get(s, (None, None))[1] for s in expr.free_symbols}
+        if any(high is None for high in highs.values()):
+            return None
+        try:
+            coefficients = sympy.Poly(expr, *highs).coeffs()
+        except sympy.PolynomialError:
+            return None
+        if not all(c.is_number and c >= 0 for c in coefficients):
+            return None
+        return int(expr.subs(highs))
 
     def min_of(self, expr) -> int | None:
         """A lower bound of ``expr`` (a constant, or a symbol plus a constant)."""

@@ -133,3 +133,203 @@ func.func @strided_rows(%arg0: !torch.vtensor<[?,8],f32>, %arg1: !torch.vtensor<
   %r = torch.aten.slice.Tensor %arg0, %int0, %start, %end, %l : !torch.vtensor<[?,8],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,8],f32>
   return %arg0, %r : !torch.vtensor<[?,8],f32>, !torch.vtensor<[?,8],f32>
 }
+
+// -----
+
+/// The same rows with an open end (x[L-1::L]), as slice hoisting writes
+/// GPT-2's last token: the gather stops at x's size, B*L, not at the end.
+// CHECK-LABEL: func.func @strided_rows_open_end
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,8],f32>, %[[IDS:.*]]: !torch.vtensor<[?,?],si64>)
+// CHECK-DAG: %[[B:.*]] = torch.aten.size.int %[[IDS]], %int0
+// CHECK-DAG: %[[L:.*]] = torch.aten.size.int %[[IDS]], %int1
+// CHECK: %[[SIZE:.*]] = torch.aten.mul.int
+// CHECK-NOT: 9223372036854775807
+// CHECK: %[[ROWS:.*]] = torch.aten.arange.start_step %{{.*}}, %[[SIZE]], %[[L]]
+// CHECK: torch.aten.index_select %[[X]], %int0, %[[ROWS]]
+func.func @strided_rows_open_end(%arg0: !torch.vtensor<[?,8],f32>, %arg1: !torch.vtensor<[?,?],si64>) -> (!torch.vtensor<[?,8],f32>, !torch.vtensor<[?,8],f32>) {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 2, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg1, [%0, %1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],si64>
+  torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0 * s1, 8)> : !torch.vtensor<[?,8],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %max = torch.constant.int 9223372036854775807
+  %l = torch.aten.size.int %arg1, %int1 : !torch.vtensor<[?,?],si64>, !torch.int -> !torch.int
+  %start = torch.aten.sub.int %l, %int1 : !torch.int, !torch.int -> !torch.int
+  %r = torch.aten.slice.Tensor %arg0, %int0, %start, %max, %l : !torch.vtensor<[?,8],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,8],f32>
+  return %arg0, %r : !torch.vtensor<[?,8],f32>, !torch.vtensor<[?,8],f32>
+}
+
+// -----
+
+/// An end that may fall inside x (row 1 on, step 2, up to 100 when x may have
+/// up to 512 rows): the slice stops early, an arange to x's size would not;
+/// left alone.
+// CHECK-LABEL: func.func @negative_strided_end_inside
+// CHECK: torch.aten.slice.Tensor
+// CHECK-NOT: torch.aten.index_select
+func.func @negative_strided_end_inside(%arg0: !torch.vtensor<[?,8],f32>, %arg1: !torch.vtensor<[?,?],si64>) -> (!torch.vtensor<[?,8],f32>, !torch.vtensor<[?,8],f32>) {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 2, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg1, [%0, %1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],si64>
+  torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0 * s1, 8)> : !torch.vtensor<[?,8],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int100 = torch.constant.int 100
+  %r = torch.aten.slice.Tensor %arg0, %int0, %int1, %int100, %int2 : !torch.vtensor<[?,8],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,8],f32>
+  return %arg0, %r : !torch.vtensor<[?,8],f32>, !torch.vtensor<[?,8],f32>
+}
+
+// -----
+
+/// GPT-2's fused QKV projection split by slice hoisting: each part reads a
+/// column slice of the constant weight and bias, which IREE would pack inside
+/// the projection on every call. Each part becomes the whole projection,
+/// sliced after; the three identical projections are then one after CSE.
+// CHECK-LABEL: func.func @constant_weight_columns
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,4],f32>)
+// CHECK-DAG: %[[W:.*]] = torch.vtensor.literal(dense_resource<w> : tensor<4x6xf32>)
+// CHECK-DAG: %[[BIAS:.*]] = torch.vtensor.literal(dense_resource<bias> : tensor<6xf32>)
+// CHECK: %[[QKV:.*]] = torch.aten.addmm %[[BIAS]], %[[X]], %[[W]], %int1, %int1 {{.*}} -> !torch.vtensor<[?,6],f32>
+// CHECK: %[[Q:.*]] = torch.aten.slice.Tensor %[[QKV]], %int1, %int0, %int2, %int1 {{.*}} -> !torch.vtensor<[?,2],f32>
+// CHECK: %[[ALL:.*]] = torch.aten.mm %[[X]], %[[W]] : {{.*}} -> !torch.vtensor<[?,6],f32>
+// CHECK: %[[KV:.*]] = torch.aten.slice.Tensor %[[ALL]], %int1, %int2, %int6, %int1 {{.*}} -> !torch.vtensor<[?,4],f32>
+// CHECK: return %[[Q]], %[[KV]]
+func.func @constant_weight_columns(%arg0: !torch.vtensor<[?,4],f32>) -> (!torch.vtensor<[?,2],f32>, !torch.vtensor<[?,4],f32>) {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0], affine_map<()[s0] -> (s0, 4)> : !torch.vtensor<[?,4],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int6 = torch.constant.int 6
+  %w = torch.vtensor.literal(dense_resource<w> : tensor<4x6xf32>) : !torch.vtensor<[4,6],f32>
+  %b = torch.vtensor.literal(dense_resource<bias> : tensor<6xf32>) : !torch.vtensor<[6],f32>
+  %wq = torch.aten.slice.Tensor %w, %int1, %int0, %int2, %int1 : !torch.vtensor<[4,6],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[4,2],f32>
+  %bq = torch.aten.slice.Tensor %b, %int0, %int0, %int2, %int1 : !torch.vtensor<[6],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2],f32>
+  %q = torch.aten.addmm %bq, %arg0, %wq, %int1, %int1 : !torch.vtensor<[2],f32>, !torch.vtensor<[?,4],f32>, !torch.vtensor<[4,2],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,2],f32>
+  %wkv = torch.aten.slice.Tensor %w, %int1, %int2, %int6, %int1 : !torch.vtensor<[4,6],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[4,4],f32>
+  %kv = torch.aten.mm %arg0, %wkv : !torch.vtensor<[?,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[?,4],f32>
+  return %q, %kv : !torch.vtensor<[?,2],f32>, !torch.vtensor<[?,4],f32>
+}
+
+{-#
+  dialect_resources: {
+    builtin: {
+      w: "0x04000000000000000000803f0000004000004040000080400000a0400000c0400000e0400000004100001041000020410000304100004041000050410000604100007041000080410000884100009041000098410000a0410000a8410000b0410000b841",
+      bias: "0x04000000000000000000803f0000004000004040000080400000a040"
+    }
+  }
+#-}
+
+// -----
+
+/// A bias sliced differently from the weight (or not a constant) cannot be
+/// read whole with the same columns; left alone.
+// CHECK-LABEL: func.func @negative_bias_other_columns
+// CHECK: torch.aten.addmm %{{.*}}, %{{.*}}, %{{.*}} : !torch.vtensor<[2],f32>, !torch.vtensor<[?,4],f32>, !torch.vtensor<[4,2],f32>
+func.func @negative_bias_other_columns(%arg0: !torch.vtensor<[?,4],f32>) -> !torch.vtensor<[?,2],f32> {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0], affine_map<()[s0] -> (s0, 4)> : !torch.vtensor<[?,4],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int4 = torch.constant.int 4
+  %w = torch.vtensor.literal(dense_resource<w> : tensor<4x6xf32>) : !torch.vtensor<[4,6],f32>
+  %b = torch.vtensor.literal(dense_resource<bias> : tensor<6xf32>) : !torch.vtensor<[6],f32>
+  %wq = torch.aten.slice.Tensor %w, %int1, %int0, %int2, %int1 : !torch.vtensor<[4,6],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[4,2],f32>
+  %bq = torch.aten.slice.Tensor %b, %int0, %int2, %int4, %int1 : !torch.vtensor<[6],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2],f32>
+  %q = torch.aten.addmm %bq, %arg0, %wq, %int1, %int1 : !torch.vtensor<[2],f32>, !torch.vtensor<[?,4],f32>, !torch.vtensor<[4,2],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,2],f32>
+  return %q : !torch.vtensor<[?,2],f32>
+}
+
+{-#
+  dialect_resources: {
+    builtin: {
+      w: "0x04000000000000000000803f0000004000004040000080400000a0400000c0400000e0400000004100001041000020410000304100004041000050410000604100007041000080410000884100009041000098410000a0410000a8410000b0410000b841",
+      bias: "0x04000000000000000000803f0000004000004040000080400000a040"
+    }
+  }
+#-}
+
+// -----
+
+/// A weight computed at run time (not a constant) is packed per call anyway.
+// CHECK-LABEL: func.func @negative_weight_not_constant
+// CHECK: torch.aten.mm %{{.*}}, %{{.*}} : !torch.vtensor<[?,4],f32>, !torch.vtensor<[4,2],f32>
+func.func @negative_weight_not_constant(%arg0: !torch.vtensor<[?,4],f32>, %arg1: !torch.vtensor<[4,6],f32>) -> !torch.vtensor<[?,2],f32> {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0], affine_map<()[s0] -> (s0, 4)> : !torch.vtensor<[?,4],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %wq = torch.aten.slice.Tensor %arg1, %int1, %int0, %int2, %int1 : !torch.vtensor<[4,6],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[4,2],f32>
+  %q = torch.aten.mm %arg0, %wq : !torch.vtensor<[?,4],f32>, !torch.vtensor<[4,2],f32> -> !torch.vtensor<[?,2],f32>
+  return %q : !torch.vtensor<[?,2],f32>
+}
+
+// -----
+
+/// The last layer after the rewrite above: the query rows' projection reads
+/// the same whole weight as every row's K and V projection beside it, so its
+/// rows come from that product (IREE would otherwise fuse the column slice
+/// back into a one-row projection and pack the weight inside it).
+// CHECK-LABEL: func.func @rows_of_shared_projection
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,4],f32>)
+// CHECK: %[[ALL:.*]] = torch.aten.addmm %[[BIAS:.*]], %[[X]], %[[W:.*]], %int1, %int1 {{.*}} -> !torch.vtensor<[?,6],f32>
+// CHECK: %[[SAME:.*]] = torch.aten.addmm %[[BIAS]], %[[X]], %[[W]], %int1, %int1 {{.*}} -> !torch.vtensor<[?,6],f32>
+// CHECK: %[[ROWS:.*]] = torch.aten.slice.Tensor %[[SAME]], %int0, %{{.*}}, %{{.*}}, %{{.*}} : {{.*}} -> !torch.vtensor<[?,6],f32>
+// CHECK: return %[[ALL]], %[[ROWS]]
+func.func @rows_of_shared_projection(%arg0: !torch.vtensor<[?,4],f32>) -> (!torch.vtensor<[?,6],f32>, !torch.vtensor<[?,6],f32>) {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0], affine_map<()[s0] -> (s0, 4)> : !torch.vtensor<[?,4],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int3 = torch.constant.int 3
+  %int2 = torch.constant.int 2
+  %w = torch.vtensor.literal(dense_resource<w> : tensor<4x6xf32>) : !torch.vtensor<[4,6],f32>
+  %b = torch.vtensor.literal(dense_resource<bias> : tensor<6xf32>) : !torch.vtensor<[6],f32>
+  %all = torch.aten.addmm %b, %arg0, %w, %int1, %int1 : !torch.vtensor<[6],f32>, !torch.vtensor<[?,4],f32>, !torch.vtensor<[4,6],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,6],f32>
+  %x = torch.aten.slice.Tensor %arg0, %int0, %int1, %int3, %int2 : !torch.vtensor<[?,4],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,4],f32>
+  %rows = torch.aten.addmm %b, %x, %w, %int1, %int1 : !torch.vtensor<[6],f32>, !torch.vtensor<[?,4],f32>, !torch.vtensor<[4,6],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,6],f32>
+  return %all, %rows : !torch.vtensor<[?,6],f32>, !torch.vtensor<[?,6],f32>
+}
+
+{-#
+  dialect_resources: {
+    builtin: {
+      w: "0x04000000000000000000803f0000004000004040000080400000a0400000c0400000e0400000004100001041000020410000304100004041000050410000604100007041000080410000884100009041000098410000a0410000a8410000b0410000b841",
+      bias: "0x04000000000000000000803f0000004000004040000080400000a040"
+    }
+  }
+#-}
+
+// -----
+
+/// No projection of every row beside it: taking the rows from a product over
+/// all rows would add work; left alone.
+// CHECK-LABEL: func.func @negative_rows_projection_alone
+// CHECK: %[[X:.*]] = torch.aten.slice.Tensor %arg0, %int0
+// CHECK: torch.aten.addmm %{{.*}}, %[[X]], %{{.*}} : {{.*}} -> !torch.vtensor<[?,6],f32>
+func.func @negative_rows_projection_alone(%arg0: !torch.vtensor<[?,4],f32>) -> !torch.vtensor<[?,6],f32> {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0], affine_map<()[s0] -> (s0, 4)> : !torch.vtensor<[?,4],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int3 = torch.constant.int 3
+  %int2 = torch.constant.int 2
+  %w = torch.vtensor.literal(dense_resource<w> : tensor<4x6xf32>) : !torch.vtensor<[4,6],f32>
+  %b = torch.vtensor.literal(dense_resource<bias> : tensor<6xf32>) : !torch.vtensor<[6],f32>
+  %x = torch.aten.slice.Tensor %arg0, %int0, %int1, %int3, %int2 : !torch.vtensor<[?,4],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,4],f32>
+  %rows = torch.aten.addmm %b, %x, %w, %int1, %int1 : !torch.vtensor<[6],f32>, !torch.vtensor<[?,4],f32>, !torch.vtensor<[4,6],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,6],f32>
+  return %rows : !torch.vtensor<[?,6],f32>
+}
+
+{-#
+  dialect_resources: {
+    builtin: {
+      w: "0x04000000000000000000803f0000004000004040000080400000a0400000c0400000e0400000004100001041000020410000304100004041000050410000604100007041000080410000884100009041000098410000a0410000a8410000b0410000b841",
+      bias: "0x04000000000000000000803f0000004000004040000080400000a040"
+    }
+  }
+#-}

@@ -42,6 +42,25 @@ def small_roberta(num_labels=2, layers=2, hidden=128, max_positions=66):
     return RobertaForSequenceClassification(config).eval()
 
 
+class LastTokenLogits(torch.nn.Module):
+    """GPT-2 prefill: the next-token logits of the last position."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids, attention_mask=attention_mask).logits[:, -1, :]
+
+
+def small_gpt2_last_token(hidden=64, layers=2, heads=2, inner=128, vocab=500, positions=64):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return LastTokenLogits(GPT2LMHeadModel(GPT2Config(
+        n_embd=hidden, n_layer=layers, n_head=heads, n_inner=inner, vocab_size=vocab,
+        n_positions=positions, use_cache=False, bos_token_id=0, eos_token_id=0)))
+
+
 def roberta_inputs(batch, length, vocab=1000, pad_from=None, seed=0):
     """input_ids and an attention mask whose first row is padded from ``pad_from`` on."""
     generator = torch.Generator().manual_seed(seed)

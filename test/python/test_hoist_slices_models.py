@@ -13,23 +13,13 @@ product with V])``, plus, for GPT-2, ``(L - 1) * 2*H*V`` for the LM head.
 import pytest
 import sympy
 import torch
+from models import small_gpt2_last_token
 from torch.export import Dim
 
 import anyshape
 from anyshape.flops import count_flops
 
 HIDDEN, INTERMEDIATE, LAYERS, VOCAB = 64, 128, 2, 500
-
-
-class LastTokenLogits(torch.nn.Module):
-    """GPT-2 prefill: the next-token logits of the last position."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, attention_mask):
-        return self.model(input_ids, attention_mask=attention_mask).logits[:, -1, :]
 
 
 def _roberta():
@@ -49,11 +39,8 @@ def _electra():
 
 
 def _gpt2():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    return LastTokenLogits(GPT2LMHeadModel(GPT2Config(
-        n_embd=HIDDEN, n_layer=LAYERS, n_head=2, n_inner=INTERMEDIATE, vocab_size=VOCAB,
-        n_positions=64, use_cache=False, bos_token_id=0, eos_token_id=0)))
+    return small_gpt2_last_token(hidden=HIDDEN, layers=LAYERS, heads=2, inner=INTERMEDIATE,
+                                 vocab=VOCAB, positions=64)
 
 
 MODELS = {"roberta": _roberta, "electra": _electra, "gpt2": _gpt2}
