@@ -28,6 +28,17 @@ IREE's CPU codegen fails on two shapes the slice-hoisted last layer has:
   and pack the weight inside it). The cost is the last layer's Q columns
   for every row: under 1 % of GPT-2 small's FLOPs.
 
+- Separate Q, K and V projections of one input (BERT, RoBERTa): IREE
+  propagates each head transpose into its projection, which becomes a
+  contraction with two result dims that data tiling leaves untiled (about a
+  third of roberta-base's matmul work); with that propagation off, packing
+  V for the attention product fails instead ("no basis element may be
+  statically non-positive"). Linears that share an input and have constant
+  weights become one linear on the concatenated weights (a constant
+  expression IREE evaluates at compile time), sliced after, as GPT-2's
+  fused projection is: one plain data-tiled matmul, and the head transposes
+  go into the attention products.
+
 The rewrites compute the same values.
 """
 
@@ -43,7 +54,7 @@ from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.canonicalize_shapes import erase_unused
 from anyshape.passes.scalar_builder import ScalarBuilder
 from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import constant_int, defining_op, int_constant, vtensor_type
+from anyshape.passes.torch_ir import constant_int, defining_op, int_constant, is_none, vtensor_type
 
 
 def _users(value: ir.Value) -> list:
@@ -268,20 +279,103 @@ class _Rewrites:
         return True
 
 
+def _literal(value: ir.Value) -> ir.Operation | None:
+    op = defining_op(value)
+    return op if op is not None and op.name == "torch.vtensor.literal" else None
+
+
+def _linear_parts(op: ir.Operation):
+    """(weight literal, bias literal or None, out features, in features, dtype)
+    of ``linear(x, W, b)`` with constant W (and b, when given), else None."""
+    weight = _literal(op.operands[1])
+    shape = vtensor_shape(op.operands[1].type)
+    if weight is None or shape is None or len(shape[0]) != 2 or None in shape[0]:
+        return None
+    bias = None
+    if not is_none(op.operands[2]):
+        bias = _literal(op.operands[2])
+        bias_shape = vtensor_shape(op.operands[2].type)
+        if bias is None or bias_shape is None or list(bias_shape[0]) != [shape[0][0]]:
+            return None
+    return weight, bias, shape[0][0], shape[0][1], shape[1]
+
+
+def _concatenated(values: list[ir.Value], result_type: ir.Type) -> ir.Value:
+    parts = ir.Operation.create("torch.prim.ListConstruct",
+                                results=[ir.Type.parse("!torch.list<vtensor>")], operands=values).result
+    return ir.Operation.create("torch.aten.cat", results=[result_type],
+                               operands=[parts, int_constant(0)]).result
+
+
+def fuse_shared_input_linears(block: ir.Block) -> None:
+    """linear(x, W1, b1), linear(x, W2, b2), ... with constant weights ->
+    slices of linear(x, cat(W1, W2, ...), cat(b1, b2, ...))."""
+    groups: list[list] = []  # [x, [(linear, parts), ...]]
+    for op in block.operations:
+        op = op.operation
+        if op.name != "torch.aten.linear" or vtensor_shape(op.results[0].type) is None:
+            continue
+        parts = _linear_parts(op)
+        if parts is None:
+            continue
+        group = next((g for g in groups if g[0] == op.operands[0]), None)
+        if group is None:
+            groups.append([op.operands[0], [(op, parts)]])
+            continue
+        first = group[1][0][1]
+        if parts[3:] == first[3:] and (parts[1] is None) == (first[1] is None):
+            group[1].append((op, parts))
+    for x, members in groups:
+        if len(members) < 2:
+            continue
+        first = members[0][0]
+        for _, (weight, bias, *_) in members:  # constants have no operands: safe to move up
+            weight.move_before(first)
+            if bias is not None:
+                bias.move_before(first)
+        out_features = [parts[2] for _, parts in members]
+        in_features, dtype = members[0][1][3], members[0][1][4]
+        total = sum(out_features)
+        result_shape, _ = vtensor_shape(first.results[0].type)
+        with ir.InsertionPoint(first), first.location:
+            weights = _concatenated([parts[0].results[0] for _, parts in members],
+                                    vtensor_type([total, in_features], dtype))
+            if members[0][1][1] is None:
+                biases = ir.Operation.create("torch.constant.none",
+                                             results=[ir.Type.parse("!torch.none")]).result
+            else:
+                biases = _concatenated([parts[1].results[0] for _, parts in members],
+                                       vtensor_type([total], dtype))
+            fused = ir.Operation.create(
+                "torch.aten.linear", results=[vtensor_type([*result_shape[:-1], total], dtype)],
+                operands=[x, weights, biases]).result
+            start = 0
+            for (linear, _), width in zip(members, out_features, strict=True):
+                columns = ir.Operation.create(
+                    "torch.aten.slice.Tensor", results=[linear.results[0].type],
+                    operands=[fused, int_constant(len(result_shape) - 1), int_constant(start),
+                              int_constant(start + width), int_constant(1)]).result
+                linear.results[0].replace_all_uses_with(columns)
+                start += width
+        for linear, _ in members:
+            linear.erase()
+
+
 @register
 @dataclasses.dataclass
 class DataTilingFormsPass(ModulePass):
     argument = "anyshape-data-tiling-forms"
     description = ("One-row batch matmuls as multiply-reduce over batch and heads, one-row "
                    "slices of tensors also read whole as index_select, projections with a "
-                   "column slice of a constant weight on the whole weight: forms IREE's "
-                   "data tiling compiles")
+                   "column slice of a constant weight on the whole weight, linears of one "
+                   "input on concatenated weights: forms IREE's data tiling compiles")
 
     def apply(self, module_op):
         for op in module_op.regions[0].blocks[0].operations:
             func = op.operation
             if func.name != "func.func" or len(func.regions[0].blocks) != 1:
                 continue
+            fuse_shared_input_linears(func.regions[0].blocks[0])
             analysis = ShapeAnalysis(func)
             rewrites = _Rewrites(analysis, ScalarBuilder(analysis))
             apply_patterns(func, [("torch.aten.unflatten.int", rewrites.one_row_bmm),

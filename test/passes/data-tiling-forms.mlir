@@ -333,3 +333,92 @@ func.func @negative_rows_projection_alone(%arg0: !torch.vtensor<[?,4],f32>) -> !
     }
   }
 #-}
+
+// -----
+
+/// RoBERTa's Q, K and V projections of one input: IREE would fold each head
+/// transpose into its projection (a contraction data tiling leaves alone).
+/// One linear on the concatenated constant weights (and biases), sliced
+/// after, is one plain matmul; V's width differs and still joins.
+// CHECK-LABEL: func.func @shared_input_linears
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,8],f32>)
+// CHECK-DAG: %[[WQ:.*]] = torch.vtensor.literal(dense_resource<wq>
+// CHECK-DAG: %[[WK:.*]] = torch.vtensor.literal(dense_resource<wk>
+// CHECK-DAG: %[[WV:.*]] = torch.vtensor.literal(dense_resource<wv>
+// CHECK: %[[WLIST:.*]] = torch.prim.ListConstruct %[[WQ]], %[[WK]], %[[WV]]
+// CHECK: %[[W:.*]] = torch.aten.cat %[[WLIST]], %int0 : !torch.list<vtensor>, !torch.int -> !torch.vtensor<[10,8],f32>
+// CHECK: %[[BLIST:.*]] = torch.prim.ListConstruct
+// CHECK: %[[B:.*]] = torch.aten.cat %[[BLIST]], %int0 : !torch.list<vtensor>, !torch.int -> !torch.vtensor<[10],f32>
+// CHECK: %[[QKV:.*]] = torch.aten.linear %[[X]], %[[W]], %[[B]] : {{.*}} -> !torch.vtensor<[?,?,10],f32>
+// CHECK-DAG: %[[Q:.*]] = torch.aten.slice.Tensor %[[QKV]], %int2, %int0, %int4, %int1 {{.*}} -> !torch.vtensor<[?,?,4],f32>
+// CHECK-DAG: %[[K:.*]] = torch.aten.slice.Tensor %[[QKV]], %int2, %int4, %int8, %int1 {{.*}} -> !torch.vtensor<[?,?,4],f32>
+// CHECK-DAG: %[[V:.*]] = torch.aten.slice.Tensor %[[QKV]], %int2, %int8, %int10, %int1 {{.*}} -> !torch.vtensor<[?,?,2],f32>
+// CHECK-NOT: torch.aten.linear
+// CHECK: return %[[Q]], %[[K]], %[[V]]
+func.func @shared_input_linears(%arg0: !torch.vtensor<[?,?,8],f32>) -> (!torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,2],f32>) {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 8)> : !torch.vtensor<[?,?,8],f32>
+  %wq = torch.vtensor.literal(dense_resource<wq> : tensor<4x8xf32>) : !torch.vtensor<[4,8],f32>
+  %bq = torch.vtensor.literal(dense_resource<bq> : tensor<4xf32>) : !torch.vtensor<[4],f32>
+  %q = torch.aten.linear %arg0, %wq, %bq : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[?,?,4],f32>
+  %wk = torch.vtensor.literal(dense_resource<wk> : tensor<4x8xf32>) : !torch.vtensor<[4,8],f32>
+  %bk = torch.vtensor.literal(dense_resource<bk> : tensor<4xf32>) : !torch.vtensor<[4],f32>
+  %k = torch.aten.linear %arg0, %wk, %bk : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[?,?,4],f32>
+  %wv = torch.vtensor.literal(dense_resource<wv> : tensor<2x8xf32>) : !torch.vtensor<[2,8],f32>
+  %bv = torch.vtensor.literal(dense_resource<bv> : tensor<2xf32>) : !torch.vtensor<[2],f32>
+  %v = torch.aten.linear %arg0, %wv, %bv : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[2,8],f32>, !torch.vtensor<[2],f32> -> !torch.vtensor<[?,?,2],f32>
+  return %q, %k, %v : !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,2],f32>
+}
+
+{-#
+  dialect_resources: {
+    builtin: {
+      wq: "0x04000000000000000000803f0000004000004040000080400000a0400000c0400000e0400000004100001041000020410000304100004041000050410000604100007041000080410000884100009041000098410000a0410000a8410000b0410000b8410000c0410000c8410000d0410000d8410000e0410000e8410000f0410000f841",
+      wk: "0x04000000000000000000803f0000004000004040000080400000a0400000c0400000e0400000004100001041000020410000304100004041000050410000604100007041000080410000884100009041000098410000a0410000a8410000b0410000b8410000c0410000c8410000d0410000d8410000e0410000e8410000f0410000f841",
+      wv: "0x04000000000000000000803f0000004000004040000080400000a0400000c0400000e0400000004100001041000020410000304100004041000050410000604100007041",
+      bq: "0x04000000000000000000803f0000004000004040",
+      bk: "0x04000000000000000000803f0000004000004040",
+      bv: "0x04000000000000000000803f"
+    }
+  }
+#-}
+
+// -----
+
+/// Different inputs (the last layer's query rows against every row's K), a
+/// weight computed at run time, a linear without bias beside ones with: none
+/// has a partner it can share one matmul with; left alone.
+// CHECK-LABEL: func.func @negative_linears_not_shareable
+// CHECK-NOT: torch.aten.cat
+// CHECK-COUNT-4: torch.aten.linear
+// CHECK-NOT: torch.aten.cat
+func.func @negative_linears_not_shareable(%arg0: !torch.vtensor<[?,?,8],f32>, %arg1: !torch.vtensor<[?,1,8],f32>, %arg2: !torch.vtensor<[4,8],f32>) -> (!torch.vtensor<[?,1,4],f32>, !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,4],f32>) {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 8)> : !torch.vtensor<[?,?,8],f32>
+  torch.bind_symbolic_shape %arg1, [%0], affine_map<()[s0] -> (s0, 1, 8)> : !torch.vtensor<[?,1,8],f32>
+  %none = torch.constant.none
+  %wq = torch.vtensor.literal(dense_resource<wq> : tensor<4x8xf32>) : !torch.vtensor<[4,8],f32>
+  %bq = torch.vtensor.literal(dense_resource<bq> : tensor<4xf32>) : !torch.vtensor<[4],f32>
+  %q = torch.aten.linear %arg1, %wq, %bq : !torch.vtensor<[?,1,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[?,1,4],f32>
+  %wk = torch.vtensor.literal(dense_resource<wk> : tensor<4x8xf32>) : !torch.vtensor<[4,8],f32>
+  %bk = torch.vtensor.literal(dense_resource<bk> : tensor<4xf32>) : !torch.vtensor<[4],f32>
+  %k = torch.aten.linear %arg0, %wk, %bk : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[?,?,4],f32>
+  %r = torch.aten.linear %arg0, %arg2, %bk : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[?,?,4],f32>
+  %n = torch.aten.linear %arg0, %wq, %none : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.none -> !torch.vtensor<[?,?,4],f32>
+  return %q, %k, %r, %n : !torch.vtensor<[?,1,4],f32>, !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,4],f32>
+}
+
+{-#
+  dialect_resources: {
+    builtin: {
+      wq: "0x04000000000000000000803f0000004000004040000080400000a0400000c0400000e0400000004100001041000020410000304100004041000050410000604100007041000080410000884100009041000098410000a0410000a8410000b0410000b8410000c0410000c8410000d0410000d8410000e0410000e8410000f0410000f841",
+      wk: "0x04000000000000000000803f0000004000004040000080400000a0400000c0400000e0400000004100001041000020410000304100004041000050410000604100007041000080410000884100009041000098410000a0410000a8410000b0410000b8410000c0410000c8410000d0410000d8410000e0410000e8410000f0410000f841",
+      wv: "0x04000000000000000000803f0000004000004040000080400000a0400000c0400000e0400000004100001041000020410000304100004041000050410000604100007041",
+      bq: "0x04000000000000000000803f0000004000004040",
+      bk: "0x04000000000000000000803f0000004000004040",
+      bv: "0x04000000000000000000803f"
+    }
+  }
+#-}

@@ -28,6 +28,13 @@ def test_forms_pass_runs_after_hoisting(tiled):
     # The last layer's one-row attention products are no batch matmuls any more.
     assert "!torch.vtensor<[?,1,?],f32>" in tiled.ir("anyshape-hoist-slices")
     assert "-> !torch.vtensor<[?,1,?],f32>" not in forms
+    # Q, K and V of each layer are one linear on concatenated weights (in the
+    # slice-hoisted last layer only K and V share their input).
+    hidden = tiled.ir("anyshape-hoist-slices").count("torch.aten.linear")
+    fused = re.findall(r"torch.aten.linear %\S+, %\S+, %\S+ : !torch.vtensor<\[\?,\?,128\],f32>, "
+                       r"!torch.vtensor<\[(\d+),128\],f32>", forms)
+    assert fused.count("384") == 1, fused  # layer 1: Q, K, V (layer 2: K, V, 256 wide, as the FFN)
+    assert forms.count("torch.aten.linear") == hidden - 3
 
 
 @pytest.mark.parametrize("batch,length", [(1, 1), (1, 17), (3, 60), (2, MAX_LEN)])
