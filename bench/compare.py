@@ -216,7 +216,7 @@ def _child_task(task: dict) -> dict:
             shapes = None
         start = time.perf_counter()
         module = anyshape.compile(model, (ids,), {"attention_mask": mask}, dynamic_shapes=shapes,
-                                  passes=task["passes"])
+                                  passes=task["passes"], data_tiling=task["data_tiling"])
         seconds = time.perf_counter() - start
         module.save(out)
         return {"seconds": seconds}
@@ -421,6 +421,7 @@ def bench_model(model_key: str, args, workdir: Path, compiles: list, cells: list
         log(f"compiling {SYSTEMS[system]} (child process)")
         out = workdir / f"{model_key}-{system}"
         result = run_child({**base_task, "kind": "anyshape", "dynamic": True, "passes": passes,
+                            "data_tiling": args.data_tiling and passes is None,
                             "out": str(out)}, workdir, f"{model_key}-{system}")
         record_compile(system, dynamic_note, result)
         if result.get("error"):
@@ -481,6 +482,7 @@ def bench_model(model_key: str, args, workdir: Path, compiles: list, cells: list
             if "iree-static" in args.systems:
                 log(f"batch {batch}, L {length}: compiling IREE static (child process)")
                 result = run_child({**base_task, "kind": "anyshape", "dynamic": False, "passes": None,
+                                    "data_tiling": args.data_tiling,
                                     "shape": [batch, length], "out": str(static_dir)},
                                    workdir, f"{model_key}-static-{batch}x{length}")
                 record_compile("iree-static", f"{batch}x{length} only", result)
@@ -714,6 +716,8 @@ def parse_args(argv):
     parser.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64, 128, 256, 512])
     parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS))
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--data-tiling", action="store_true",
+                        help="anyshape and IREE static built with data_tiling=True")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="torch, onnxruntime (intra-op) and IREE runtime threads (default: all cores)")
     parser.add_argument("--out", type=Path, default=HERE / "results")
@@ -749,7 +753,10 @@ def main(argv=None) -> int:
               f"medians of {args.runs} round-robin runs; {time.strftime('%Y-%m-%d %H:%M')}; "
               f"{_versions()}.\n\nCommand: `{command}`\n\n"
               "IREE static = `anyshape.compile` with the default passes and no dynamic dims: "
-              "torch.export at exactly that (batch, L), compiled by IREE, one build per shape.")
+              "torch.export at exactly that (batch, L), compiled by IREE, one build per shape. "
+              + ("anyshape and IREE static have IREE's data tiling on (`--data-tiling`; "
+                 "`passes=[]` cannot: without anyshape-lower's dim ranges it is wrong)."
+                 if args.data_tiling else "No data tiling (the default)."))
     cells: list[Cell] = []
     compiles: list[dict] = []
     memory: list[dict] = []

@@ -7,10 +7,12 @@ compiled twice, once with the default pipeline and once without the pass;
 at each length the two artifacts run alternately (warm-up, then medians of
 ``--runs``), so drift on the machine hits both alike.
 
-    python bench/hoist_slices.py [--lengths 128 512] [--runs 10] [--data-tiling]
-                                 [--out bench/results] [--tiny]
+    python bench/hoist_slices.py [--models roberta gpt2] [--lengths 128 512] [--runs 10] [--data-tiling]
+                                 [--out bench/results] [--keep DIR] [--tiny]
 
-``--data-tiling`` builds both artifacts with ``data_tiling=True``.
+``--data-tiling`` builds both artifacts with ``data_tiling=True`` (both then
+run ``anyshape-data-tiling-forms``). ``--keep DIR`` saves the artifacts there (``<model>-with``,
+``<model>-without``) for ``bench/profile_dispatches.py``.
 
 Writes ``hoist_slices.md`` (``hoist_slices-data-tiling.md``) under ``--out`` and prints it.
 """
@@ -66,11 +68,14 @@ def _cpu_ticks() -> tuple[int, int]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", choices=["roberta", "gpt2"], default=["roberta", "gpt2"])
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--data-tiling", action="store_true",
                         help="compile both artifacts with data_tiling=True")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="save the artifacts under this directory")
     parser.add_argument("--tiny", action="store_true",
                         help="2 layers, hidden 64: a smoke test of this script, not a benchmark")
     args = parser.parse_args(argv)
@@ -79,11 +84,16 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     rows = []
     ticks_at_start = _cpu_ticks()
-    for name, (build, max_len) in MODELS.items():
+    chosen = [name for name in MODELS if name.split("-")[0] in args.models]
+    for name, (build, max_len) in ((name, MODELS[name]) for name in chosen):
         model = build(tiny=args.tiny).eval()
         print(f"{name}: compiling with and without anyshape-hoist-slices", flush=True)
         with_pass, with_s = _compile(model, max_len, None, args.data_tiling)
         without_pass, without_s = _compile(model, max_len, WITHOUT, args.data_tiling)
+        if args.keep is not None:
+            stem = name.split()[0]
+            with_pass.save(args.keep / f"{stem}-with")
+            without_pass.save(args.keep / f"{stem}-without")
         flops_with = count_flops(with_pass.ir("anyshape-hoist-slices"))
         flops_without = count_flops(without_pass.ir("anyshape-canonicalize-shapes"))
         batch, seq = (next(s for s, root in flops_with.symbols.items() if root == (0, axis))
@@ -119,11 +129,12 @@ def main(argv=None) -> int:
         table.append(f"| {name} | {length} | {without_ms:.1f} | {with_ms:.1f} | {ratio:.3f} | "
                      f"{c0:.1f} | {c1:.1f} | {cpu_ratio:.3f} | {g0:.2f} | {g1:.2f} | {saved:.1%} |")
     steal, total = (end - start for end, start in zip(_cpu_ticks(), ticks_at_start))
-    header = (f"batch 1, fp32, {'data tiling' if args.data_tiling else 'no data tiling'}, medians of {args.runs} alternating runs (wall time, and the "
+    header = (f"batch 1, fp32, {'data tiling' if args.data_tiling else 'no data tiling'} (both sides "
+              f"run anyshape-data-tiling-forms with it), medians of {args.runs} alternating runs (wall time, and the "
               f"process's CPU time over all its threads); "
               f"{platform.machine()}, {os.cpu_count()} cores; the host stole "
               f"{steal / max(total, 1):.0%} of CPU time during the run; "
-              f"`python bench/hoist_slices.py --runs {args.runs}"
+              f"`python bench/hoist_slices.py --models {' '.join(args.models)} --runs {args.runs}"
               f"{' --data-tiling' if args.data_tiling else ''}"
               f"{' --tiny' if args.tiny else ''}`"
               f"{'; TINY models (2 layers, hidden 64): not a benchmark' if args.tiny else ''}")

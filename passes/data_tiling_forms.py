@@ -28,8 +28,9 @@ IREE's CPU codegen fails on two shapes the slice-hoisted last layer has:
   and pack the weight inside it). The cost is the last layer's Q columns
   for every row: under 1 % of GPT-2 small's FLOPs.
 
-- Separate Q, K and V projections of one input (BERT, RoBERTa): IREE
-  propagates each head transpose into its projection, which becomes a
+- Separate Q, K and V projections of one input, split into heads (BERT,
+  RoBERTa): IREE propagates each head transpose into its projection, which
+  becomes a
   contraction with two result dims that data tiling leaves untiled (about a
   third of roberta-base's matmul work); with that propagation off, packing
   V for the attention product fails instead ("no basis element may be
@@ -37,7 +38,9 @@ IREE's CPU codegen fails on two shapes the slice-hoisted last layer has:
   weights become one linear on the concatenated weights (a constant
   expression IREE evaluates at compile time), sliced after, as GPT-2's
   fused projection is: one plain data-tiled matmul, and the head transposes
-  go into the attention products.
+  go into the attention products. Projections not split into heads are left
+  alone: there is no transpose to fold, and a column slice read straight by
+  an attention product is packed inside its dispatch, past the stack limit.
 
 The rewrites compute the same values.
 """
@@ -300,6 +303,19 @@ def _linear_parts(op: ir.Operation):
     return weight, bias, shape[0][0], shape[0][1], shape[1]
 
 
+_HEAD_SPLITS = ("torch.aten.unflatten.int", "torch.aten.view", "torch.aten.reshape",
+                "torch.aten._unsafe_view")
+
+
+def _split_into_heads(op: ir.Operation) -> bool:
+    """Every reader of ``op``'s result splits its last axis (into heads)."""
+    users = _users(op.results[0])
+    rank = len(vtensor_shape(op.results[0].type)[0])
+    return bool(users) and all(
+        user.name in _HEAD_SPLITS and vtensor_shape(user.results[0].type) is not None
+        and len(vtensor_shape(user.results[0].type)[0]) == rank + 1 for user in users)
+
+
 def _concatenated(values: list[ir.Value], result_type: ir.Type) -> ir.Value:
     parts = ir.Operation.create("torch.prim.ListConstruct",
                                 results=[ir.Type.parse("!torch.list<vtensor>")], operands=values).result
@@ -308,15 +324,15 @@ def _concatenated(values: list[ir.Value], result_type: ir.Type) -> ir.Value:
 
 
 def fuse_shared_input_linears(block: ir.Block) -> None:
-    """linear(x, W1, b1), linear(x, W2, b2), ... with constant weights ->
-    slices of linear(x, cat(W1, W2, ...), cat(b1, b2, ...))."""
+    """linear(x, W1, b1), linear(x, W2, b2), ... with constant weights, each
+    split into heads -> slices of linear(x, cat(W1, W2, ...), cat(b1, b2, ...))."""
     groups: list[list] = []  # [x, [(linear, parts), ...]]
     for op in block.operations:
         op = op.operation
         if op.name != "torch.aten.linear" or vtensor_shape(op.results[0].type) is None:
             continue
         parts = _linear_parts(op)
-        if parts is None:
+        if parts is None or not _split_into_heads(op):
             continue
         group = next((g for g in groups if g[0] == op.operands[0]), None)
         if group is None:

@@ -16,8 +16,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cuda-arch", default=None, help="with --target=cuda (default sm_80)")
     parser.add_argument("--opt-level", default=None, help="IREE optimization level (O0-O3)")
     parser.add_argument("--data-tiling", action="store_true",
-                        help="IREE data tiling (adds anyshape-data-tiling-forms after "
-                             "anyshape-hoist-slices); see anyshape/targets.py")
+                        help="IREE data tiling (adds anyshape-data-tiling-forms): faster, not "
+                             "exact on every program in IREE 3.13; see anyshape/targets.py")
     parser.add_argument("--passes", default=None,
                         help="comma-separated anyshape passes (default: the default pipeline; "
                              "'' for none)")
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         module = parse_module(data, new_context())
         signature = signature_from_module(module, args.function)
         passes = DEFAULT_PIPELINE if args.passes is None else split_top_level(args.passes)
-        if args.data_tiling:
+        if target.data_tiling:
             passes = with_data_tiling_forms(list(passes))
         compiled = compile_module(module, signature, target, passes, dump_ir_dir=args.dump_ir_dir,
                                   report=lambda msg: print(f"[anyshape-compile] {msg}",

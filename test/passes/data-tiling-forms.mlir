@@ -336,10 +336,11 @@ func.func @negative_rows_projection_alone(%arg0: !torch.vtensor<[?,4],f32>) -> !
 
 // -----
 
-/// RoBERTa's Q, K and V projections of one input: IREE would fold each head
-/// transpose into its projection (a contraction data tiling leaves alone).
-/// One linear on the concatenated constant weights (and biases), sliced
-/// after, is one plain matmul; V's width differs and still joins.
+/// RoBERTa's Q, K and V projections of one input, each split into heads:
+/// IREE would fold each head transpose into its projection (a contraction
+/// data tiling leaves alone). One linear on the concatenated constant weights
+/// (and biases), sliced after, is one plain matmul; V's width differs and
+/// still joins.
 // CHECK-LABEL: func.func @shared_input_linears
 // CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,8],f32>)
 // CHECK-DAG: %[[WQ:.*]] = torch.vtensor.literal(dense_resource<wq>
@@ -354,23 +355,31 @@ func.func @negative_rows_projection_alone(%arg0: !torch.vtensor<[?,4],f32>) -> !
 // CHECK-DAG: %[[K:.*]] = torch.aten.slice.Tensor %[[QKV]], %int2, %int4, %int8, %int1 {{.*}} -> !torch.vtensor<[?,?,4],f32>
 // CHECK-DAG: %[[V:.*]] = torch.aten.slice.Tensor %[[QKV]], %int2, %int8, %int10, %int1 {{.*}} -> !torch.vtensor<[?,?,2],f32>
 // CHECK-NOT: torch.aten.linear
-// CHECK: return %[[Q]], %[[K]], %[[V]]
-func.func @shared_input_linears(%arg0: !torch.vtensor<[?,?,8],f32>) -> (!torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,2],f32>) {
+// CHECK-DAG: torch.aten.unflatten.int %[[Q]]
+// CHECK-DAG: torch.aten.unflatten.int %[[K]]
+// CHECK-DAG: torch.aten.unflatten.int %[[V]]
+func.func @shared_input_linears(%arg0: !torch.vtensor<[?,?,8],f32>) -> (!torch.vtensor<[?,?,2,2],f32>, !torch.vtensor<[?,?,2,2],f32>, !torch.vtensor<[?,?,2,1],f32>) {
   %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
   %1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
   torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 8)> : !torch.vtensor<[?,?,8],f32>
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %heads = torch.prim.ListConstruct %int2, %int2 : (!torch.int, !torch.int) -> !torch.list<int>
+  %vheads = torch.prim.ListConstruct %int2, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
   %wq = torch.vtensor.literal(dense_resource<wq> : tensor<4x8xf32>) : !torch.vtensor<[4,8],f32>
   %bq = torch.vtensor.literal(dense_resource<bq> : tensor<4xf32>) : !torch.vtensor<[4],f32>
   %q = torch.aten.linear %arg0, %wq, %bq : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[?,?,4],f32>
+  %qh = torch.aten.unflatten.int %q, %int2, %heads : !torch.vtensor<[?,?,4],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,?,2,2],f32>
   %wk = torch.vtensor.literal(dense_resource<wk> : tensor<4x8xf32>) : !torch.vtensor<[4,8],f32>
   %bk = torch.vtensor.literal(dense_resource<bk> : tensor<4xf32>) : !torch.vtensor<[4],f32>
   %k = torch.aten.linear %arg0, %wk, %bk : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[?,?,4],f32>
+  %kh = torch.aten.unflatten.int %k, %int2, %heads : !torch.vtensor<[?,?,4],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,?,2,2],f32>
   %wv = torch.vtensor.literal(dense_resource<wv> : tensor<2x8xf32>) : !torch.vtensor<[2,8],f32>
   %bv = torch.vtensor.literal(dense_resource<bv> : tensor<2xf32>) : !torch.vtensor<[2],f32>
   %v = torch.aten.linear %arg0, %wv, %bv : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[2,8],f32>, !torch.vtensor<[2],f32> -> !torch.vtensor<[?,?,2],f32>
-  return %q, %k, %v : !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,2],f32>
+  %vh = torch.aten.unflatten.int %v, %int2, %vheads : !torch.vtensor<[?,?,2],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,?,2,1],f32>
+  return %qh, %kh, %vh : !torch.vtensor<[?,?,2,2],f32>, !torch.vtensor<[?,?,2,2],f32>, !torch.vtensor<[?,?,2,1],f32>
 }
-
 {-#
   dialect_resources: {
     builtin: {
@@ -387,29 +396,41 @@ func.func @shared_input_linears(%arg0: !torch.vtensor<[?,?,8],f32>) -> (!torch.v
 // -----
 
 /// Different inputs (the last layer's query rows against every row's K), a
-/// weight computed at run time, a linear without bias beside ones with: none
-/// has a partner it can share one matmul with; left alone.
+/// weight computed at run time, a linear without bias beside ones with, and
+/// projections read whole by an attention product (one head: no head
+/// transpose to fold; a column slice would be packed inside the product's
+/// dispatch): none is joined with another; left alone.
 // CHECK-LABEL: func.func @negative_linears_not_shareable
 // CHECK-NOT: torch.aten.cat
-// CHECK-COUNT-4: torch.aten.linear
+// CHECK-COUNT-6: torch.aten.linear
 // CHECK-NOT: torch.aten.cat
-func.func @negative_linears_not_shareable(%arg0: !torch.vtensor<[?,?,8],f32>, %arg1: !torch.vtensor<[?,1,8],f32>, %arg2: !torch.vtensor<[4,8],f32>) -> (!torch.vtensor<[?,1,4],f32>, !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,4],f32>) {
+func.func @negative_linears_not_shareable(%arg0: !torch.vtensor<[?,?,8],f32>, %arg1: !torch.vtensor<[?,1,8],f32>, %arg2: !torch.vtensor<[4,8],f32>) -> (!torch.vtensor<[?,1,2,2],f32>, !torch.vtensor<[?,?,2,2],f32>, !torch.vtensor<[?,?,2,2],f32>, !torch.vtensor<[?,?,2,2],f32>, !torch.vtensor<[?,?,?],f32>) {
   %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
   %1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
   torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 8)> : !torch.vtensor<[?,?,8],f32>
   torch.bind_symbolic_shape %arg1, [%0], affine_map<()[s0] -> (s0, 1, 8)> : !torch.vtensor<[?,1,8],f32>
   %none = torch.constant.none
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %heads = torch.prim.ListConstruct %int2, %int2 : (!torch.int, !torch.int) -> !torch.list<int>
   %wq = torch.vtensor.literal(dense_resource<wq> : tensor<4x8xf32>) : !torch.vtensor<[4,8],f32>
   %bq = torch.vtensor.literal(dense_resource<bq> : tensor<4xf32>) : !torch.vtensor<[4],f32>
   %q = torch.aten.linear %arg1, %wq, %bq : !torch.vtensor<[?,1,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[?,1,4],f32>
+  %qh = torch.aten.unflatten.int %q, %int2, %heads : !torch.vtensor<[?,1,4],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,1,2,2],f32>
   %wk = torch.vtensor.literal(dense_resource<wk> : tensor<4x8xf32>) : !torch.vtensor<[4,8],f32>
   %bk = torch.vtensor.literal(dense_resource<bk> : tensor<4xf32>) : !torch.vtensor<[4],f32>
   %k = torch.aten.linear %arg0, %wk, %bk : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[?,?,4],f32>
+  %kh = torch.aten.unflatten.int %k, %int2, %heads : !torch.vtensor<[?,?,4],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,?,2,2],f32>
   %r = torch.aten.linear %arg0, %arg2, %bk : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[?,?,4],f32>
+  %rh = torch.aten.unflatten.int %r, %int2, %heads : !torch.vtensor<[?,?,4],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,?,2,2],f32>
   %n = torch.aten.linear %arg0, %wq, %none : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.none -> !torch.vtensor<[?,?,4],f32>
-  return %q, %k, %r, %n : !torch.vtensor<[?,1,4],f32>, !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,4],f32>
+  %nh = torch.aten.unflatten.int %n, %int2, %heads : !torch.vtensor<[?,?,4],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,?,2,2],f32>
+  %a = torch.aten.linear %arg0, %wq, %bq : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[?,?,4],f32>
+  %b = torch.aten.linear %arg0, %wk, %bk : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[?,?,4],f32>
+  %bt = torch.aten.transpose.int %b, %int1, %int2 : !torch.vtensor<[?,?,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,4,?],f32>
+  %s = torch.aten.bmm %a, %bt : !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,4,?],f32> -> !torch.vtensor<[?,?,?],f32>
+  return %qh, %kh, %rh, %nh, %s : !torch.vtensor<[?,1,2,2],f32>, !torch.vtensor<[?,?,2,2],f32>, !torch.vtensor<[?,?,2,2],f32>, !torch.vtensor<[?,?,2,2],f32>, !torch.vtensor<[?,?,?],f32>
 }
-
 {-#
   dialect_resources: {
     builtin: {
