@@ -22,7 +22,7 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import (constant_int, defining_op, int_constant, list_items,
+from anyshape.passes.torch_ir import (bool_constant, constant_int, defining_op, int_constant, list_items,
                                       static_info_cast, vtensor_type)
 
 # Elementwise ops whose tensor operands broadcast against each other.
@@ -170,8 +170,7 @@ def gather_from_expanded_table(op, rewriter, analysis: ShapeAnalysis) -> bool:
                 operands=[table, int_constant(0), int_constant(len(sizes) - 1)]).result
         column = ir.Operation.create("torch.aten.unsqueeze", results=[vtensor_type([rows, 1], dtype)],
                                      operands=[column, int_constant(1)]).result
-        false = ir.Operation.create("torch.constant.bool", results=[ir.Type.parse("!torch.bool")],
-                                    attributes={"value": ir.BoolAttr.get(False)}).result
+        false = bool_constant(False)
         looked_up = ir.Operation.create(
             "torch.aten.embedding", results=[vtensor_type(index_shape[0] + [1], dtype)],
             operands=[column, index, int_constant(-1), false, false]).result

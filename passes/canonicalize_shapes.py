@@ -35,7 +35,7 @@ from anyshape.passes.iota_lookups import (rewrite_arange_constant_slice, rewrite
 from anyshape.passes.scalar_builder import ScalarBuilder
 from anyshape.passes.shape_analysis import ShapeAnalysis
 from anyshape.passes.structural_reshapes import rewrite_view
-from anyshape.passes.torch_ir import (constant_int, defining_op, dtype_code, is_none,
+from anyshape.passes.torch_ir import (constant_int, defining_op, dtype_code, functions, is_none,
                                       size_query, static_info_cast, vtensor_type)
 
 # arange overload -> (index of start or None for 0, index of end, index of step or
@@ -213,12 +213,6 @@ def erase_unused(func: ir.Operation) -> None:
         op.erase()
 
 
-def _functions(module_op: ir.Operation):
-    for op in module_op.regions[0].blocks[0].operations:
-        if op.operation.name == "func.func" and len(op.operation.regions[0].blocks) == 1:
-            yield op.operation
-
-
 @register
 @dataclasses.dataclass
 class CanonicalizeShapesPass(ModulePass):
@@ -227,13 +221,13 @@ class CanonicalizeShapesPass(ModulePass):
                    "aranges over a tensor's size as anyshape.iota_like")
 
     def apply(self, module_op):
-        functions = list(_functions(module_op))
-        for func in functions:
+        funcs = list(functions(module_op))
+        for func in funcs:
             hoist_argument_bindings(func)
-        builders = [ScalarBuilder(ShapeAnalysis(func)) for func in functions]
-        for func, builder in zip(functions, builders):
+        builders = [ScalarBuilder(ShapeAnalysis(func)) for func in funcs]
+        for func, builder in zip(funcs, builders):
             apply_patterns(func, _root_patterns(builder))
-        for func, builder in zip(functions, builders):
+        for func, builder in zip(funcs, builders):
             apply_patterns(func, _iota_patterns(builder))
             apply_patterns(func, _lookup_patterns(builder))
             erase_unused(func)

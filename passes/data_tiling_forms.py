@@ -2,7 +2,7 @@
 IREE 3.13 data-tiles without failing.
 
 With ``--iree-opt-data-tiling`` (``anyshape.compile(..., data_tiling=True)``),
-IREE's CPU codegen fails on two shapes the slice-hoisted last layer has:
+IREE's CPU codegen fails on, or packs on every call, these forms:
 
 - A batch matmul with one row (``bmm([B*H, 1, K], [B*H, K, N])``, one query
   row against every key): unit-dim folding makes it a batch matvec, whose
@@ -27,11 +27,9 @@ IREE's CPU codegen fails on two shapes the slice-hoisted last layer has:
   instead (IREE would fuse the column slice back into a one-row projection
   and pack the weight inside it). The cost is the last layer's Q columns
   for every row: under 1 % of GPT-2 small's FLOPs.
-
 - Separate Q, K and V projections of one input, split into heads (BERT,
   RoBERTa): IREE propagates each head transpose into its projection, which
-  becomes a
-  contraction with two result dims that data tiling leaves untiled (about a
+  becomes a contraction with two result dims that data tiling leaves untiled (about a
   third of roberta-base's matmul work); with that propagation off, packing
   V for the attention product fails instead ("no basis element may be
   statically non-positive"). Linears that share an input and have constant
@@ -57,7 +55,8 @@ from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.canonicalize_shapes import erase_unused
 from anyshape.passes.scalar_builder import ScalarBuilder
 from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import constant_int, defining_op, int_constant, is_none, vtensor_type
+from anyshape.passes.torch_ir import (bool_constant, constant_int, defining_op, functions, int_constant,
+                                      is_none, none_constant, vtensor_type)
 
 
 def _users(value: ir.Value) -> list:
@@ -73,11 +72,6 @@ def _flattened_4d(value: ir.Value):
         return None
     shape = vtensor_shape(op.operands[0].type)
     return op.operands[0] if shape is not None and len(shape[0]) == 4 else None
-
-
-def _bool_constant(value: bool) -> ir.Value:
-    return ir.Operation.create("torch.constant.bool", results=[ir.Type.parse("!torch.bool")],
-                               attributes={"value": ir.BoolAttr.get(value)}).result
 
 
 def _list_construct(values: list[ir.Value]) -> ir.Value:
@@ -158,10 +152,10 @@ class _Rewrites:
             products = ir.Operation.create(
                 "torch.aten.mul.Tensor", results=[vtensor_type(list(b_shape), result[1])],
                 operands=[column, b]).result
-            none = ir.Operation.create("torch.constant.none", results=[ir.Type.parse("!torch.none")]).result
+            none = none_constant()
             total = ir.Operation.create(
                 "torch.aten.sum.dim_IntList", results=[op.results[0].type],
-                operands=[products, _list_construct([int_constant(2)]), _bool_constant(True), none]).result
+                operands=[products, _list_construct([int_constant(2)]), bool_constant(True), none]).result
         rewriter.replace_op(op, [total])
         return True
 
@@ -208,7 +202,7 @@ class _Rewrites:
                         ir.RankedTensorType.get([1], ir.IntegerType.get_signed(64)),
                         ir.IntegerAttr.get(ir.IntegerType.get_signed(64), constant))}).result
             else:
-                none = ir.Operation.create("torch.constant.none", results=[ir.Type.parse("!torch.none")]).result
+                none = none_constant()
                 index = ir.Operation.create(
                     "torch.aten.arange.start_step", results=[index_type],
                     operands=[op.operands[2], end_value, op.operands[4], int_constant(4),
@@ -357,8 +351,7 @@ def fuse_shared_input_linears(block: ir.Block) -> None:
             weights = _concatenated([parts[0].results[0] for _, parts in members],
                                     vtensor_type([total, in_features], dtype))
             if members[0][1][1] is None:
-                biases = ir.Operation.create("torch.constant.none",
-                                             results=[ir.Type.parse("!torch.none")]).result
+                biases = none_constant()
             else:
                 biases = _concatenated([parts[1].results[0] for _, parts in members],
                                        vtensor_type([total], dtype))
@@ -387,10 +380,7 @@ class DataTilingFormsPass(ModulePass):
                    "input on concatenated weights: forms IREE's data tiling compiles")
 
     def apply(self, module_op):
-        for op in module_op.regions[0].blocks[0].operations:
-            func = op.operation
-            if func.name != "func.func" or len(func.regions[0].blocks) != 1:
-                continue
+        for func in functions(module_op):
             fuse_shared_input_linears(func.regions[0].blocks[0])
             analysis = ShapeAnalysis(func)
             rewrites = _Rewrites(analysis, ScalarBuilder(analysis))

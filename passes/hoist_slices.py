@@ -51,7 +51,7 @@ from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.canonicalize_shapes import erase_unused, hoist_argument_bindings
 from anyshape.passes.scalar_builder import ScalarBuilder
 from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import (constant_int, defining_op, int_constant, int_type, is_none,
+from anyshape.passes.torch_ir import (constant_int, defining_op, functions, int_constant, int_type, is_none,
                                       list_items, static_info_cast, vtensor_type)
 
 _INT64_MAX = 2**63 - 1
@@ -690,10 +690,7 @@ class HoistSlicesPass(ModulePass):
                    "ops above them compute only the rows kept")
 
     def apply(self, module_op):
-        for op in module_op.regions[0].blocks[0].operations:
-            func = op.operation
-            if func.name != "func.func" or len(func.regions[0].blocks) != 1:
-                continue
+        for func in functions(module_op):
             hoist_argument_bindings(func)  # root queries go after them
             hoister = _Hoister(func)
             patterns = [("torch.aten.select.int", hoister.select),

@@ -25,7 +25,7 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import (constant_int, defining_op, dtype_code, int_constant,
+from anyshape.passes.torch_ir import (bool_constant, constant_int, defining_op, dtype_code, int_constant,
                                       list_items, size_query, static_info_cast, vtensor_type)
 
 
@@ -201,8 +201,7 @@ def rewrite_iota_lookup(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
                     operands=items + [int_constant(-1)]).result
                 expanded = vtensor_shape(op.results[0].type)[0]
                 dims = expanded[:len(items)] + dims[len(items):]
-                false = ir.Operation.create("torch.constant.bool", results=[
-                    ir.Type.parse("!torch.bool")], attributes={"value": ir.BoolAttr.get(False)}).result
+                false = bool_constant(False)
                 value = ir.Operation.create(
                     "torch.aten.expand", results=[vtensor_type(dims, dtype)],
                     operands=[value, size_list, false]).result

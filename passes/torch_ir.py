@@ -73,3 +73,19 @@ def list_items(value: ir.Value) -> list[ir.Value] | None:
     if op is None or op.name != "torch.prim.ListConstruct":
         return None
     return list(op.operands)
+
+
+def bool_constant(value: bool) -> ir.Value:
+    return ir.Operation.create("torch.constant.bool", results=[ir.Type.parse("!torch.bool")],
+                               attributes={"value": ir.BoolAttr.get(value)}).result
+
+
+def none_constant() -> ir.Value:
+    return ir.Operation.create("torch.constant.none", results=[ir.Type.parse("!torch.none")]).result
+
+
+def functions(module_op: ir.Operation):
+    """The module's single-block ``func.func`` ops (the ones the passes rewrite)."""
+    for op in module_op.regions[0].blocks[0].operations:
+        if op.operation.name == "func.func" and len(op.operation.regions[0].blocks) == 1:
+            yield op.operation

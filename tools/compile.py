@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from anyshape.compiler import compile_module, with_data_tiling_forms
+    from anyshape.compiler import compile_module
     from anyshape.errors import CompileError
     from anyshape.ir_signature import signature_from_module
     from anyshape.mlir import MLIRError, new_context, parse_module
@@ -56,8 +56,6 @@ def main(argv: list[str] | None = None) -> int:
         module = parse_module(data, new_context())
         signature = signature_from_module(module, args.function)
         passes = DEFAULT_PIPELINE if args.passes is None else split_top_level(args.passes)
-        if target.data_tiling:
-            passes = with_data_tiling_forms(list(passes))
         compiled = compile_module(module, signature, target, passes, dump_ir_dir=args.dump_ir_dir,
                                   report=lambda msg: print(f"[anyshape-compile] {msg}",
                                                            file=sys.stderr, flush=True),

@@ -58,8 +58,6 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     compile_target = make_target(target, cuda_arch, opt_level, data_tiling)
     check_threads(threads)
     pass_names = list(DEFAULT_PIPELINE if passes is None else passes)
-    if compile_target.data_tiling:
-        pass_names = with_data_tiling_forms(pass_names)
     for name in pass_names:
         make_anyshape_pass(name)  # unknown names and bad options fail before the (slow) export
     report = _progress_printer(progress)
@@ -101,11 +99,15 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
                    pass_names: Sequence[str], *, dump_ir_dir: str | Path | None = None,
                    report: Callable[[str], None] = lambda msg: None,
                    entry: str = "main") -> CompiledModule:
-    """Run the pass stages on an imported module, then IREE. ``module`` is consumed."""
+    """Run the pass stages on an imported module, then IREE. ``module`` is consumed.
+    With data tiling, ``anyshape-data-tiling-forms`` joins the stages
+    (``with_data_tiling_forms``)."""
     workdir = tempfile.TemporaryDirectory(prefix="anyshape-")
     stages = _StageWriter(Path(workdir.name), Path(dump_ir_dir) if dump_ir_dir else None)
     stages.write(IMPORT_STAGE, module)
 
+    if target.data_tiling:
+        pass_names = with_data_tiling_forms(list(pass_names))
     for element in pass_names:
         name = split_pass_element(element)[0]
         report(f"running {element}")
