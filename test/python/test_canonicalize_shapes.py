@@ -16,8 +16,7 @@ def encoder():
 def test_default_pipeline_stages(encoder):
     _, compiled = encoder
     assert compiled.stages == ["import", "anyshape-canonicalize-shapes", "anyshape-hoist-slices",
-                               "anyshape-lower",
-                               "iree-input"]
+                               "anyshape-logsumexp-softmax", "anyshape-lower", "iree-input"]
 
 
 def test_arange_becomes_iota_and_lowers(encoder):
