@@ -421,7 +421,7 @@ def bench_model(model_key: str, args, workdir: Path, compiles: list, cells: list
         log(f"compiling {SYSTEMS[system]} (child process)")
         out = workdir / f"{model_key}-{system}"
         result = run_child({**base_task, "kind": "anyshape", "dynamic": True, "passes": passes,
-                            "data_tiling": args.data_tiling and passes is None,
+                            "data_tiling": args.data_tiling if passes is None else None,
                             "out": str(out)}, workdir, f"{model_key}-{system}")
         record_compile(system, dynamic_note, result)
         if result.get("error"):
@@ -716,8 +716,11 @@ def parse_args(argv):
     parser.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64, 128, 256, 512])
     parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS))
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--data-tiling", action="store_true",
-                        help="anyshape and IREE static built with data_tiling=True")
+    parser.add_argument("--data-tiling", choices=["auto", "on", "off"], default="auto",
+                        help="data_tiling for anyshape (default passes) and IREE static: "
+                             "auto (the default: None, on for CPU), on (True) or off (False); "
+                             "passes=[] always runs with the default, which is off without "
+                             "anyshape-lower")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="torch, onnxruntime (intra-op) and IREE runtime threads (default: all cores)")
     parser.add_argument("--out", type=Path, default=HERE / "results")
@@ -731,6 +734,7 @@ def parse_args(argv):
     if min(args.batches) < 1 or min(args.lengths) < 1:
         parser.error("--batches and --lengths: expected positive sizes")
     # Keep the order of the defaults, whatever order they were given in.
+    args.data_tiling = {"auto": None, "on": True, "off": False}[args.data_tiling]
     args.systems = [s for s in SYSTEMS if s in args.systems]
     args.models = [m for m in MODEL_KEYS if m in args.models]
     return args
@@ -754,9 +758,12 @@ def main(argv=None) -> int:
               f"{_versions()}.\n\nCommand: `{command}`\n\n"
               "IREE static = `anyshape.compile` with the default passes and no dynamic dims: "
               "torch.export at exactly that (batch, L), compiled by IREE, one build per shape. "
-              + ("anyshape and IREE static have IREE's data tiling on (`--data-tiling`; "
-                 "`passes=[]` cannot: without anyshape-lower's dim ranges it is wrong)."
-                 if args.data_tiling else "No data tiling (the default)."))
+              + {None: "Data tiling as `compile` decides by default (on for CPU unless IREE "
+                       "fails with it; off for `passes=[]`: without anyshape-lower's dim ranges "
+                       "it is wrong).",
+                 True: "anyshape and IREE static with `data_tiling=True` (`--data-tiling=on`); "
+                       "`passes=[]` without (it needs anyshape-lower's dim ranges).",
+                 False: "No data tiling (`--data-tiling=off`)."}[args.data_tiling])
     cells: list[Cell] = []
     compiles: list[dict] = []
     memory: list[dict] = []

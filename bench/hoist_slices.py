@@ -7,14 +7,18 @@ compiled twice, once with the default pipeline and once without the pass;
 at each length the two artifacts run alternately (warm-up, then medians of
 ``--runs``), so drift on the machine hits both alike.
 
-    python bench/hoist_slices.py [--models roberta gpt2] [--lengths 128 512] [--runs 10] [--data-tiling]
+    python bench/hoist_slices.py [--models roberta gpt2] [--lengths 128 512] [--runs 10]
+                                 [--data-tiling {auto,on,off}]
                                  [--out bench/results] [--keep DIR] [--tiny]
 
-``--data-tiling`` builds both artifacts with ``data_tiling=True`` (both then
-run ``anyshape-data-tiling-forms``). ``--keep DIR`` saves the artifacts there (``<model>-with``,
+``--data-tiling`` is ``compile``'s ``data_tiling`` for both artifacts: ``auto``
+(default, ``None``: on for CPU unless IREE fails with it), ``on`` or ``off``;
+the table says what each side got (with it, both run
+``anyshape-data-tiling-forms``). ``--keep DIR`` saves the artifacts there (``<model>-with``,
 ``<model>-without``) for ``bench/profile_dispatches.py``.
 
-Writes ``hoist_slices.md`` (``hoist_slices-data-tiling.md``) under ``--out`` and prints it.
+Writes ``hoist_slices.md`` (``hoist_slices-data-tiling-<mode>.md`` for ``on``/``off``)
+under ``--out`` and prints it.
 """
 
 from __future__ import annotations
@@ -72,8 +76,8 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
-    parser.add_argument("--data-tiling", action="store_true",
-                        help="compile both artifacts with data_tiling=True")
+    parser.add_argument("--data-tiling", choices=["auto", "on", "off"], default="auto",
+                        help="data_tiling for both artifacts: auto (None, the default), on, off")
     parser.add_argument("--keep", type=Path, default=None,
                         help="save the artifacts under this directory")
     parser.add_argument("--tiny", action="store_true",
@@ -83,13 +87,16 @@ def main(argv=None) -> int:
         parser.error(f"--runs: expected at least 10 (medians of 10 or more), got {args.runs}")
     torch.manual_seed(0)
     rows = []
+    tiled = {}
     ticks_at_start = _cpu_ticks()
     chosen = [name for name in MODELS if name.split("-")[0] in args.models]
     for name, (build, max_len) in ((name, MODELS[name]) for name in chosen):
         model = build(tiny=args.tiny).eval()
         print(f"{name}: compiling with and without anyshape-hoist-slices", flush=True)
-        with_pass, with_s = _compile(model, max_len, None, args.data_tiling)
-        without_pass, without_s = _compile(model, max_len, WITHOUT, args.data_tiling)
+        data_tiling = {"auto": None, "on": True, "off": False}[args.data_tiling]
+        with_pass, with_s = _compile(model, max_len, None, data_tiling)
+        without_pass, without_s = _compile(model, max_len, WITHOUT, data_tiling)
+        tiled[name] = (with_pass.target.data_tiling, without_pass.target.data_tiling)
         if args.keep is not None:
             stem = name.split()[0]
             with_pass.save(args.keep / f"{stem}-with")
@@ -129,18 +136,20 @@ def main(argv=None) -> int:
         table.append(f"| {name} | {length} | {without_ms:.1f} | {with_ms:.1f} | {ratio:.3f} | "
                      f"{c0:.1f} | {c1:.1f} | {cpu_ratio:.3f} | {g0:.2f} | {g1:.2f} | {saved:.1%} |")
     steal, total = (end - start for end, start in zip(_cpu_ticks(), ticks_at_start))
-    header = (f"batch 1, fp32, {'data tiling' if args.data_tiling else 'no data tiling'} (both sides "
-              f"run anyshape-data-tiling-forms with it), medians of {args.runs} alternating runs (wall time, and the "
+    got = "; ".join(f"{name}: data tiling {'on' if w else 'off'} with the pass, "
+                    f"{'on' if wo else 'off'} without" for name, (w, wo) in tiled.items())
+    header = (f"batch 1, fp32, --data-tiling={args.data_tiling} ({got}; with it a side runs "
+              f"anyshape-data-tiling-forms), medians of {args.runs} alternating runs (wall time, and the "
               f"process's CPU time over all its threads); "
               f"{platform.machine()}, {os.cpu_count()} cores; the host stole "
               f"{steal / max(total, 1):.0%} of CPU time during the run; "
               f"`python bench/hoist_slices.py --models {' '.join(args.models)} --runs {args.runs}"
-              f"{' --data-tiling' if args.data_tiling else ''}"
+              f"{'' if args.data_tiling == 'auto' else ' --data-tiling=' + args.data_tiling}"
               f"{' --tiny' if args.tiny else ''}`"
               f"{'; TINY models (2 layers, hidden 64): not a benchmark' if args.tiny else ''}")
     text = "\n".join([header, "", *table, ""])
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"hoist_slices{'-data-tiling' if args.data_tiling else ''}.md").write_text(text)
+    (args.out / f"hoist_slices{'' if args.data_tiling == 'auto' else '-data-tiling-' + args.data_tiling}.md").write_text(text)
     print(text)
     return 0
 

@@ -1,7 +1,7 @@
-"""anyshape-data-tiling-forms: the one-row work slice hoisting leaves, in forms
-IREE 3.13 data-tiles without failing.
+"""anyshape-data-tiling-forms: the one-row work slice hoisting leaves, and
+projections, in forms IREE 3.13 data-tiles without failing.
 
-With ``--iree-opt-data-tiling`` (``anyshape.compile(..., data_tiling=True)``),
+With data tiling (``anyshape.compile``'s default on CPU, ``targets.py``),
 IREE's CPU codegen fails on, or packs on every call, these forms:
 
 - A batch matmul with one row (``bmm([B*H, 1, K], [B*H, K, N])``, one query
@@ -40,12 +40,25 @@ IREE's CPU codegen fails on, or packs on every call, these forms:
   alone: there is no transpose to fold, and a column slice read straight by
   an attention product is packed inside its dispatch, past the stack limit.
 
+- A projection of a dynamic number of rows that never exceeds one data tile
+  (16; one row per sequence: the slice-hoisted last layer's FFN and query,
+  a classifier head): IREE's data tiling fails to compile it ("failed to
+  resolve workgroup count hint", or past the stack limit). As a broadcast
+  multiply and a sum over K it is left untiled, and one tile of rows gains
+  nothing from packing.
+- A linear on ``[B, L, K]``: IREE's GlobalOptimization data tiling sees a
+  batch matmul with the weight broadcast to every batch and packs that
+  broadcast on every call (half of roberta-base's time at L = 32). On
+  the rows flattened into one dim it is one matmul whose weight IREE packs
+  once, at compile time; done last, after the rewrites that match linears.
+
 The rewrites compute the same values.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import sympy
 
@@ -276,6 +289,67 @@ class _Rewrites:
         return True
 
 
+    def few_rows_projection(self, op, rewriter) -> bool:
+        """linear(x, W, b), mm(x, W) or addmm(b, x, W) (unit factors) where x has a
+        dynamic row count of at most one data tile (16) -> a broadcast multiply and
+        a sum over K, which IREE does not data-tile."""
+        name = op.name
+        x = op.operands[1 if name == "torch.aten.addmm" else 0]
+        weight = op.operands[2 if name == "torch.aten.addmm" else 1]
+        x_shape, w_shape = vtensor_shape(x.type), vtensor_shape(weight.type)
+        result = vtensor_shape(op.results[0].type)
+        if x_shape is None or w_shape is None or result is None:
+            return False
+        if len(x_shape[0]) != 2 or len(w_shape[0]) != 2 or x_shape[1] != result[1]:
+            return False
+        if name == "torch.aten.addmm" and any(constant_int(v) != 1 for v in op.operands[3:5]):
+            return False
+        rows = self.analysis.dims.get(x)
+        if rows is None or rows[0] is None or rows[0].is_Integer:
+            return False  # static row counts data-tile (and compile) fine
+        largest = self.analysis.max_of(rows[0])
+        if largest is None or largest > _ROWS_PER_TILE:
+            return False
+        (m, k), dtype = x_shape
+        n = result[0][1]
+        transposed = name == "torch.aten.linear"  # W is [N, K]
+        with ir.InsertionPoint(op), op.location:
+            if transposed:  # [M, 1, K] * [N, K] -> [M, N, K], summed over K (axis 2)
+                column = _unsqueeze(x, 1, [m, 1, k], dtype)
+                products = _binary("torch.aten.mul.Tensor", [m, n, k], dtype, column, weight)
+                axis = 2
+            else:  # [M, K, 1] * [K, N] -> [M, K, N], summed over K (axis 1)
+                column = _unsqueeze(x, 2, [m, k, 1], dtype)
+                products = _binary("torch.aten.mul.Tensor", [m, k, n], dtype, column, weight)
+                axis = 1
+            summed = ir.Operation.create(
+                "torch.aten.sum.dim_IntList", results=[vtensor_type([m, n], dtype)],
+                operands=[products, _list_construct([int_constant(axis)]), bool_constant(False),
+                          none_constant()]).result
+            bias = op.operands[0] if name == "torch.aten.addmm" else (
+                op.operands[2] if name == "torch.aten.linear" else None)
+            if bias is not None and not is_none(bias):
+                summed = ir.Operation.create(
+                    "torch.aten.add.Tensor", results=[op.results[0].type],
+                    operands=[summed, bias, int_constant(1)]).result
+        rewriter.replace_op(op, [summed])
+        return True
+
+
+# A data tile's rows on this CPU (IREE packs f32 matmul LHS in 16-row tiles
+# with AVX-512): a matmul with at most this many rows gains nothing from it.
+_ROWS_PER_TILE = 16
+
+
+def _unsqueeze(x: ir.Value, axis: int, sizes: list, dtype: str) -> ir.Value:
+    return ir.Operation.create("torch.aten.unsqueeze", results=[vtensor_type(sizes, dtype)],
+                               operands=[x, int_constant(axis)]).result
+
+
+def _binary(name: str, sizes: list, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
+    return ir.Operation.create(name, results=[vtensor_type(sizes, dtype)], operands=[a, b]).result
+
+
 def _literal(value: ir.Value) -> ir.Operation | None:
     op = defining_op(value)
     return op if op is not None and op.name == "torch.vtensor.literal" else None
@@ -370,6 +444,31 @@ def fuse_shared_input_linears(block: ir.Block) -> None:
             linear.erase()
 
 
+def linear_on_flat_rows(op: ir.Operation, rewriter) -> bool:
+    """linear(x[..., K]) with x of rank 3 or more -> unflatten(linear(flatten(x)))."""
+    x = op.operands[0]
+    shape, result = vtensor_shape(x.type), vtensor_shape(op.results[0].type)
+    if shape is None or result is None or len(shape[0]) < 3:
+        return False
+    leading, (in_features, dtype) = shape[0][:-1], (shape[0][-1], shape[1])
+    rows = None if None in leading else math.prod(leading)
+    with ir.InsertionPoint(op), op.location:
+        flat = ir.Operation.create(
+            "torch.aten.flatten.using_ints", results=[vtensor_type([rows, in_features], dtype)],
+            operands=[x, int_constant(0), int_constant(len(leading) - 1)]).result
+        product = ir.Operation.create(
+            "torch.aten.linear", results=[vtensor_type([rows, result[0][-1]], result[1])],
+            operands=[flat, *op.operands[1:]]).result
+        sizes = [int_constant(size) if size is not None else ir.Operation.create(
+            "torch.aten.size.int", results=[ir.Type.parse("!torch.int")],
+            operands=[x, int_constant(axis)]).result for axis, size in enumerate(leading)]
+        unflattened = ir.Operation.create(
+            "torch.aten.unflatten.int", results=[op.results[0].type],
+            operands=[product, int_constant(0), _list_construct(sizes)]).result
+    rewriter.replace_op(op, [unflattened])
+    return True
+
+
 @register
 @dataclasses.dataclass
 class DataTilingFormsPass(ModulePass):
@@ -377,7 +476,9 @@ class DataTilingFormsPass(ModulePass):
     description = ("One-row batch matmuls as multiply-reduce over batch and heads, one-row "
                    "slices of tensors also read whole as index_select, projections with a "
                    "column slice of a constant weight on the whole weight, linears of one "
-                   "input on concatenated weights: forms IREE's data tiling compiles")
+                   "input on concatenated weights, projections of at most a tile of rows "
+                   "as multiply-reduce, linears on flattened rows: forms IREE's data "
+                   "tiling compiles")
 
     def apply(self, module_op):
         for func in functions(module_op):
@@ -390,4 +491,10 @@ class DataTilingFormsPass(ModulePass):
                                   ("torch.aten.mm", rewrites.whole_weight_projection),
                                   ("torch.aten.addmm", rewrites.rows_of_shared_projection),
                                   ("torch.aten.mm", rewrites.rows_of_shared_projection)])
+            # After the rewrites above, which match projections these would replace.
+            apply_patterns(func, [("torch.aten.linear", rewrites.few_rows_projection),
+                                  ("torch.aten.addmm", rewrites.few_rows_projection),
+                                  ("torch.aten.mm", rewrites.few_rows_projection)])
             erase_unused(func)  # the flattened operands and bmm, kept alive by their bindings
+            # Last: the rewrites above match linears on [B, L, K].
+            apply_patterns(func, [("torch.aten.linear", linear_on_flat_rows)])

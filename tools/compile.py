@@ -15,9 +15,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--cuda-arch", default=None, help="with --target=cuda (default sm_80)")
     parser.add_argument("--opt-level", default=None, help="IREE optimization level (O0-O3)")
-    parser.add_argument("--data-tiling", action="store_true",
-                        help="IREE data tiling (adds anyshape-data-tiling-forms): faster, not "
-                             "exact on every program in IREE 3.13; see anyshape/targets.py")
+    parser.add_argument("--data-tiling", choices=["auto", "on", "off"], nargs="?", const="on",
+                        default="auto",
+                        help="IREE data tiling (adds anyshape-data-tiling-forms): 'auto' "
+                             "(default) on for cpu, compiled again without it if IREE fails "
+                             "with it; 'on' (also a bare --data-tiling): a failure is an "
+                             "error; 'off'")
     parser.add_argument("--passes", default=None,
                         help="comma-separated anyshape passes (default: the default pipeline; "
                              "'' for none)")
@@ -52,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"anyshape-compile: cannot read '{name}': {error.strerror}", file=sys.stderr)
         return 1
     try:
-        target = make_target(args.target, args.cuda_arch, args.opt_level, args.data_tiling)
+        data_tiling = {"auto": None, "on": True, "off": False}[args.data_tiling]
+        target = make_target(args.target, args.cuda_arch, args.opt_level, data_tiling)
         module = parse_module(data, new_context())
         signature = signature_from_module(module, args.function)
         passes = DEFAULT_PIPELINE if args.passes is None else split_top_level(args.passes)

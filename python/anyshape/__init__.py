@@ -6,9 +6,9 @@ iree-base-runtime. Everything is imported on first use, so the command-line
 tools start without importing torch.
 """
 
-from anyshape.errors import CompileError
+from anyshape.errors import CompileError, DataTilingFallback
 
-__all__ = ["compile", "import_torch", "load", "CompiledModule", "CompileError"]
+__all__ = ["compile", "import_torch", "load", "CompiledModule", "CompileError", "DataTilingFallback"]
 __version__ = "0.1.0"
 
 _LAZY = {

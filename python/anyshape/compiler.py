@@ -11,19 +11,22 @@ reproducer saved beside the command that replays it.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from anyshape.errors import CompileError
+from anyshape.errors import CompileError, DataTilingFallback
 from anyshape.iree_dim_facts import has_dim_facts, inject_dim_facts
 from anyshape.iree_workarounds import untie_duplicate_workloads
-from anyshape.mlir import MLIRError, ir, iree_tool, module_to_bytecode, versions
+from anyshape.mlir import (MLIRError, ir, iree_tool, module_to_bytecode, new_context,
+                           parse_module, versions)
 from anyshape.passes import DEFAULT_PIPELINE
 from anyshape.pipeline import (diagnostics_of, make_anyshape_pass, opt_command_flag, run_pipeline,
                                split_pass_element)
@@ -40,7 +43,7 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
             target: str = "cpu", cuda_arch: str | None = None, opt_level: str | None = None,
             passes: Sequence[str] | None = None, dump_ir_dir: str | Path | None = None,
             progress: bool | Callable[[str], None] = False,
-            threads: int | None = None, data_tiling: bool = False) -> CompiledModule:
+            threads: int | None = None, data_tiling: bool | None = None) -> CompiledModule:
     """Export ``model`` with ``torch.export`` (``dynamic_shapes`` as there), run the
     anyshape passes and compile with IREE for ``target`` ("cpu" or "cuda").
 
@@ -48,9 +51,12 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     pass arguments. ``progress=True`` prints each stage as it runs. ``threads``:
     CPU worker threads the module runs on (None: one per core this process may
     use); IREE fixes the count for the whole process when the first CPU module
-    runs, so modules of one process must agree on it. ``data_tiling=True``:
-    IREE's data tiling, with ``anyshape-data-tiling-forms``; much faster
-    matmuls, but not exact on every program in IREE 3.13 (``targets.py``).
+    runs, so modules of one process must agree on it. ``data_tiling``: IREE's
+    data tiling (packed matmul operands, about 3x faster CPU matmuls), with
+    ``anyshape-data-tiling-forms``. None (default): on for CPU targets, and
+    when IREE fails to compile a module with it, compiled again without it
+    and a ``DataTilingFallback`` warning; True: on, and such a failure is a
+    ``CompileError``; False: off.
     """
     from anyshape.importer import export_program, import_program
     from anyshape.signature import dim_labels_from, signature_from_program
@@ -101,11 +107,54 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
                    entry: str = "main") -> CompiledModule:
     """Run the pass stages on an imported module, then IREE. ``module`` is consumed.
     With data tiling, ``anyshape-data-tiling-forms`` joins the stages
-    (``with_data_tiling_forms``)."""
+    (``with_data_tiling_forms``). ``target.data_tiling`` None (auto): on where
+    it applies (``data_tiling_applies``); when IREE then fails to compile, the
+    module is compiled again without it, with a warning if that works."""
     workdir = tempfile.TemporaryDirectory(prefix="anyshape-")
     stages = _StageWriter(Path(workdir.name), Path(dump_ir_dir) if dump_ir_dir else None)
     stages.write(IMPORT_STAGE, module)
+    if target.data_tiling is not None:
+        return _compile_stages(module, stages, workdir, signature, target, pass_names,
+                               dump_ir_dir, report, entry)
+    tiled = data_tiling_applies(target, signature, pass_names)
+    try:
+        return _compile_stages(module, stages, workdir, signature,
+                               dataclasses.replace(target, data_tiling=tiled), pass_names,
+                               dump_ir_dir, report, entry)
+    except CompileError as error:
+        if not tiled or error.stage != IREE_COMPILE_STAGE:
+            raise
+        failure = error
+    report("compiling again without data tiling: " + failure.diagnostic.splitlines()[0])
+    stages.remove_dumps_after_import()  # the failure's reproducer stays
+    (Path(workdir.name) / "untiled").mkdir()
+    retry = _StageWriter(Path(workdir.name) / "untiled", stages.dump_dir)
+    retry.files[IMPORT_STAGE] = stages.files[IMPORT_STAGE]
+    module = parse_module(stages.files[IMPORT_STAGE].read_bytes(), new_context())
+    # A failure without data tiling too was not data tiling's: it is raised as
+    # it is, with no fallback warning.
+    compiled = _compile_stages(module, retry, workdir, signature,
+                               dataclasses.replace(target, data_tiling=False), pass_names,
+                               dump_ir_dir, report, entry)
+    warnings.warn(f"IREE could not compile this module with data tiling, so it was compiled "
+                  f"without it (slower matmuls; data_tiling=False skips the first attempt): "
+                  f"{failure.diagnostic}\nreproducer: {failure.reproducer}",
+                  DataTilingFallback, stacklevel=3)
+    return compiled
 
+
+def data_tiling_applies(target: Target, signature: ModuleSignature,
+                        pass_names: Sequence[str]) -> bool:
+    """Whether automatic data tiling turns it on: CPU targets only (it is where
+    the CPU matmul speed is; IREE's GPU backends tile matmuls their own way),
+    and with dynamic dims only when ``anyshape-lower`` states their ranges."""
+    names = [split_pass_element(p)[0] for p in pass_names]
+    return target.name == "cpu" and (not _dynamic(signature) or "anyshape-lower" in names)
+
+
+def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signature: ModuleSignature,
+                    target: Target, pass_names: Sequence[str], dump_ir_dir,
+                    report: Callable[[str], None], entry: str) -> CompiledModule:
     if target.data_tiling:
         pass_names = with_data_tiling_forms(list(pass_names))
     for element in pass_names:
@@ -131,7 +180,8 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
                          "anyshape-lower to passes or use data_tiling=False")
     iree_input = _write_iree_input(stages, module, dump_ir_dir, report)
     del module
-    report(f"compiling with IREE for {target.name} ({target.opt_level})")
+    report(f"compiling with IREE for {target.name} ({target.opt_level}"
+           f"{', data tiling' if target.data_tiling else ''})")
     flags = target.iree_flags()
     vmfb_path = _compile_with_iree(iree_input, flags, dump_ir_dir, report)
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
@@ -165,8 +215,15 @@ class _StageWriter:
         self.workdir = workdir
         self.dump_dir = dump_dir
         self.files: dict[str, Path] = {}
+        self.dumped: list[Path] = []
         if dump_dir:
             dump_dir.mkdir(parents=True, exist_ok=True)
+
+    def remove_dumps_after_import(self) -> None:
+        """Delete the stage texts dumped after the import (an abandoned attempt's)."""
+        for path in self.dumped[1:]:
+            path.unlink(missing_ok=True)
+        del self.dumped[1:]
 
     @property
     def last_file(self) -> Path:
@@ -185,6 +242,7 @@ class _StageWriter:
         if self.dump_dir:
             with open(self.dump_dir / f"{stem}.mlir", "w") as f:
                 module.operation.print(file=f)
+            self.dumped.append(self.dump_dir / f"{stem}.mlir")
         return path
 
     def record(self, stage: str, produce: Callable[[Path, Path | None], object]) -> Path:
@@ -194,6 +252,8 @@ class _StageWriter:
         stage, stem = self._name(stage)
         path = self.workdir / f"{stem}.mlirbc"
         produce(path, self.dump_dir / f"{stem}.mlir" if self.dump_dir else None)
+        if self.dump_dir:
+            self.dumped.append(self.dump_dir / f"{stem}.mlir")
         self.files[stage] = path
         return path
 

@@ -24,3 +24,9 @@ class CompileError(RuntimeError):
         if command:
             lines.append(f"replay with: {command}")
         super().__init__("\n".join(lines))
+
+
+class DataTilingFallback(UserWarning):
+    """Automatic data tiling (``data_tiling=None``) was dropped for a module
+    because IREE failed to compile it with data tiling; the module was
+    compiled without it."""

@@ -15,35 +15,33 @@ Why each option:
   8x768 tiles on the stack (139 KB for hidden 768 against IREE's 32 KB limit:
   "exceeded stack allocation limit"). Raising the limit only turned that into
   a run-time crash; not fusing multi-use producers removes the allocation.
-- ``--iree-opt-data-tiling`` only with ``data_tiling=True``: off by default,
-  because IREE 3.13 computes wrong results with it on some programs (below).
-  It is where most of the CPU matmul speed is (about 2x less CPU time in
-  iree-benchmark-module for the roberta-base classifier at L = 128, batch 1).
-  An earlier build gave wrong results with it under a dynamic batch and
-  length (duplicate dispatch workload sizes folded by IREE 3.13, see
-  ``iree_workarounds.py``); with that workaround and the argument range facts
-  roberta-base is exact: max |error| <= 9e-7 against eager at 1x1, 2x2,
-  1x128, 3x77, 2x200, 3x512, 8x65 and 5x333 (without slice hoisting), and
-  without the range facts it is not (``compile`` refuses data tiling with
-  dynamic dims unless ``anyshape-lower`` runs). But not every program is
-  exact: the Gluon-NLP style encoder block of ``test/python/models.py``
-  (``encoder_pattern_case``: a mask broadcast to ``[B, 1, L, L]``,
-  ``masked_fill``, one-head attention) comes out wrong at batch 2 and 3 (max
-  error 17 at 2x9, 3x9 and 3x33) and right at 1x5 and 4x64, with the range
-  facts in place, with or without ``anyshape-data-tiling-forms``; without
-  data tiling it is exact (``test_data_tiling_wrong_on_encoder_pattern``, an
-  expected failure). Use it for a model checked against eager at the shapes
-  it will run.
-  The slice-hoisted last layer needs ``anyshape-data-tiling-forms`` (which
-  ``compile`` adds after ``anyshape-hoist-slices``, or before
-  ``anyshape-lower`` without it, when data tiling is on): IREE's CPU codegen
-  rejects the packing of its one-row attention products and of a one-row
-  slice fused into a projection's dispatch. IREE 3.13 also fails to
-  data-tile some programs that compile without it (the packing of some
-  attention forms: ``affine.delinearize_index`` "no basis element may be
-  statically non-positive", with or without anyshape's passes; 15 of the 16
-  bundle compiles of the slice-hoisting property test, whose random
-  programs have hidden sizes 8 and 16): a ``CompileError``.
+- ``--iree-global-opt-data-tiling`` when data tiling is on: packed matmul
+  operands and IREE's mmt4d kernels, where most of the CPU matmul speed is
+  (roberta-base at L = 128: about 3x less time than without). ``compile``'s
+  default (``data_tiling=None``) turns it on for CPU targets and, when IREE
+  fails to compile a module with it, compiles the module again without it
+  and warns (``DataTilingFallback``); ``True`` makes that failure an error.
+  IREE 3.13 has two data-tiling paths. The dispatch-creation one (what
+  ``--iree-opt-data-tiling`` picks) is wrong on a one-head attention score
+  ``Linear(x) @ y^T`` at batch 2 and 3 when L is not a multiple of 16 (max
+  error 6-16: the projection's dispatch also packs its rows for the batch
+  matmul, and gets the batch stride wrong), which broke the Gluon-NLP style
+  encoder block of ``test/python/models.py``; the GlobalOptimization path
+  used here is exact on it (``test_projection_times_transposed_input_is_exact``),
+  on roberta-base and GPT-2 small, and on 90 of the property test's random
+  programs (hidden 16 and 32; the other 8 fail to compile with it). With
+  dynamic dims it needs their ranges (``anyshape-lower``'s facts): without
+  them it computed wrong results (roberta-base with ``passes=[]``: max error
+  0.36 at L = 128), so ``True`` without that pass is a ``ValueError`` and
+  the default leaves data tiling off.
+  ``anyshape-data-tiling-forms`` (which ``compile`` adds after
+  ``anyshape-hoist-slices``, or before ``anyshape-lower`` without it, when
+  data tiling is on) rewrites the forms IREE's CPU codegen rejects or packs
+  on every call: the slice-hoisted layer's one-row attention products and
+  projections, and linears on ``[B, L, K]`` (broadcast weights). Some
+  programs still fail to compile with data tiling (``affine.delinearize_index``
+  "no basis element may be statically non-positive": a one-head attention
+  whose softmax fuses into the packing of the attention product).
 - cuda: ``--iree-hal-target-device=cuda --iree-cuda-target=<arch>``; compiling
   needs no GPU, running needs IREE's cuda driver and a device.
 """
@@ -64,12 +62,14 @@ class Target:
     driver: str              # IREE runtime driver
     cuda_arch: str | None = None
     opt_level: str = DEFAULT_OPT_LEVEL
-    data_tiling: bool = False
+    data_tiling: bool | None = None  # None: decided at compile time (compile_module)
 
     def iree_flags(self) -> list[str]:
+        if self.data_tiling is None:
+            raise ValueError("data tiling must be decided (True or False) before IREE runs")
         flags = list(_COMMON) + [f"--iree-opt-level={self.opt_level}"]
         if self.data_tiling:
-            flags.append("--iree-opt-data-tiling")
+            flags.append("--iree-global-opt-data-tiling")
         if self.name == "cpu":
             flags += [
                 "--iree-hal-target-device=local",
@@ -89,10 +89,11 @@ class Target:
 
 
 def make_target(target: str, cuda_arch: str | None = None, opt_level: str | None = None,
-                data_tiling: bool = False) -> Target:
+                data_tiling: bool | None = None) -> Target:
     opt_level = opt_level or DEFAULT_OPT_LEVEL
-    if not isinstance(data_tiling, bool):
-        raise ValueError(f"data_tiling: expected True or False, got {data_tiling!r}")
+    if data_tiling is not None and not isinstance(data_tiling, bool):
+        raise ValueError(f"data_tiling: expected True, False or None (automatic), "
+                         f"got {data_tiling!r}")
     if opt_level not in ("O0", "O1", "O2", "O3"):
         raise ValueError(f"opt_level: expected one of O0, O1, O2, O3, got '{opt_level}'")
     if target == "cpu":

@@ -340,7 +340,9 @@ func.func @negative_rows_projection_alone(%arg0: !torch.vtensor<[?,4],f32>) -> !
 /// IREE would fold each head transpose into its projection (a contraction
 /// data tiling leaves alone). One linear on the concatenated constant weights
 /// (and biases), sliced after, is one plain matmul; V's width differs and
-/// still joins.
+/// still joins. It runs on the [B, L] rows flattened into one dim: on
+/// [B, L, K] IREE's GlobalOptimization data tiling sees a batch matmul with
+/// the weight broadcast to every batch and packs that broadcast on every call.
 // CHECK-LABEL: func.func @shared_input_linears
 // CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,8],f32>)
 // CHECK-DAG: %[[WQ:.*]] = torch.vtensor.literal(dense_resource<wq>
@@ -350,7 +352,9 @@ func.func @negative_rows_projection_alone(%arg0: !torch.vtensor<[?,4],f32>) -> !
 // CHECK: %[[W:.*]] = torch.aten.cat %[[WLIST]], %int0 : !torch.list<vtensor>, !torch.int -> !torch.vtensor<[10,8],f32>
 // CHECK: %[[BLIST:.*]] = torch.prim.ListConstruct
 // CHECK: %[[B:.*]] = torch.aten.cat %[[BLIST]], %int0 : !torch.list<vtensor>, !torch.int -> !torch.vtensor<[10],f32>
-// CHECK: %[[QKV:.*]] = torch.aten.linear %[[X]], %[[W]], %[[B]] : {{.*}} -> !torch.vtensor<[?,?,10],f32>
+// CHECK: %[[FLAT:.*]] = torch.aten.flatten.using_ints %[[X]], %{{.*}}, %{{.*}} : {{.*}} -> !torch.vtensor<[?,8],f32>
+// CHECK: %[[ROWS:.*]] = torch.aten.linear %[[FLAT]], %[[W]], %[[B]] : {{.*}} -> !torch.vtensor<[?,10],f32>
+// CHECK: %[[QKV:.*]] = torch.aten.unflatten.int %[[ROWS]], %{{.*}}, %{{.*}} -> !torch.vtensor<[?,?,10],f32>
 // CHECK-DAG: %[[Q:.*]] = torch.aten.slice.Tensor %[[QKV]], %int2, %int0, %int4, %int1 {{.*}} -> !torch.vtensor<[?,?,4],f32>
 // CHECK-DAG: %[[K:.*]] = torch.aten.slice.Tensor %[[QKV]], %int2, %int4, %int8, %int1 {{.*}} -> !torch.vtensor<[?,?,4],f32>
 // CHECK-DAG: %[[V:.*]] = torch.aten.slice.Tensor %[[QKV]], %int2, %int8, %int10, %int1 {{.*}} -> !torch.vtensor<[?,?,2],f32>
@@ -443,3 +447,62 @@ func.func @negative_linears_not_shareable(%arg0: !torch.vtensor<[?,?,8],f32>, %a
     }
   }
 #-}
+
+// -----
+
+/// Projections of one row per sequence (a dynamic row count of at most 8):
+/// IREE 3.13 fails to data-tile such a matmul (GPT-2's and RoBERTa's
+/// slice-hoisted last layer), and it is one tile of rows at most, so it
+/// becomes a broadcast multiply and a sum over K, which IREE leaves untiled.
+// CHECK-LABEL: func.func @few_rows_projections
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,8],f32>)
+// CHECK: %[[COL:.*]] = torch.aten.unsqueeze %[[X]], %{{.*}} : !torch.vtensor<[?,8],f32>, !torch.int -> !torch.vtensor<[?,1,8],f32>
+// CHECK: %[[P:.*]] = torch.aten.mul.Tensor %[[COL]], %{{.*}} : !torch.vtensor<[?,1,8],f32>, !torch.vtensor<[4,8],f32> -> !torch.vtensor<[?,4,8],f32>
+// CHECK: %[[S:.*]] = torch.aten.sum.dim_IntList %[[P]], %{{.*}}, %false, %none {{.*}} -> !torch.vtensor<[?,4],f32>
+// CHECK: %[[LIN:.*]] = torch.aten.add.Tensor %[[S]], %{{.*}}, %{{.*}} : !torch.vtensor<[?,4],f32>, !torch.vtensor<[4],f32>, !torch.int -> !torch.vtensor<[?,4],f32>
+// CHECK: %[[KCOL:.*]] = torch.aten.unsqueeze %[[X]], %{{.*}} -> !torch.vtensor<[?,8,1],f32>
+// CHECK: %[[KP:.*]] = torch.aten.mul.Tensor %[[KCOL]], %{{.*}} : !torch.vtensor<[?,8,1],f32>, !torch.vtensor<[8,4],f32> -> !torch.vtensor<[?,8,4],f32>
+// CHECK: %[[MM:.*]] = torch.aten.sum.dim_IntList %[[KP]], %{{.*}}, %false, %none {{.*}} -> !torch.vtensor<[?,4],f32>
+// CHECK: %[[ADDMM:.*]] = torch.aten.add.Tensor %{{.*}}, %{{.*}}, %{{.*}} : !torch.vtensor<[?,4],f32>, !torch.vtensor<[4],f32>
+// CHECK-NOT: torch.aten.linear
+// CHECK-NOT: torch.aten.mm
+// CHECK-NOT: torch.aten.addmm
+// CHECK: return %[[LIN]], %[[MM]], %[[ADDMM]]
+func.func @few_rows_projections(%arg0: !torch.vtensor<[?,8],f32>) -> (!torch.vtensor<[?,4],f32>, !torch.vtensor<[?,4],f32>, !torch.vtensor<[?,4],f32>) {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0], affine_map<()[s0] -> (s0, 8)> : !torch.vtensor<[?,8],f32>
+  %int1 = torch.constant.int 1
+  %w = torch.vtensor.literal(dense<1.0> : tensor<4x8xf32>) : !torch.vtensor<[4,8],f32>
+  %wt = torch.vtensor.literal(dense<2.0> : tensor<8x4xf32>) : !torch.vtensor<[8,4],f32>
+  %b = torch.vtensor.literal(dense<3.0> : tensor<4xf32>) : !torch.vtensor<[4],f32>
+  %lin = torch.aten.linear %arg0, %w, %b : !torch.vtensor<[?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[?,4],f32>
+  %mm = torch.aten.mm %arg0, %wt : !torch.vtensor<[?,8],f32>, !torch.vtensor<[8,4],f32> -> !torch.vtensor<[?,4],f32>
+  %addmm = torch.aten.addmm %b, %arg0, %wt, %int1, %int1 : !torch.vtensor<[4],f32>, !torch.vtensor<[?,8],f32>, !torch.vtensor<[8,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,4],f32>
+  return %lin, %mm, %addmm : !torch.vtensor<[?,4],f32>, !torch.vtensor<[?,4],f32>, !torch.vtensor<[?,4],f32>
+}
+
+// -----
+
+/// Rows that may exceed one tile (up to 64), a static row count, and an
+/// addmm with a scale other than 1: data tiling handles the first two, and
+/// the third is not a plain product; left alone.
+// CHECK-LABEL: func.func @negative_many_or_static_rows
+// CHECK: torch.aten.linear
+// CHECK: torch.aten.linear
+// CHECK: torch.aten.addmm
+// CHECK-NOT: torch.aten.sum.dim_IntList
+func.func @negative_many_or_static_rows(%arg0: !torch.vtensor<[?,8],f32>, %arg1: !torch.vtensor<[2,8],f32>, %arg2: !torch.vtensor<[?,8],f32>) -> (!torch.vtensor<[?,4],f32>, !torch.vtensor<[2,4],f32>, !torch.vtensor<[?,4],f32>) {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 64} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 1, max_val = 8} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0], affine_map<()[s0] -> (s0, 8)> : !torch.vtensor<[?,8],f32>
+  torch.bind_symbolic_shape %arg2, [%1], affine_map<()[s0] -> (s0, 8)> : !torch.vtensor<[?,8],f32>
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %w = torch.vtensor.literal(dense<1.0> : tensor<4x8xf32>) : !torch.vtensor<[4,8],f32>
+  %wt = torch.vtensor.literal(dense<2.0> : tensor<8x4xf32>) : !torch.vtensor<[8,4],f32>
+  %b = torch.vtensor.literal(dense<3.0> : tensor<4xf32>) : !torch.vtensor<[4],f32>
+  %many = torch.aten.linear %arg0, %w, %b : !torch.vtensor<[?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[?,4],f32>
+  %static = torch.aten.linear %arg1, %w, %b : !torch.vtensor<[2,8],f32>, !torch.vtensor<[4,8],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[2,4],f32>
+  %scaled = torch.aten.addmm %b, %arg2, %wt, %int1, %int2 : !torch.vtensor<[4],f32>, !torch.vtensor<[?,8],f32>, !torch.vtensor<[8,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,4],f32>
+  return %many, %static, %scaled : !torch.vtensor<[?,4],f32>, !torch.vtensor<[2,4],f32>, !torch.vtensor<[?,4],f32>
+}

@@ -70,17 +70,17 @@ def test_compile_cli_from_imported_text(tmp_path):
     torch.testing.assert_close(compiled(x), model(x).detach(), atol=1e-5, rtol=0)
 
 
-def test_compile_cli_data_tiling_off_by_default_on_request(tmp_path):
+def test_compile_cli_data_tiling_auto_by_default_off_on_request(tmp_path):
     model, args, dynamic = shape_queries_case()
     (tmp_path / "model.mlir").write_text(str(anyshape.import_torch(model, args,
                                                                    dynamic_shapes=dynamic)))
-    for flags, tiled in (((), False), (("--data-tiling",), True)):
+    for flags, tiled in (((), True), (("--data-tiling=off",), False), (("--data-tiling",), True)):
         out = tmp_path / f"art-{tiled}"
         result = run("anyshape-compile", str(tmp_path / "model.mlir"), "-o", str(out), *flags)
         assert result.returncode == 0, result.stderr
         compiled = anyshape.load(out)
         assert compiled.target.data_tiling is tiled
-        assert ("--iree-opt-data-tiling" in compiled.iree_flags) is tiled
+        assert ("--iree-global-opt-data-tiling" in compiled.iree_flags) is tiled
         x = torch.randn(2, 9, 8)
         torch.testing.assert_close(compiled(x), model(x).detach(), atol=1e-5, rtol=0)
 

@@ -2,6 +2,7 @@
 
 import shlex
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
@@ -45,9 +46,15 @@ def test_pass_failure_names_stage_and_replays(test_passes, tmp_path):
 
 
 def test_iree_failure_names_stage_and_replays():
-    with pytest.raises(anyshape.CompileError) as info:
-        anyshape.compile(Erfinv(), (torch.rand(4),), passes=[])
+    """Also without data tiling (tried by default after it fails): the error is
+    the one without it, and no data-tiling fallback is announced."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(anyshape.CompileError) as info:
+            anyshape.compile(Erfinv(), (torch.rand(4),), passes=[])
+    assert not [w for w in caught if issubclass(w.category, anyshape.DataTilingFallback)]
     error = info.value
+    assert "--iree-global-opt-data-tiling" not in error.command
     assert error.stage == "iree-compile"
     assert "test_compile_errors.py:" in error.diagnostic
     assert "torch.aten.erfinv" in error.diagnostic
