@@ -65,7 +65,8 @@ def main():
                                 dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}},
                                 progress=True)
     print(f"compiled once for lengths 1..{MAX_LEN} in {time.perf_counter() - start:.0f}s "
-          f"({compiled.target.name}, IREE {compiled.target.opt_level})")
+          f"({compiled.target.name}, IREE {compiled.target.opt_level}"
+          f"{', data tiling' if compiled.target.data_tiling else ', no data tiling'})")
     saved = compiled.save(args.out)
     size_mb = compiled.vmfb_path.stat().st_size / 1e6
     print(f"artifact saved to {saved}/ (module.vmfb {size_mb:.0f} MB, manifest.json)")
