@@ -46,15 +46,6 @@ IREE's CPU codegen fails on, or packs on every call, these forms:
   resolve workgroup count hint", or past the stack limit). As a broadcast
   multiply and a sum over K it is left untiled, and one tile of rows gains
   nothing from packing.
-- A batch matmul contracting over a dynamic dim (the attention
-  probabilities times the values, ``[N, L, L] x [N, L, D]``): IREE fuses the
-  softmax's last exponential into the packing of its left operand and then
-  fails to compile that ("no basis element may be statically non-positive";
-  roberta-base with a static batch of 1, one-head attention). As a
-  broadcast multiply and a sum over the contraction dim it is not
-  data-tiled; IREE fuses the two into one contraction-like dispatch, as it
-  compiles this product with a dynamic batch anyway (its heads become a
-  second batch dim, which data tiling leaves alone).
 - A linear on ``[B, L, K]``: IREE's GlobalOptimization data tiling sees a
   batch matmul with the weight broadcast to every batch and packs that
   broadcast on every call (half of roberta-base's time at L = 32). On
@@ -345,27 +336,6 @@ class _Rewrites:
         return True
 
 
-def dynamic_contraction_bmm(op: ir.Operation, rewriter) -> bool:
-    """bmm(a[N, M, K], b[N, K, D]) with a dynamic K (probabilities times values)
-    -> sum(a[..., None] * b[:, None], 2)."""
-    a, b = op.operands
-    a_shape, b_shape, result = (vtensor_shape(v.type) for v in (a, b, op.results[0]))
-    if a_shape is None or b_shape is None or result is None or a_shape[0][2] is not None:
-        return False
-    (n, m, k), dtype = a_shape
-    d = b_shape[0][2]
-    with ir.InsertionPoint(op), op.location:
-        rows = _unsqueeze(a, 3, [n, m, k, 1], dtype)
-        columns = _unsqueeze(b, 1, [b_shape[0][0], 1, k, d], dtype)
-        products = _binary("torch.aten.mul.Tensor", [n, m, k, d], dtype, rows, columns)
-        summed = ir.Operation.create(
-            "torch.aten.sum.dim_IntList", results=[op.results[0].type],
-            operands=[products, _list_construct([int_constant(2)]), bool_constant(False),
-                      none_constant()]).result
-    rewriter.replace_op(op, [summed])
-    return True
-
-
 # A data tile's rows on this CPU (IREE packs f32 matmul LHS in 16-row tiles
 # with AVX-512): a matmul with at most this many rows gains nothing from it.
 _ROWS_PER_TILE = 16
@@ -507,8 +477,8 @@ class DataTilingFormsPass(ModulePass):
                    "slices of tensors also read whole as index_select, projections with a "
                    "column slice of a constant weight on the whole weight, linears of one "
                    "input on concatenated weights, projections of at most a tile of rows "
-                   "and batch matmuls over a dynamic contraction dim as multiply-reduce, "
-                   "linears on flattened rows: forms IREE's data tiling compiles")
+                   "as multiply-reduce, linears on flattened rows: forms IREE's data "
+                   "tiling compiles")
 
     def apply(self, module_op):
         for func in functions(module_op):
@@ -522,8 +492,7 @@ class DataTilingFormsPass(ModulePass):
                                   ("torch.aten.addmm", rewrites.rows_of_shared_projection),
                                   ("torch.aten.mm", rewrites.rows_of_shared_projection)])
             # After the rewrites above, which match projections these would replace.
-            apply_patterns(func, [("torch.aten.bmm", dynamic_contraction_bmm),
-                                  ("torch.aten.linear", rewrites.few_rows_projection),
+            apply_patterns(func, [("torch.aten.linear", rewrites.few_rows_projection),
                                   ("torch.aten.addmm", rewrites.few_rows_projection),
                                   ("torch.aten.mm", rewrites.few_rows_projection)])
             erase_unused(func)  # the flattened operands and bmm, kept alive by their bindings

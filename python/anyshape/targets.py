@@ -29,11 +29,9 @@ Why each option:
   encoder block of ``test/python/models.py``; the GlobalOptimization path
   used here is exact on it (``test_projection_times_transposed_input_is_exact``),
   on roberta-base and GPT-2 small, and on the slice-hoisting property test's
-  random programs (``bench/data_tiling_sweep.py``, four shapes up to 4x32):
-  programs 0-44 at hidden 16 and 32, 82 of 90 exact and 8 failing to
-  compile, none wrong, before ``anyshape-data-tiling-forms`` rewrote
-  batch matmuls over a dynamic contraction dim; since then those 8 compile
-  and are exact, and so are programs 0-39 at hidden 8. With
+  random programs 0-44 at hidden 16 and 32: 82 of the 90 exact at four
+  shapes up to 4x32, the other 8 fail to compile with it, none wrong
+  (``bench/data_tiling_sweep.py --hidden 16`` and ``--hidden 32``). With
   dynamic dims it needs their ranges (``anyshape-lower``'s facts): without
   them it computed wrong results (roberta-base with ``passes=[]``: max error
   0.36 at L = 128), so ``True`` without that pass is a ``ValueError`` and
@@ -42,12 +40,10 @@ Why each option:
   ``anyshape-hoist-slices``, or before ``anyshape-lower`` without it, when
   data tiling is on) rewrites the forms IREE's CPU codegen rejects or packs
   on every call: the slice-hoisted layer's one-row attention products and
-  projections, attention's probabilities-times-values products, and
-  linears on ``[B, L, K]`` (broadcast weights). Programs outside those forms
-  may still fail to compile with data tiling: a 2-D matmul over a dynamic
-  contraction dim whose left operand is an exponential of softmax rows
-  (``affine.delinearize_index`` "no basis element may be statically
-  non-positive"; ``test_data_tiling_compile_failure_is_an_error``).
+  projections, and linears on ``[B, L, K]`` (broadcast weights). Some
+  programs still fail to compile with data tiling (``affine.delinearize_index``
+  "no basis element may be statically non-positive": a one-head attention
+  whose softmax fuses into the packing of the attention product).
 - cuda: ``--iree-hal-target-device=cuda --iree-cuda-target=<arch>``; compiling
   needs no GPU, running needs IREE's cuda driver and a device.
 """

@@ -506,34 +506,3 @@ func.func @negative_many_or_static_rows(%arg0: !torch.vtensor<[?,8],f32>, %arg1:
   %scaled = torch.aten.addmm %b, %arg2, %wt, %int1, %int2 : !torch.vtensor<[4],f32>, !torch.vtensor<[?,8],f32>, !torch.vtensor<[8,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,4],f32>
   return %many, %static, %scaled : !torch.vtensor<[?,4],f32>, !torch.vtensor<[2,4],f32>, !torch.vtensor<[?,4],f32>
 }
-
-// -----
-
-/// Attention probabilities times values, contracting over the dynamic key
-/// axis: IREE 3.13 fuses the softmax's exponential into the data-tiled
-/// packing of the probabilities and fails to compile it, so the product
-/// becomes a broadcast multiply and a sum over that axis.
-// CHECK-LABEL: func.func @dynamic_contraction_bmm
-// CHECK-SAME: (%[[P:.*]]: !torch.vtensor<[12,?,?],f32>, %[[V:.*]]: !torch.vtensor<[12,?,64],f32>)
-// CHECK: %[[ROWS:.*]] = torch.aten.unsqueeze %[[P]], %{{.*}} -> !torch.vtensor<[12,?,?,1],f32>
-// CHECK: %[[COLS:.*]] = torch.aten.unsqueeze %[[V]], %{{.*}} -> !torch.vtensor<[12,1,?,64],f32>
-// CHECK: %[[PROD:.*]] = torch.aten.mul.Tensor %[[ROWS]], %[[COLS]] {{.*}} -> !torch.vtensor<[12,?,?,64],f32>
-// CHECK: %[[OUT:.*]] = torch.aten.sum.dim_IntList %[[PROD]], %{{.*}}, %false, %none {{.*}} -> !torch.vtensor<[12,?,64],f32>
-// CHECK-NOT: torch.aten.bmm
-// CHECK: return %[[OUT]]
-func.func @dynamic_contraction_bmm(%arg0: !torch.vtensor<[12,?,?],f32>, %arg1: !torch.vtensor<[12,?,64],f32>) -> !torch.vtensor<[12,?,64],f32> {
-  %0 = torch.aten.bmm %arg0, %arg1 : !torch.vtensor<[12,?,?],f32>, !torch.vtensor<[12,?,64],f32> -> !torch.vtensor<[12,?,64],f32>
-  return %0 : !torch.vtensor<[12,?,64],f32>
-}
-
-// -----
-
-/// Queries times keys contract over the static head size: data tiling packs
-/// and compiles that product; left alone.
-// CHECK-LABEL: func.func @negative_static_contraction_bmm
-// CHECK: torch.aten.bmm
-// CHECK-NOT: torch.aten.sum.dim_IntList
-func.func @negative_static_contraction_bmm(%arg0: !torch.vtensor<[12,?,64],f32>, %arg1: !torch.vtensor<[12,64,?],f32>) -> !torch.vtensor<[12,?,?],f32> {
-  %0 = torch.aten.bmm %arg0, %arg1 : !torch.vtensor<[12,?,64],f32>, !torch.vtensor<[12,64,?],f32> -> !torch.vtensor<[12,?,?],f32>
-  return %0 : !torch.vtensor<[12,?,?],f32>
-}

@@ -15,11 +15,8 @@ def encoder():
 
 def test_default_pipeline_stages(encoder):
     _, compiled = encoder
-    # With data tiling, on by default for CPU, anyshape-data-tiling-forms joins.
-    assert compiled.target.data_tiling is True
     assert compiled.stages == ["import", "anyshape-canonicalize-shapes", "anyshape-hoist-slices",
-                               "anyshape-data-tiling-forms", "anyshape-logsumexp-softmax",
-                               "anyshape-lower", "iree-input"]
+                               "anyshape-logsumexp-softmax", "anyshape-lower", "iree-input"]
 
 
 def test_arange_becomes_iota_and_lowers(encoder):
