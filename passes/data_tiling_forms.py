@@ -68,12 +68,8 @@ from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.canonicalize_shapes import erase_unused
 from anyshape.passes.scalar_builder import ScalarBuilder
 from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import (bool_constant, constant_int, defining_op, functions, int_constant,
-                                      is_none, none_constant, vtensor_type)
-
-
-def _users(value: ir.Value) -> list:
-    return [use.owner for use in value.uses if use.owner.name != "torch.bind_symbolic_shape"]
+from anyshape.passes.torch_ir import (bool_constant, constant_int, create, defining_op, functions,
+                                      int_constant, is_none, none_constant, users, vtensor_type)
 
 
 def _flattened_4d(value: ir.Value):
@@ -148,7 +144,7 @@ class _Rewrites:
         if constant_int(op.operands[1]) != 0:
             return False
         bmm = defining_op(op.operands[0])
-        if bmm is None or bmm.name != "torch.aten.bmm" or len(_users(bmm.results[0])) != 1:
+        if bmm is None or bmm.name != "torch.aten.bmm" or len(users(bmm.results[0])) != 1:
             return False
         a, b = _flattened_4d(bmm.operands[0]), _flattened_4d(bmm.operands[1])
         result = vtensor_shape(op.results[0].type)
@@ -179,7 +175,7 @@ class _Rewrites:
         index_select(x, d, rows)."""
         source, axis = op.operands[0], constant_int(op.operands[1])
         shape, result = vtensor_shape(source.type), vtensor_shape(op.results[0].type)
-        if axis is None or shape is None or result is None or len(_users(source)) < 2:
+        if axis is None or shape is None or result is None or len(users(source)) < 2:
             return False
         axis %= len(shape[0])
         step = constant_int(op.operands[4])
@@ -240,7 +236,7 @@ class _Rewrites:
             return False
         source = rows.operands[0]
         whole = None
-        for user in _users(source):
+        for user in users(source):
             if (user.name == op.name and user.results[0] != op.results[0] and
                     len(user.operands) == len(op.operands) and user.operands[lhs_at] == source and
                     all(user.operands[i] == op.operands[i]
@@ -342,12 +338,11 @@ _ROWS_PER_TILE = 16
 
 
 def _unsqueeze(x: ir.Value, axis: int, sizes: list, dtype: str) -> ir.Value:
-    return ir.Operation.create("torch.aten.unsqueeze", results=[vtensor_type(sizes, dtype)],
-                               operands=[x, int_constant(axis)]).result
+    return create("torch.aten.unsqueeze", vtensor_type(sizes, dtype), x, int_constant(axis))
 
 
 def _binary(name: str, sizes: list, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
-    return ir.Operation.create(name, results=[vtensor_type(sizes, dtype)], operands=[a, b]).result
+    return create(name, vtensor_type(sizes, dtype), a, b)
 
 
 def _literal(value: ir.Value) -> ir.Operation | None:
@@ -377,11 +372,11 @@ _HEAD_SPLITS = ("torch.aten.unflatten.int", "torch.aten.view", "torch.aten.resha
 
 def _split_into_heads(op: ir.Operation) -> bool:
     """Every reader of ``op``'s result splits its last axis (into heads)."""
-    users = _users(op.results[0])
+    readers = users(op.results[0])
     rank = len(vtensor_shape(op.results[0].type)[0])
-    return bool(users) and all(
+    return bool(readers) and all(
         user.name in _HEAD_SPLITS and vtensor_shape(user.results[0].type) is not None
-        and len(vtensor_shape(user.results[0].type)[0]) == rank + 1 for user in users)
+        and len(vtensor_shape(user.results[0].type)[0]) == rank + 1 for user in readers)
 
 
 def _concatenated(values: list[ir.Value], result_type: ir.Type) -> ir.Value:

@@ -52,7 +52,7 @@ from anyshape.passes.canonicalize_shapes import erase_unused, hoist_argument_bin
 from anyshape.passes.scalar_builder import ScalarBuilder
 from anyshape.passes.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir import (constant_int, defining_op, functions, int_constant, int_type, is_none,
-                                      list_items, static_info_cast, vtensor_type)
+                                      list_items, static_info_cast, users, vtensor_type)
 
 _INT64_MAX = 2**63 - 1
 _MAX_ROUNDS = 1000
@@ -235,10 +235,10 @@ class _Hoister:
         same = _selection_key(op)
         selections = []
         for result in producer.results:
-            users = _real_users(result)
-            if any(_selection_key(u) != same for u in users):
+            readers = users(result)
+            if any(_selection_key(u) != same for u in readers):
                 return False  # a result is still used whole, or selected otherwise
-            selections.append(users)
+            selections.append(readers)
         plan = self._reduction_plan(producer, axis)
         if plan is None:
             return False
@@ -254,9 +254,9 @@ class _Hoister:
                 types.append(vtensor_type(sizes, dtype))
             moved = ir.Operation.create(producer.name, results=types, operands=operands,
                                         attributes={a.name: a.attr for a in producer.attributes})
-        for old, new, users in zip(producer.results, moved.results, selections, strict=True):
+        for old, new, readers in zip(producer.results, moved.results, selections, strict=True):
             self._record(new, old, axis, cut)
-            for user in users:
+            for user in readers:
                 rewriter.replace_op(user, [new])
         for user in [use.owner for r in producer.results for use in r.uses]:
             rewriter.erase_op(user)  # the bindings of the whole results
@@ -268,7 +268,7 @@ class _Hoister:
         producer = defining_op(source)
         if producer is None:
             return None  # a function argument
-        if not _only_real_user(source) and not _disjoint_slices(_real_users(source), axis):
+        if not _only_real_user(source) and not _disjoint_slices(users(source), axis):
             return None  # other users need the whole tensor: the producer stays for them
         if self._plan(producer, axis, cut) is None:
             return None
@@ -585,24 +585,20 @@ def _selection_key(op) -> tuple | None:
         _value_key(v) for v in list(op.operands)[2:])
 
 
-def _real_users(value: ir.Value) -> list:
-    return [use.owner for use in value.uses if use.owner.name != "torch.bind_symbolic_shape"]
-
-
 def _has_real_users(value: ir.Value) -> bool:
-    return bool(_real_users(value))
+    return bool(users(value))
 
 
 def _only_real_user(value: ir.Value) -> bool:
-    return len(_real_users(value)) == 1
+    return len(users(value)) == 1
 
 
-def _disjoint_slices(users: list, axis: int) -> bool:
+def _disjoint_slices(readers: list, axis: int) -> bool:
     """Every user a step-1 slice of constant, pairwise disjoint rows along ``axis``:
     each can take its own copy of the producer, and the copies together do the
     producer's work once (a fused QKV projection split into Q, K and V)."""
     ranges = []
-    for user in users:
+    for user in readers:
         if user.name != "torch.aten.slice.Tensor":
             return False
         user_axis, start, end, step = (constant_int(v) for v in list(user.operands)[1:5])

@@ -24,13 +24,13 @@ import dataclasses
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, apply_patterns, register
-from anyshape.passes.torch_ir import (bool_constant, constant_int, defining_op, functions,
+from anyshape.passes.torch_ir import (bool_constant, constant_int, create, defining_op, functions,
                                       int_constant, is_none, none_constant, vtensor_type)
 
 _FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
 
 
-def _axis(op: ir.Operation) -> int | None:
+def softmax_axis(op: ir.Operation) -> int | None:
     """The reduced axis (non-negative) when the softmax computes in its input's dtype."""
     x, dim = op.operands[0], op.operands[1]
     if op.name == "torch.aten.softmax.int" and not is_none(op.operands[2]):
@@ -51,12 +51,8 @@ def _axis(op: ir.Operation) -> int | None:
     return axis
 
 
-def _create(name: str, result: ir.Type, *operands: ir.Value) -> ir.Value:
-    return ir.Operation.create(name, results=[result], operands=list(operands)).result
-
-
 def softmax_as_logsumexp(op: ir.Operation, rewriter) -> bool:
-    axis = _axis(op)
+    axis = softmax_axis(op)
     if axis is None:
         return False
     x = op.operands[0]
@@ -70,14 +66,14 @@ def softmax_as_logsumexp(op: ir.Operation, rewriter) -> bool:
                                    results=[ir.Type.parse("!torch.list<int>")],
                                    operands=[int_constant(axis)]).result
         keepdim, one = bool_constant(True), int_constant(1)
-        row_max = _create("torch.aten.amax", reduced, x, axes, keepdim)
-        shifted = _create("torch.aten.sub.Tensor", full, x, row_max, one)
-        exponentials = _create("torch.aten.exp", full, shifted)
-        total = _create("torch.aten.sum.dim_IntList", reduced, exponentials, axes, keepdim,
+        row_max = create("torch.aten.amax", reduced, x, axes, keepdim)
+        shifted = create("torch.aten.sub.Tensor", full, x, row_max, one)
+        exponentials = create("torch.aten.exp", full, shifted)
+        total = create("torch.aten.sum.dim_IntList", reduced, exponentials, axes, keepdim,
                         none_constant())
-        log_total = _create("torch.aten.log", reduced, total)
-        result = _create("torch.aten.exp", full,
-                         _create("torch.aten.sub.Tensor", full, shifted, log_total, one))
+        log_total = create("torch.aten.log", reduced, total)
+        result = create("torch.aten.exp", full,
+                         create("torch.aten.sub.Tensor", full, shifted, log_total, one))
     rewriter.replace_op(op, [result])
     return True
 

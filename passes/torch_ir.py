@@ -13,6 +13,16 @@ def defining_op(value: ir.Value) -> ir.Operation | None:
     return None if isinstance(owner, ir.Block) else owner.operation
 
 
+def users(value: ir.Value) -> list:
+    """The ops using ``value``, its ``torch.bind_symbolic_shape`` annotations aside."""
+    return [use.owner for use in value.uses if use.owner.name != "torch.bind_symbolic_shape"]
+
+
+def create(name: str, result_type: ir.Type, *operands: ir.Value) -> ir.Value:
+    """The one result of a new ``name`` op at the current insertion point."""
+    return ir.Operation.create(name, results=[result_type], operands=list(operands)).result
+
+
 def constant_int(value: ir.Value) -> int | None:
     op = defining_op(value)
     if op is None or op.name != "torch.constant.int":
