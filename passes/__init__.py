@@ -13,6 +13,7 @@ _REGISTRY: dict[str, type[ModulePass]] = {}
 # The default anyshape pipeline, by pass argument: what `anyshape.compile(passes=None)`
 # and `anyshape-compile` run, in this order.
 DEFAULT_PIPELINE: list[str] = ["anyshape-canonicalize-shapes", "anyshape-hoist-slices",
+                               "anyshape-defer-softmax-normalization",
                                "anyshape-logsumexp-softmax", "anyshape-lower"]
 
 
@@ -51,5 +52,6 @@ __all__ = ["ModulePass", "PassFailure", "apply_patterns", "register", "registere
            "lookup", "load_pass_file", "DEFAULT_PIPELINE"]
 
 # Each pass module registers its pass on import.
-from anyshape.passes import (canonicalize_shapes, data_tiling_forms, hoist_slices,  # noqa: E402,F401
-                             logsumexp_softmax, lower, print_flops)
+from anyshape.passes import (canonicalize_shapes, data_tiling_forms,  # noqa: E402,F401
+                             defer_softmax_normalization, hoist_slices, logsumexp_softmax, lower,
+                             print_flops)

@@ -9,7 +9,8 @@ took 20x its static counterpart at L = 512 (``bench/profile_dispatches.py``).
 
 Written as ``exp((x - max) - log(sum(exp(x - max))))`` nothing is raised:
 the two reductions become their own dispatches, and the final exponential
-fuses into its consumer (the attention product). The log is subtracted from
+fuses into its consumer (an attention product that
+anyshape-defer-softmax-normalization left as it was). The log is subtracted from
 ``x - max``, not ``max + log(sum)`` from ``x``: rows of large scores (a mask
 of -1e4) would otherwise lose the low bits of ``x`` to the subtraction
 (errors of 1e-3 in the tests). The values are the same up to rounding,

@@ -16,6 +16,7 @@ def encoder():
 def test_default_pipeline_stages(encoder):
     _, compiled = encoder
     assert compiled.stages == ["import", "anyshape-canonicalize-shapes", "anyshape-hoist-slices",
+                               "anyshape-defer-softmax-normalization",
                                "anyshape-logsumexp-softmax", "anyshape-lower", "iree-input"]
 
 

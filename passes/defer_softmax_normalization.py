@@ -1,0 +1,204 @@
+"""anyshape-defer-softmax-normalization: ``softmax(S) @ V`` as ``(exp(S - max) @ V) / sum``.
+
+Attention multiplies its probabilities, a softmax over the key axis, by the
+values. With a dynamic key axis IREE 3.13 compiles that product badly on CPU:
+the softmax's last elementwise step (the exponential of anyshape's logsumexp
+form, or the division of the usual one) fuses into the product as a producer,
+which then runs as an untiled contraction that recomputes it (roberta-base's
+biggest dispatch at L = 512), and with a static batch data tiling fails on it.
+
+Dividing by the row sums after the product instead (as flash attention does)
+leaves ``E = exp(S - max)`` with two readers, the row sums and the product, so
+IREE materializes it once, packs it, and the product becomes a data-tiled
+``batch_mmt4d``; the division then touches ``L x D`` values instead of
+``L x L``. The result is the same up to rounding: ``sum_j e_j v_j / sum_j e_j``.
+
+torch's ``scaled_dot_product_attention`` decomposition zeroes the rows whose
+scores are all ``-inf`` (``where(not(any(S != -inf)), 0, softmax(S))``). That
+guard moves below the product as ``where(max == -inf, 0, ...)``: the row max is
+``-inf`` exactly when every score is (a NaN score makes both tests false), and
+the ``any`` reduction over ``[B, H, L, L]`` is gone.
+
+Matched: a softmax over the last axis of a dynamic size, computed in its input
+dtype, optionally guarded as above and optionally flattened over its leading
+(batch) dims, whose only reader is the left operand of ``bmm``/``matmul``.
+Softmaxes over static axes are left to IREE, which compiles them well.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from anyshape.dialects import vtensor_shape
+from anyshape.mlir import ir
+from anyshape.passes import ModulePass, apply_patterns, register
+from anyshape.passes.canonicalize_shapes import erase_unused
+from anyshape.passes.logsumexp_softmax import softmax_axis
+from anyshape.passes.torch_ir import (bool_constant, constant_int, create, defining_op, functions,
+                                      int_constant, none_constant, users, vtensor_type)
+
+_SOFTMAXES = ("torch.aten.softmax.int", "torch.aten._softmax")
+
+
+def _float_constant(value: ir.Value) -> float | None:
+    op = defining_op(value)
+    if op is None or op.name != "torch.constant.float":
+        return None
+    return ir.FloatAttr(op.attributes["value"]).value
+
+
+def _constant_bool(value: ir.Value) -> bool | None:
+    op = defining_op(value)
+    if op is None or op.name != "torch.constant.bool":
+        return None
+    return ir.BoolAttr(op.attributes["value"]).value
+
+
+def _defined_by(value: ir.Value, name: str) -> ir.Operation | None:
+    op = defining_op(value)
+    return op if op is not None and op.name == name else None
+
+
+def _all_minus_inf_rows(condition: ir.Value, scores: ir.Value, axis: int) -> bool:
+    """``condition`` is ``not(any(not(scores == -inf), axis, keepdim))``: per row,
+    whether every score along ``axis`` is ``-inf``."""
+    outer = _defined_by(condition, "torch.aten.logical_not")
+    reduction = outer and _defined_by(outer.operands[0], "torch.aten.any.dim")
+    inner = reduction and _defined_by(reduction.operands[0], "torch.aten.logical_not")
+    compare = inner and _defined_by(inner.operands[0], "torch.aten.eq.Scalar")
+    if compare is None or compare.operands[0] != scores:
+        return False
+    rank = len(vtensor_shape(scores.type)[0])
+    reduced_axis = constant_int(reduction.operands[1])
+    return (_float_constant(compare.operands[1]) == -math.inf and reduced_axis is not None
+            and reduced_axis % rank == axis and _constant_bool(reduction.operands[2]) is True)
+
+
+def _zeros_like(value: ir.Value, of: ir.Value) -> bool:
+    """``value`` is ``full_like(of, 0)`` (with no dtype change)."""
+    fill = _defined_by(value, "torch.aten.full_like")
+    if fill is None or fill.operands[0] != of or fill.results[0].type != of.type:
+        return False
+    zero = constant_int(fill.operands[1])
+    return zero == 0 or _float_constant(fill.operands[1]) == 0.0
+
+
+def _leading_flatten(op: ir.Operation) -> tuple[ir.Value, ir.Value] | None:
+    """(start, end) operands of a ``flatten`` that merges only dims before the last two."""
+    rank = len(vtensor_shape(op.operands[0].type)[0])
+    start, end = constant_int(op.operands[1]), constant_int(op.operands[2])
+    if start is None or end is None:
+        return None
+    start, end = start % rank, end % rank
+    return (op.operands[1], op.operands[2]) if start <= end <= rank - 3 else None
+
+
+@dataclasses.dataclass
+class _Probabilities:
+    """How the product's left operand derives from one softmax."""
+    softmax: ir.Operation
+    scores: ir.Value
+    guard: ir.Operation | None  # where(all -inf row, 0, softmax)
+    flatten: ir.Operation | None
+    flatten_dims: tuple[ir.Value, ir.Value] | None
+
+
+def _probabilities(lhs: ir.Value) -> _Probabilities | None:
+    value, flatten, dims, guard = lhs, None, None, None
+    op = defining_op(value)
+    if op is not None and op.name == "torch.aten.flatten.using_ints":
+        dims = _leading_flatten(op)
+        if dims is None or len(users(op.operands[0])) != 1:
+            return None
+        flatten, value = op, op.operands[0]
+        op = defining_op(value)
+    if op is not None and op.name == "torch.aten.where.self":
+        condition, zeros, probabilities = op.operands
+        if not _zeros_like(zeros, probabilities) or len(users(zeros)) != 1:
+            return None
+        guard, value = op, probabilities
+        op = defining_op(value)
+    if op is None or op.name not in _SOFTMAXES:
+        return None
+    axis = softmax_axis(op)
+    sizes = vtensor_shape(value.type)[0]
+    if axis is None or axis != len(sizes) - 1 or sizes[axis] is not None:
+        return None
+    if guard is not None and not _all_minus_inf_rows(guard.operands[0], op.operands[0], axis):
+        return None
+    # The softmax is read by the product alone (through the guard, whose zeros
+    # are shaped after it): otherwise it would be computed besides.
+    readers = users(value)
+    expected = 1 if guard is None else 2
+    if len(readers) != expected or (guard is not None and set(r.name for r in readers) != {
+            "torch.aten.where.self", "torch.aten.full_like"}):
+        return None
+    return _Probabilities(op, op.operands[0], guard, flatten, dims)
+
+
+def _flattened(value: ir.Value, plan: _Probabilities) -> ir.Value:
+    """``value`` flattened as the probabilities were."""
+    if plan.flatten is None:
+        return value
+    sizes, dtype = vtensor_shape(value.type)
+    start, end = (constant_int(d) % len(sizes) for d in plan.flatten_dims)
+    merged = sizes[start:end + 1]
+    size = None if None in merged else math.prod(merged)
+    return create("torch.aten.flatten.using_ints",
+                  vtensor_type(sizes[:start] + [size] + sizes[end + 1:], dtype), value,
+                  *plan.flatten_dims)
+
+
+def defer_normalization(op: ir.Operation, rewriter) -> bool:
+    lhs, values = op.operands[0], op.operands[1]
+    if op.name == "torch.aten.matmul" and (
+            len(vtensor_shape(lhs.type)[0]) < 2 or len(vtensor_shape(values.type)[0]) < 2):
+        return False
+    plan = _probabilities(lhs)
+    if plan is None or len(users(lhs)) != 1:
+        return False
+    scores = plan.scores
+    sizes, dtype = vtensor_shape(scores.type)
+    axis = len(sizes) - 1
+    full = scores.type
+    reduced = vtensor_type(sizes[:-1] + [1], dtype)
+    with ir.InsertionPoint(op), op.location:
+        axes = ir.Operation.create("torch.prim.ListConstruct",
+                                   results=[ir.Type.parse("!torch.list<int>")],
+                                   operands=[int_constant(axis)]).result
+        keepdim, one = bool_constant(True), int_constant(1)
+        row_max = create("torch.aten.amax", reduced, scores, axes, keepdim)
+        exponentials = create("torch.aten.exp", full,
+                              create("torch.aten.sub.Tensor", full, scores, row_max, one))
+        total = create("torch.aten.sum.dim_IntList", reduced, exponentials, axes, keepdim,
+                       none_constant())
+        product = create(op.name, op.results[0].type, _flattened(exponentials, plan), values)
+        result = create("torch.aten.div.Tensor", op.results[0].type, product,
+                        _flattened(total, plan))
+        if plan.guard is not None:
+            minus_inf = ir.Operation.create(
+                "torch.constant.float", results=[ir.Type.parse("!torch.float")],
+                attributes={"value": ir.FloatAttr.get(ir.F64Type.get(), -math.inf)}).result
+            all_minus_inf = create("torch.aten.eq.Scalar", vtensor_type(sizes[:-1] + [1], "i1"),
+                                   row_max, minus_inf)
+            fill = defining_op(plan.guard.operands[1])
+            zeros = create("torch.aten.full_like", result.type, result, *list(fill.operands)[1:])
+            result = create("torch.aten.where.self", result.type,
+                            _flattened(all_minus_inf, plan), zeros, result)
+    rewriter.replace_op(op, [result])
+    return True
+
+
+@register
+@dataclasses.dataclass
+class DeferSoftmaxNormalizationPass(ModulePass):
+    argument = "anyshape-defer-softmax-normalization"
+    description = ("softmax(S) @ V over a dynamic axis as (exp(S - max) @ V) / sum: the "
+                   "exponentials are materialized once and the product is data-tiled")
+
+    def apply(self, module_op):
+        for func in functions(module_op):
+            apply_patterns(func, [("torch.aten.bmm", defer_normalization),
+                                  ("torch.aten.matmul", defer_normalization)])
+            erase_unused(func)  # the softmax and its guard, kept alive by their bindings
