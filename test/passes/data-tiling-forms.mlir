@@ -506,3 +506,61 @@ func.func @negative_many_or_static_rows(%arg0: !torch.vtensor<[?,8],f32>, %arg1:
   %scaled = torch.aten.addmm %b, %arg2, %wt, %int1, %int2 : !torch.vtensor<[4],f32>, !torch.vtensor<[?,8],f32>, !torch.vtensor<[8,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,4],f32>
   return %many, %static, %scaled : !torch.vtensor<[?,4],f32>, !torch.vtensor<[2,4],f32>, !torch.vtensor<[?,4],f32>
 }
+
+// -----
+
+/// Attention scores plus a padding mask of one row per sequence: IREE cannot
+/// fuse the unpacking of the data-tiled scores with the addition when the
+/// length is dynamic, so the mask becomes one more contraction step of the
+/// score product (a column of ones beside Q, the mask row below K^T).
+// CHECK-LABEL: func.func @mask_as_contraction_column
+// CHECK-SAME: (%[[Q:.*]]: !torch.vtensor<[?,?,8],f32>, %[[KT:.*]]: !torch.vtensor<[?,8,?],f32>, %[[MASK:.*]]: !torch.vtensor<[?,1,1,?],f32>, %[[B:.*]]: !torch.int)
+// CHECK: %[[FIRST:.*]] = torch.aten.slice.Tensor %[[Q]], %int2, %int0, %int1, %int1 : {{.*}} -> !torch.vtensor<[?,?,1],f32>
+// CHECK: %[[ONES:.*]] = torch.aten.full_like %[[FIRST]], %int1
+// CHECK: %[[QS:.*]] = torch.prim.ListConstruct %[[Q]], %[[ONES]]
+// CHECK: %[[Q1:.*]] = torch.aten.cat %[[QS]], %int2 : {{.*}} -> !torch.vtensor<[?,?,9],f32>
+// CHECK: %[[SIZES:.*]] = torch.prim.ListConstruct %[[B]], %int2{{.*}}, %int-1, %int-1
+// CHECK: %[[PER_HEAD:.*]] = torch.aten.expand %[[MASK]], %[[SIZES]], %false : {{.*}} -> !torch.vtensor<[?,2,1,?],f32>
+// CHECK: %[[ROW:.*]] = torch.aten.flatten.using_ints %[[PER_HEAD]], %int0, %int1 : {{.*}} -> !torch.vtensor<[?,1,?],f32>
+// CHECK: %[[KS:.*]] = torch.prim.ListConstruct %[[KT]], %[[ROW]]
+// CHECK: %[[KT1:.*]] = torch.aten.cat %[[KS]], %int1 : {{.*}} -> !torch.vtensor<[?,9,?],f32>
+// CHECK: %[[SCORES:.*]] = torch.aten.bmm %[[Q1]], %[[KT1]] : {{.*}} -> !torch.vtensor<[?,?,?],f32>
+// CHECK: %[[RESULT:.*]] = torch.aten.unflatten.int %[[SCORES]], %int0
+// CHECK-NOT: torch.aten.add.Tensor
+// CHECK: return %[[RESULT]]
+func.func @mask_as_contraction_column(%arg0: !torch.vtensor<[?,?,8],f32>, %arg1: !torch.vtensor<[?,8,?],f32>, %arg2: !torch.vtensor<[?,1,1,?],f32>, %arg3: !torch.int) -> !torch.vtensor<[?,2,?,?],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %0 = torch.aten.bmm %arg0, %arg1 : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[?,8,?],f32> -> !torch.vtensor<[?,?,?],f32>
+  %1 = torch.prim.ListConstruct %arg3, %int2 : (!torch.int, !torch.int) -> !torch.list<int>
+  %2 = torch.aten.unflatten.int %0, %int0, %1 : !torch.vtensor<[?,?,?],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,2,?,?],f32>
+  %3 = torch.aten.add.Tensor %2, %arg2, %int1 : !torch.vtensor<[?,2,?,?],f32>, !torch.vtensor<[?,1,1,?],f32>, !torch.int -> !torch.vtensor<[?,2,?,?],f32>
+  return %3 : !torch.vtensor<[?,2,?,?],f32>
+}
+
+// -----
+
+/// A mask with a row per query (a causal mask, [B, 1, L, L]) would be as
+/// large as the scores as a contraction operand; a scaled addition is not
+/// one contraction step of weight 1; scores read elsewhere too would be
+/// computed twice. Left alone.
+// CHECK-LABEL: func.func @negative_mask_not_a_column
+// CHECK-COUNT-3: torch.aten.add.Tensor
+// CHECK-NOT: torch.aten.cat
+func.func @negative_mask_not_a_column(%arg0: !torch.vtensor<[?,?,8],f32>, %arg1: !torch.vtensor<[?,8,?],f32>, %arg2: !torch.vtensor<[?,1,?,?],f32>, %arg3: !torch.vtensor<[?,1,1,?],f32>, %arg4: !torch.int) -> (!torch.vtensor<[?,2,?,?],f32>, !torch.vtensor<[?,2,?,?],f32>, !torch.vtensor<[?,2,?,?],f32>, !torch.vtensor<[?,2,?,?],f32>) {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %0 = torch.aten.bmm %arg0, %arg1 : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[?,8,?],f32> -> !torch.vtensor<[?,?,?],f32>
+  %1 = torch.prim.ListConstruct %arg4, %int2 : (!torch.int, !torch.int) -> !torch.list<int>
+  %2 = torch.aten.unflatten.int %0, %int0, %1 : !torch.vtensor<[?,?,?],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,2,?,?],f32>
+  %3 = torch.aten.add.Tensor %2, %arg2, %int1 : !torch.vtensor<[?,2,?,?],f32>, !torch.vtensor<[?,1,?,?],f32>, !torch.int -> !torch.vtensor<[?,2,?,?],f32>
+  %4 = torch.aten.bmm %arg0, %arg1 : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[?,8,?],f32> -> !torch.vtensor<[?,?,?],f32>
+  %5 = torch.aten.unflatten.int %4, %int0, %1 : !torch.vtensor<[?,?,?],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,2,?,?],f32>
+  %6 = torch.aten.add.Tensor %5, %arg3, %int2 : !torch.vtensor<[?,2,?,?],f32>, !torch.vtensor<[?,1,1,?],f32>, !torch.int -> !torch.vtensor<[?,2,?,?],f32>
+  %7 = torch.aten.bmm %arg0, %arg1 : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[?,8,?],f32> -> !torch.vtensor<[?,?,?],f32>
+  %8 = torch.aten.unflatten.int %7, %int0, %1 : !torch.vtensor<[?,?,?],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,2,?,?],f32>
+  %9 = torch.aten.add.Tensor %8, %arg3, %int1 : !torch.vtensor<[?,2,?,?],f32>, !torch.vtensor<[?,1,1,?],f32>, !torch.int -> !torch.vtensor<[?,2,?,?],f32>
+  return %3, %6, %9, %8 : !torch.vtensor<[?,2,?,?],f32>, !torch.vtensor<[?,2,?,?],f32>, !torch.vtensor<[?,2,?,?],f32>, !torch.vtensor<[?,2,?,?],f32>
+}

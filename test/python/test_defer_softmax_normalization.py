@@ -79,3 +79,11 @@ def test_nan_scores_stay_nan_as_in_eager(model, compiled):
     expected = model(x, keep)
     assert expected[0].isnan().all() and not expected[1].isnan().any()
     torch.testing.assert_close(compiled(x, keep), expected, atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+def test_padding_mask_is_a_contraction_step(compiled):
+    """With data tiling (the CPU default) the [B, 1, 1, L] mask joins the score
+    product as one more contraction step (anyshape-data-tiling-forms)."""
+    forms = compiled.ir("anyshape-data-tiling-forms")
+    assert f"!torch.vtensor<[?,?,{HEAD_DIM + 1}],f32>" in forms
+    assert f"!torch.vtensor<[?,{HEAD_DIM + 1},?],f32>" in forms
