@@ -17,6 +17,13 @@ Rewrites, in this order:
   keep their exact semantics. So does a slice of a constant arange buffer.
 - **iota-indexed lookups** become slices, and expanded lookups and operands
   are broadcast by the ops that use them (``iota_lookups.py``, ``broadcasts.py``).
+- **always-true mask terms**: an and with a term that is provably true
+  everywhere (``arange(L) >= 0``, which transformers' mask functions and
+  with the padding mask) is the other term, broadcast; the broadcast moves
+  below ops whose other operands are 0-d (the mask's ``where(m, 0, -inf)``)
+  into the op that broadcasts anyway (the scores' addition), so the scores
+  get a ``[B, 1, 1, L]`` mask, not a ``[B, 1, L, L]`` one
+  (``broadcasts.py``).
 - ops left unused but for their own ``torch.bind_symbolic_shape`` are erased.
 """
 
@@ -27,9 +34,10 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, apply_patterns, register
-from anyshape.passes.broadcasts import (BROADCASTING_ELEMENTWISE, drop_implied_expand,
-                                       gather_from_expanded_table, rewrite_expand,
-                                       sink_expand_below_embedding)
+from anyshape.passes.broadcasts import (BROADCASTING_ELEMENTWISE, and_with_all_true,
+                                       drop_implied_expand, gather_from_expanded_table,
+                                       rewrite_expand, sink_expand_below_embedding,
+                                       sink_expand_below_scalars)
 from anyshape.passes.iota_lookups import (rewrite_arange_constant_slice, rewrite_iota_gather,
                                           rewrite_iota_index, rewrite_iota_lookup)
 from anyshape.passes.scalar_builder import ScalarBuilder
@@ -137,6 +145,9 @@ def _iota_patterns(builder: ScalarBuilder):
         ("torch.aten.slice.Tensor", arange_slice)]
 
 
+_CONJUNCTIONS = ("torch.aten.bitwise_and.Tensor", "torch.aten.logical_and")
+
+
 def _lookup_patterns(builder: ScalarBuilder):
     analysis = builder.analysis
 
@@ -151,7 +162,12 @@ def _lookup_patterns(builder: ScalarBuilder):
                 or gather_from_expanded_table(op, rewriter, analysis))
 
     def elementwise(op, rewriter) -> bool:
-        return drop_implied_expand(op, rewriter, analysis)
+        return (drop_implied_expand(op, rewriter, analysis)
+                or sink_expand_below_scalars(op, rewriter, analysis))
+
+    def conjunction(op, rewriter) -> bool:
+        return (and_with_all_true(op, rewriter, analysis, builder)
+                or elementwise(op, rewriter))
 
     def expand(op, rewriter) -> bool:
         return rewrite_expand(op, rewriter, analysis)
@@ -163,7 +179,8 @@ def _lookup_patterns(builder: ScalarBuilder):
             ("torch.aten.index.Tensor", index), ("torch.aten.index.Tensor_hacked_twin", index),
             ("torch.aten.gather", gather), ("torch.aten.expand", expand),
             ("torch.aten.broadcast_to", expand)] + [
-        (name, elementwise) for name in sorted(BROADCASTING_ELEMENTWISE)]
+        (name, conjunction if name in _CONJUNCTIONS else elementwise)
+        for name in sorted(BROADCASTING_ELEMENTWISE)]
 
 
 def hoist_argument_bindings(func: ir.Operation) -> None:
@@ -229,6 +246,7 @@ class CanonicalizeShapesPass(ModulePass):
             apply_patterns(func, _root_patterns(builder))
         for func, builder in zip(funcs, builders):
             apply_patterns(func, _iota_patterns(builder))
+            builder.analysis.refresh()  # the iotas' dims, for the lookups and broadcasts
             apply_patterns(func, _lookup_patterns(builder))
             erase_unused(func)
             # A rewrite that returns an argument itself (an identity expand) leaves

@@ -108,6 +108,12 @@ class ShapeAnalysis:
         self._propagate()
 
     # -- public ---------------------------------------------------------------
+    def refresh(self) -> None:
+        """Derive every op result's dims again: rewrites that replaced ops
+        without recording their results' dims (``arange`` to ``iota_like``)
+        leave those, and everything computed from them, unknown."""
+        self._propagate()
+
     def dim(self, value: ir.Value, axis: int) -> Expr | None:
         dims = self.dims.get(value)
         if dims is None or not 0 <= axis < len(dims):

@@ -185,3 +185,77 @@ func.func @ones_sized_by_rooted_dims(%arg0: !torch.vtensor<[?,?],f32>, %arg1: !t
   %4 = torch.aten.ones %3, %none, %none, %none, %none : !torch.list<int>, !torch.none, !torch.none, !torch.none, !torch.none -> !torch.vtensor<[?,?],f32>
   return %4 : !torch.vtensor<[?,?],f32>
 }
+
+// -----
+
+/// transformers' bidirectional mask: padding [B, 1, 1, L] and-ed with a query
+/// term `arange(L)[None, None, :, None] >= 0` that is always true, which makes
+/// it [B, 1, L, L]. The always-true term goes, and the broadcast it implied
+/// moves below the where into the addition, which broadcasts anyway: the
+/// scores get a [B, 1, 1, L] mask.
+// CHECK-LABEL: func.func @padding_mask_with_always_true_query_term
+// CHECK-SAME: (%[[IDS:.*]]: !torch.vtensor<[?,?],si64>, %[[KEEP:.*]]: !torch.vtensor<[?,1,1,?],i1>, %[[SCORES:.*]]: !torch.vtensor<[?,2,?,?],f32>)
+// CHECK-NOT: torch.aten.ge.Scalar
+// CHECK-NOT: torch.aten.bitwise_and.Tensor
+// CHECK: %[[MASK:.*]] = torch.aten.where.self %[[KEEP]], %{{.*}}, %{{.*}} : !torch.vtensor<[?,1,1,?],i1>, !torch.vtensor<[],f32>, !torch.vtensor<[],f32> -> !torch.vtensor<[?,1,1,?],f32>
+// CHECK: %[[SUM:.*]] = torch.aten.add.Tensor %[[SCORES]], %[[MASK]], %{{.*}} : !torch.vtensor<[?,2,?,?],f32>, !torch.vtensor<[?,1,1,?],f32>, !torch.int -> !torch.vtensor<[?,2,?,?],f32>
+// CHECK: return %[[SUM]]
+func.func @padding_mask_with_always_true_query_term(%arg0: !torch.vtensor<[?,?],si64>, %arg1: !torch.vtensor<[?,1,1,?],i1>, %arg2: !torch.vtensor<[?,2,?,?],f32>) -> !torch.vtensor<[?,2,?,?],f32> {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],si64>
+  torch.bind_symbolic_shape %arg1, [%s0, %s1], affine_map<()[s0, s1] -> (s0, 1, 1, s1)> : !torch.vtensor<[?,1,1,?],i1>
+  torch.bind_symbolic_shape %arg2, [%s0, %s1], affine_map<()[s0, s1] -> (s0, 2, s1, s1)> : !torch.vtensor<[?,2,?,?],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int3 = torch.constant.int 3
+  %int6 = torch.constant.int 6
+  %none = torch.constant.none
+  %cpu = torch.constant.device "cpu"
+  %false = torch.constant.bool false
+  %float-Inf = torch.constant.float 0xFFF0000000000000
+  %float0 = torch.constant.float 0.000000e+00
+  %true = torch.vtensor.literal(dense<true> : tensor<i1>) : !torch.vtensor<[],i1>
+  %0 = torch.aten.size.int %arg0, %int1 : !torch.vtensor<[?,?],si64>, !torch.int -> !torch.int
+  %1 = torch.aten.arange.start_step %int0, %0, %int1, %none, %int0, %cpu, %false : !torch.int, !torch.int, !torch.int, !torch.none, !torch.int, !torch.Device, !torch.bool -> !torch.vtensor<[?],si64>
+  %2 = torch.aten.add.Scalar %1, %int0, %int1 : !torch.vtensor<[?],si64>, !torch.int, !torch.int -> !torch.vtensor<[?],si64>
+  %3 = torch.aten.unsqueeze %2, %int0 : !torch.vtensor<[?],si64>, !torch.int -> !torch.vtensor<[1,?],si64>
+  %4 = torch.aten.unsqueeze %3, %int1 : !torch.vtensor<[1,?],si64>, !torch.int -> !torch.vtensor<[1,1,?],si64>
+  %5 = torch.aten.unsqueeze %4, %int3 : !torch.vtensor<[1,1,?],si64>, !torch.int -> !torch.vtensor<[1,1,?,1],si64>
+  %6 = torch.aten.ge.Scalar %5, %int0 : !torch.vtensor<[1,1,?,1],si64>, !torch.int -> !torch.vtensor<[1,1,?,1],i1>
+  %7 = torch.aten.bitwise_and.Tensor %true, %6 : !torch.vtensor<[],i1>, !torch.vtensor<[1,1,?,1],i1> -> !torch.vtensor<[1,1,?,1],i1>
+  %8 = torch.aten.bitwise_and.Tensor %7, %arg1 : !torch.vtensor<[1,1,?,1],i1>, !torch.vtensor<[?,1,1,?],i1> -> !torch.vtensor<[?,1,?,?],i1>
+  %9 = torch.aten.scalar_tensor %float-Inf, %int6, %none, %cpu, %none : !torch.float, !torch.int, !torch.none, !torch.Device, !torch.none -> !torch.vtensor<[],f32>
+  %10 = torch.aten.scalar_tensor %float0, %int6, %none, %cpu, %none : !torch.float, !torch.int, !torch.none, !torch.Device, !torch.none -> !torch.vtensor<[],f32>
+  %11 = torch.aten.where.self %8, %10, %9 : !torch.vtensor<[?,1,?,?],i1>, !torch.vtensor<[],f32>, !torch.vtensor<[],f32> -> !torch.vtensor<[?,1,?,?],f32>
+  %12 = torch.aten.add.Tensor %arg2, %11, %int1 : !torch.vtensor<[?,2,?,?],f32>, !torch.vtensor<[?,1,?,?],f32>, !torch.int -> !torch.vtensor<[?,2,?,?],f32>
+  return %12 : !torch.vtensor<[?,2,?,?],f32>
+}
+
+// -----
+
+/// A position compared with 1 (`arange(L) >= 1`) is false at position 0: the
+/// and keeps it, and so keeps its [B, 1, L, L] shape.
+// CHECK-LABEL: func.func @negative_position_term_not_always_true
+// CHECK: torch.aten.ge.Scalar
+// CHECK: torch.aten.bitwise_and.Tensor {{.*}} -> !torch.vtensor<[?,1,?,?],i1>
+func.func @negative_position_term_not_always_true(%arg0: !torch.vtensor<[?,?],si64>, %arg1: !torch.vtensor<[?,1,1,?],i1>) -> !torch.vtensor<[?,1,?,?],i1> {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],si64>
+  torch.bind_symbolic_shape %arg1, [%s0, %s1], affine_map<()[s0, s1] -> (s0, 1, 1, s1)> : !torch.vtensor<[?,1,1,?],i1>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int3 = torch.constant.int 3
+  %none = torch.constant.none
+  %cpu = torch.constant.device "cpu"
+  %false = torch.constant.bool false
+  %0 = torch.aten.size.int %arg0, %int1 : !torch.vtensor<[?,?],si64>, !torch.int -> !torch.int
+  %1 = torch.aten.arange.start_step %int0, %0, %int1, %none, %int0, %cpu, %false : !torch.int, !torch.int, !torch.int, !torch.none, !torch.int, !torch.Device, !torch.bool -> !torch.vtensor<[?],si64>
+  %3 = torch.aten.unsqueeze %1, %int0 : !torch.vtensor<[?],si64>, !torch.int -> !torch.vtensor<[1,?],si64>
+  %4 = torch.aten.unsqueeze %3, %int1 : !torch.vtensor<[1,?],si64>, !torch.int -> !torch.vtensor<[1,1,?],si64>
+  %5 = torch.aten.unsqueeze %4, %int3 : !torch.vtensor<[1,1,?],si64>, !torch.int -> !torch.vtensor<[1,1,?,1],si64>
+  %6 = torch.aten.ge.Scalar %5, %int1 : !torch.vtensor<[1,1,?,1],si64>, !torch.int -> !torch.vtensor<[1,1,?,1],i1>
+  %8 = torch.aten.bitwise_and.Tensor %6, %arg1 : !torch.vtensor<[1,1,?,1],i1>, !torch.vtensor<[?,1,1,?],i1> -> !torch.vtensor<[?,1,?,?],i1>
+  return %8 : !torch.vtensor<[?,1,?,?],i1>
+}
