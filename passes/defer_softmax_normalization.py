@@ -34,9 +34,9 @@ from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.canonicalize_shapes import erase_unused
-from anyshape.passes.logsumexp_softmax import softmax_axis
-from anyshape.passes.torch_ir import (bool_constant, constant_int, create, defining_op, functions,
-                                      int_constant, none_constant, users, vtensor_type)
+from anyshape.passes.logsumexp_softmax import shifted_exponentials, softmax_axis
+from anyshape.passes.torch_ir import (constant_int, create, defining_op, functions, users,
+                                      vtensor_type)
 
 _SOFTMAXES = ("torch.aten.softmax.int", "torch.aten._softmax")
 
@@ -159,21 +159,11 @@ def defer_normalization(op: ir.Operation, rewriter) -> bool:
     if plan is None or len(users(lhs)) != 1:
         return False
     scores = plan.scores
-    sizes, dtype = vtensor_shape(scores.type)
-    axis = len(sizes) - 1
-    full = scores.type
-    reduced = vtensor_type(sizes[:-1] + [1], dtype)
+    sizes = vtensor_shape(scores.type)[0]
     with ir.InsertionPoint(op), op.location:
-        axes = ir.Operation.create("torch.prim.ListConstruct",
-                                   results=[ir.Type.parse("!torch.list<int>")],
-                                   operands=[int_constant(axis)]).result
-        keepdim, one = bool_constant(True), int_constant(1)
-        row_max = create("torch.aten.amax", reduced, scores, axes, keepdim)
-        exponentials = create("torch.aten.exp", full,
-                              create("torch.aten.sub.Tensor", full, scores, row_max, one))
-        total = create("torch.aten.sum.dim_IntList", reduced, exponentials, axes, keepdim,
-                       none_constant())
-        product = create(op.name, op.results[0].type, _flattened(exponentials, plan), values)
+        parts = shifted_exponentials(scores, len(sizes) - 1)
+        row_max, total = parts.row_max, parts.total
+        product = create(op.name, op.results[0].type, _flattened(parts.exponentials, plan), values)
         result = create("torch.aten.div.Tensor", op.results[0].type, product,
                         _flattened(total, plan))
         if plan.guard is not None:

@@ -52,6 +52,30 @@ def softmax_axis(op: ir.Operation) -> int | None:
     return axis
 
 
+@dataclasses.dataclass
+class ShiftedExponentials:
+    row_max: ir.Value       # max over the axis, kept as a size-1 dim
+    shifted: ir.Value       # x - row_max
+    exponentials: ir.Value  # exp(x - row_max)
+    total: ir.Value         # their sum over the axis, kept as a size-1 dim
+
+
+def shifted_exponentials(x: ir.Value, axis: int) -> ShiftedExponentials:
+    """The softmax's parts up to its sum, at the current insertion point."""
+    sizes, dtype = vtensor_shape(x.type)
+    reduced = vtensor_type([1 if i == axis else s for i, s in enumerate(sizes)], dtype)
+    axes = ir.Operation.create("torch.prim.ListConstruct",
+                               results=[ir.Type.parse("!torch.list<int>")],
+                               operands=[int_constant(axis)]).result
+    keepdim = bool_constant(True)
+    row_max = create("torch.aten.amax", reduced, x, axes, keepdim)
+    shifted = create("torch.aten.sub.Tensor", x.type, x, row_max, int_constant(1))
+    exponentials = create("torch.aten.exp", x.type, shifted)
+    total = create("torch.aten.sum.dim_IntList", reduced, exponentials, axes, keepdim,
+                   none_constant())
+    return ShiftedExponentials(row_max, shifted, exponentials, total)
+
+
 def softmax_as_logsumexp(op: ir.Operation, rewriter) -> bool:
     axis = softmax_axis(op)
     if axis is None:
@@ -60,21 +84,12 @@ def softmax_as_logsumexp(op: ir.Operation, rewriter) -> bool:
     sizes, dtype = vtensor_shape(x.type)
     if sizes[axis] is not None:
         return False
-    reduced = vtensor_type([1 if i == axis else s for i, s in enumerate(sizes)], dtype)
-    full = op.results[0].type
     with ir.InsertionPoint(op), op.location:
-        axes = ir.Operation.create("torch.prim.ListConstruct",
-                                   results=[ir.Type.parse("!torch.list<int>")],
-                                   operands=[int_constant(axis)]).result
-        keepdim, one = bool_constant(True), int_constant(1)
-        row_max = create("torch.aten.amax", reduced, x, axes, keepdim)
-        shifted = create("torch.aten.sub.Tensor", full, x, row_max, one)
-        exponentials = create("torch.aten.exp", full, shifted)
-        total = create("torch.aten.sum.dim_IntList", reduced, exponentials, axes, keepdim,
-                        none_constant())
-        log_total = create("torch.aten.log", reduced, total)
-        result = create("torch.aten.exp", full,
-                         create("torch.aten.sub.Tensor", full, shifted, log_total, one))
+        parts = shifted_exponentials(x, axis)
+        reduced = parts.total.type
+        log_total = create("torch.aten.log", reduced, parts.total)
+        result = create("torch.aten.exp", x.type, create("torch.aten.sub.Tensor", x.type,
+                                                         parts.shifted, log_total, int_constant(1)))
     rewriter.replace_op(op, [result])
     return True
 
