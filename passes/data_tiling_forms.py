@@ -387,11 +387,9 @@ def _split_into_heads(op: ir.Operation) -> bool:
         and len(vtensor_shape(user.results[0].type)[0]) == rank + 1 for user in readers)
 
 
-def _concatenated(values: list[ir.Value], result_type: ir.Type) -> ir.Value:
-    parts = ir.Operation.create("torch.prim.ListConstruct",
-                                results=[ir.Type.parse("!torch.list<vtensor>")], operands=values).result
-    return ir.Operation.create("torch.aten.cat", results=[result_type],
-                               operands=[parts, int_constant(0)]).result
+def _concatenated(values: list[ir.Value], result_type: ir.Type, axis: int = 0) -> ir.Value:
+    parts = create("torch.prim.ListConstruct", ir.Type.parse("!torch.list<vtensor>"), *values)
+    return create("torch.aten.cat", result_type, parts, int_constant(axis))
 
 
 def fuse_shared_input_linears(block: ir.Block) -> None:
@@ -489,8 +487,7 @@ def mask_as_contraction_column(op: ir.Operation, rewriter) -> bool:
         return False
     (batch, heads, rows, columns), dtype = shape
     if len(mask_shape[0]) != 4 or mask_shape[0][2] != 1 or mask_shape[1] != dtype or \
-            op.results[0].type != scores.type or mask_shape[0][3] != columns or \
-            (columns is None and mask_shape[0][3] is not None):
+            op.results[0].type != scores.type or mask_shape[0][3] != columns:
         return False
     lhs, rhs = bmm.operands
     (flat, _, depth), _ = vtensor_shape(lhs.type)
@@ -503,25 +500,19 @@ def mask_as_contraction_column(op: ir.Operation, rewriter) -> bool:
         none = none_constant()
         ones = create("torch.aten.full_like", first_column.type, first_column, one, none, none,
                       none, none, none)
-        lhs = create("torch.aten.cat", vtensor_type([flat, rows, depth + 1], dtype),
-                     _list_of_tensors([lhs, ones]), two)
+        lhs = _concatenated([lhs, ones], vtensor_type([flat, rows, depth + 1], dtype), 2)
         minus_one = int_constant(-1)
         per_head = create("torch.aten.expand", vtensor_type([batch, heads, 1, columns], dtype),
                           mask, _list_construct([*batch_sizes, minus_one, minus_one]),
                           bool_constant(False))
         mask_row = create("torch.aten.flatten.using_ints", vtensor_type([flat, 1, columns], dtype),
                           per_head, zero, one)
-        rhs = create("torch.aten.cat", vtensor_type([flat, depth + 1, columns], dtype),
-                     _list_of_tensors([rhs, mask_row]), one)
+        rhs = _concatenated([rhs, mask_row], vtensor_type([flat, depth + 1, columns], dtype), 1)
         result = create("torch.aten.unflatten.int", scores.type,
                         create("torch.aten.bmm", product.type, lhs, rhs), zero,
                         unflatten.operands[2])
     rewriter.replace_op(op, [result])
     return True
-
-
-def _list_of_tensors(values: list[ir.Value]) -> ir.Value:
-    return create("torch.prim.ListConstruct", ir.Type.parse("!torch.list<vtensor>"), *values)
 
 
 @register

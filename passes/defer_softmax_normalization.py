@@ -97,7 +97,6 @@ def _leading_flatten(op: ir.Operation) -> tuple[ir.Value, ir.Value] | None:
 @dataclasses.dataclass
 class _Probabilities:
     """How the product's left operand derives from one softmax."""
-    softmax: ir.Operation
     scores: ir.Value
     guard: ir.Operation | None  # where(all -inf row, 0, softmax)
     flatten: ir.Operation | None
@@ -114,7 +113,7 @@ def _probabilities(lhs: ir.Value) -> _Probabilities | None:
         flatten, value = op, op.operands[0]
         op = defining_op(value)
     if op is not None and op.name == "torch.aten.where.self":
-        condition, zeros, probabilities = op.operands
+        _, zeros, probabilities = op.operands
         if not _zeros_like(zeros, probabilities) or len(users(zeros)) != 1:
             return None
         guard, value = op, probabilities
@@ -134,7 +133,7 @@ def _probabilities(lhs: ir.Value) -> _Probabilities | None:
     if len(readers) != expected or (guard is not None and set(r.name for r in readers) != {
             "torch.aten.where.self", "torch.aten.full_like"}):
         return None
-    return _Probabilities(op, op.operands[0], guard, flatten, dims)
+    return _Probabilities(op.operands[0], guard, flatten, dims)
 
 
 def _flattened(value: ir.Value, plan: _Probabilities) -> ir.Value:
