@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Any
 
+import numpy as np
 import torch
 import torch.export
 
@@ -18,6 +20,9 @@ from anyshape.mlir import ir, new_context
 #   decomposes it after anyshape's passes, inside IREE's torch input.
 # - softmax / _softmax: same, one op with its axis for the shape passes.
 # - gelu: one elementwise op instead of an erf polynomial of several ops.
+# - squeeze.dim: torch decomposes it to squeeze.dims, which torch-mlir has no op
+#   for (it imports as an opaque `torch.operator` that IREE cannot lower; Electra's
+#   `logits.squeeze(-1)`); squeeze.dims itself becomes a chain of squeeze.dim below.
 #
 # scaled_dot_product_attention is decomposed (to matmuls around a softmax), on
 # purpose. Kept whole, IREE's torch input turns it into `iree_linalg_ext.attention`,
@@ -36,6 +41,7 @@ KEPT_WHOLE = (
     torch.ops.aten.softmax.int,
     torch.ops.aten._softmax.default,
     torch.ops.aten.gelu.default,
+    torch.ops.aten.squeeze.dim,
 )
 
 
@@ -50,7 +56,19 @@ def decomposition_table() -> dict:
         return torch_attention(*args, **kwargs).contiguous()
 
     table[sdpa] = contiguous_attention
+    table[torch.ops.aten.squeeze.dims] = _squeeze_one_dim_at_a_time
     return table
+
+
+def _squeeze_one_dim_at_a_time(x: torch.Tensor, dims) -> torch.Tensor:
+    # squeeze.dims leaves a listed dim of size other than 1 alone (x.squeeze()
+    # lists every dim); a dynamic dim whose range excludes 1 is left without a
+    # guard, one that may be 1 guards as eager's own test would. Highest dim
+    # first, so the dims still to squeeze keep their positions.
+    for dim in sorted({d % max(x.dim(), 1) for d in dims}, reverse=True):
+        if x.dim() and x.shape[dim] == 1:
+            x = torch.ops.aten.squeeze.dim(x, dim)
+    return x
 
 
 def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
@@ -71,17 +89,23 @@ def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
 
 
 def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None = None,
-                   func_name: str = "main") -> ir.Module:
-    """Import an exported program with weights inlined as resources and symbolic dims kept."""
+                   func_name: str = "main", weights: dict | None = None) -> ir.Module:
+    """Import an exported program with weights inlined as resources and symbolic dims kept.
+
+    ``weights``, when given, gets each resource blob's name and the array behind it."""
     from torch_mlir.extras.fx_importer import FxImporter
 
     ctx = ctx or new_context()
-    importer = FxImporter(context=ctx, hooks=_WeightLiterals())
+    names: dict[int, str] = {}
+    graph = _inline_state(program, names)
+    hooks = _WeightLiterals(names)
+    importer = FxImporter(context=ctx, hooks=hooks)
     importer._cc.set_symbolic_guards(program)
-    graph = _inline_state(program)
     with ctx:
         importer.import_stateless_graph(graph, func_name=func_name,
                                         import_symbolic_shape_expressions=True)
+    if weights is not None:
+        weights.update(hooks.blobs)
     return importer.module
 
 
@@ -94,8 +118,10 @@ def import_torch(model: torch.nn.Module, args, kwargs: dict | None = None, *,
     return import_program(export_program(model, args, kwargs, dynamic_shapes))
 
 
-def _inline_state(program: torch.export.ExportedProgram) -> torch.fx.Graph:
-    """Replace lifted parameters, buffers and constants by the tensors themselves.
+def _inline_state(program: torch.export.ExportedProgram,
+                  names: dict[int, str]) -> torch.fx.Graph:
+    """Replace lifted parameters, buffers and constants by the tensors themselves,
+    recording in ``names`` each tensor's state name (the first, for a tied one).
 
     torch-mlir's ``import_frozen_program`` looks buffers up in ``state_dict``
     only, but non-persistent buffers (RoBERTa's ``position_ids``) live in the
@@ -112,6 +138,7 @@ def _inline_state(program: torch.export.ExportedProgram) -> torch.fx.Graph:
         name = lifted[node.name]
         if name not in state:
             raise KeyError(f"exported program has no value for '{name}' (input {node.name})")
+        names.setdefault(id(state[name]), name)
         node.replace_all_uses_with(state[name])
         graph.erase_node(node)
     return graph
@@ -130,9 +157,11 @@ class _WeightLiterals:
     weight used in several places is stored once.
     """
 
-    def __init__(self):
+    def __init__(self, names: dict[int, str]):
         # id(tensor) -> (resource attribute, vtensor type, the array backing it)
         self._literals: dict[int, tuple] = {}
+        self._names = names  # id(tensor) -> its name in the model's state
+        self.blobs: dict[str, np.ndarray] = {}  # resource blob name -> its array
 
     # FxImporterHooks protocol
     def prepare_module(self, module_op):
@@ -164,12 +193,24 @@ class _WeightLiterals:
                 attr = ir.DenseElementsAttr.get(
                     array, type=TORCH_DTYPE_TO_MLIR_TYPE[tensor.dtype](), shape=array.shape)
             else:
-                blob = f"weight_{len(self._literals)}"
+                blob = self._blob_name(key)
                 attr = ir.DenseResourceElementsAttr.get_from_buffer(
                     memoryview(array), blob, create_mlir_tensor_type(tensor))
+                self.blobs[blob] = array
             shape = ",".join(str(d) for d in tensor.shape)
             vtype = f"!torch.vtensor<[{shape}],{TORCH_DTYPE_TO_MLIR_TYPE_ASM[tensor.dtype]}>"
             self._literals[key] = (attr, vtype, array)
         attr, vtype, _ = self._literals[key]
         return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(vtype)],
                                    attributes={"value": attr}).result
+
+    def _blob_name(self, key: int) -> str:
+        """The weight's state name (``roberta.encoder.layer.0.output.dense.weight``),
+        which also names it in a parameter archive (``params="external"``); made
+        an MLIR bare identifier, and numbered where that is not unique."""
+        name = re.sub(r"[^A-Za-z0-9_.$]", "_", self._names.get(key, "weight"))
+        if not re.match(r"[A-Za-z_]", name):
+            name = "_" + name
+        if name in self.blobs or name == "weight":
+            name = f"{name}_{len(self._literals)}"
+        return name
