@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from anyshape.errors import CompileError, DataTilingFallback
 from anyshape.iree_dim_facts import has_dim_facts, inject_dim_facts
+from anyshape.iree_parameters import ARCHIVE, externalize_weights
 from anyshape.iree_workarounds import untie_duplicate_workloads
 from anyshape.mlir import (MLIRError, ir, iree_tool, module_to_bytecode, new_context,
                            parse_module, versions)
@@ -43,7 +44,8 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
             target: str = "cpu", cuda_arch: str | None = None, opt_level: str | None = None,
             passes: Sequence[str] | None = None, dump_ir_dir: str | Path | None = None,
             progress: bool | Callable[[str], None] = False,
-            threads: int | None = None, data_tiling: bool | None = None) -> CompiledModule:
+            threads: int | None = None, data_tiling: bool | None = None,
+            params: str = "inline") -> CompiledModule:
     """Export ``model`` with ``torch.export`` (``dynamic_shapes`` as there), run the
     anyshape passes and compile with IREE for ``target`` ("cpu" or "cuda").
 
@@ -56,13 +58,18 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     ``anyshape-data-tiling-forms``. None (default): on for CPU targets, and
     when IREE fails to compile a module with it, compiled again without it
     and a ``DataTilingFallback`` warning; True: on, and such a failure is a
-    ``CompileError``; False: off.
+    ``CompileError``; False: off. ``params``: "inline" (default) stores the
+    weights in the ``.vmfb``; "external" in an IREE parameter archive
+    (``params.irpa``, each weight once, under its name in the model's state)
+    that ``save`` writes beside it and ``load`` opens (``iree_parameters.py``).
     """
     from anyshape.importer import export_program, import_program
     from anyshape.signature import dim_labels_from, signature_from_program
 
     compile_target = make_target(target, cuda_arch, opt_level, data_tiling)
     check_threads(threads)
+    if params not in ("inline", "external"):
+        raise ValueError(f"params: expected 'inline' or 'external', got {params!r}")
     pass_names = list(DEFAULT_PIPELINE if passes is None else passes)
     for name in pass_names:
         make_anyshape_pass(name)  # unknown names and bad options fail before the (slow) export
@@ -71,11 +78,16 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     started = time.monotonic()
     report("exporting with torch.export")
     program = export_program(model, args, kwargs, dynamic_shapes)
+    exported = time.monotonic()
     report("importing into the torch dialect")
     signature = signature_from_program(program, dim_labels_from(program, dynamic_shapes))
-    imported = import_program(program)
+    weights: dict | None = {} if params == "external" else None
+    imported = import_program(program, weights=weights)
+    import_seconds = time.monotonic() - exported
     module = compile_module(imported, signature, compile_target, pass_names,
-                            dump_ir_dir=dump_ir_dir, report=report)
+                            dump_ir_dir=dump_ir_dir, report=report, weights=weights)
+    module.stage_seconds = {"export": exported - started, IMPORT_STAGE: import_seconds,
+                            **{k: v for k, v in module.stage_seconds.items() if k != IMPORT_STAGE}}
     module.threads = threads
     report(f"done in {time.monotonic() - started:.0f}s")
     return module
@@ -104,23 +116,26 @@ def with_data_tiling_forms(pass_names: list[str]) -> list[str]:
 def compile_module(module: ir.Module, signature: ModuleSignature, target: Target,
                    pass_names: Sequence[str], *, dump_ir_dir: str | Path | None = None,
                    report: Callable[[str], None] = lambda msg: None,
-                   entry: str = "main") -> CompiledModule:
+                   entry: str = "main", weights: dict | None = None) -> CompiledModule:
     """Run the pass stages on an imported module, then IREE. ``module`` is consumed.
     With data tiling, ``anyshape-data-tiling-forms`` joins the stages
     (``with_data_tiling_forms``). ``target.data_tiling`` None (auto): on where
     it applies (``data_tiling_applies``); when IREE then fails to compile, the
-    module is compiled again without it, with a warning if that works."""
+    module is compiled again without it, with a warning if that works.
+    ``weights`` (resource blob name -> array, from ``import_program``): those
+    weights become parameters in a ``params.irpa`` beside the ``.vmfb``; None
+    keeps every weight inline."""
     workdir = tempfile.TemporaryDirectory(prefix="anyshape-")
     stages = _StageWriter(Path(workdir.name), Path(dump_ir_dir) if dump_ir_dir else None)
     stages.write(IMPORT_STAGE, module)
     if target.data_tiling is not None:
         return _compile_stages(module, stages, workdir, signature, target, pass_names,
-                               dump_ir_dir, report, entry)
+                               dump_ir_dir, report, entry, weights)
     tiled = data_tiling_applies(target, signature, pass_names)
     try:
         return _compile_stages(module, stages, workdir, signature,
                                dataclasses.replace(target, data_tiling=tiled), pass_names,
-                               dump_ir_dir, report, entry)
+                               dump_ir_dir, report, entry, weights)
     except CompileError as error:
         if not tiled or error.stage != IREE_COMPILE_STAGE:
             raise
@@ -135,7 +150,7 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
     # it is, with no fallback warning.
     compiled = _compile_stages(module, retry, workdir, signature,
                                dataclasses.replace(target, data_tiling=False), pass_names,
-                               dump_ir_dir, report, entry)
+                               dump_ir_dir, report, entry, weights)
     warnings.warn(f"IREE could not compile this module with data tiling, so it was compiled "
                   f"without it (slower matmuls; data_tiling=False skips the first attempt): "
                   f"{failure.diagnostic}\nreproducer: {failure.reproducer}",
@@ -154,7 +169,8 @@ def data_tiling_applies(target: Target, signature: ModuleSignature,
 
 def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signature: ModuleSignature,
                     target: Target, pass_names: Sequence[str], dump_ir_dir,
-                    report: Callable[[str], None], entry: str) -> CompiledModule:
+                    report: Callable[[str], None], entry: str,
+                    weights: dict | None) -> CompiledModule:
     if target.data_tiling:
         pass_names = with_data_tiling_forms(list(pass_names))
     for element in pass_names:
@@ -178,14 +194,18 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
         raise ValueError("data_tiling=True: with dynamic dims IREE's data tiling needs the dim "
                          "ranges anyshape-lower states (wrong results without them); add "
                          "anyshape-lower to passes or use data_tiling=False")
-    iree_input = _write_iree_input(stages, module, dump_ir_dir, report)
+    archive = stages.workdir / ARCHIVE if weights is not None else None
+    iree_input = _write_iree_input(stages, module, dump_ir_dir, report, weights, archive)
     del module
     report(f"compiling with IREE for {target.name} ({target.opt_level}"
            f"{', data tiling' if target.data_tiling else ''})")
     flags = target.iree_flags()
+    started = time.monotonic()
     vmfb_path = _compile_with_iree(iree_input, flags, dump_ir_dir, report)
+    seconds = {**stages.seconds, IREE_COMPILE_STAGE: time.monotonic() - started}
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
-                          stage_files=stages.files, workdir=workdir, entry=entry)
+                          stage_files=stages.files, workdir=workdir, entry=entry,
+                          parameters_path=archive, stage_seconds=seconds)
 
 
 def _dynamic(signature: ModuleSignature) -> bool:
@@ -193,15 +213,28 @@ def _dynamic(signature: ModuleSignature) -> bool:
 
 
 def _write_iree_input(stages: "_StageWriter", module: ir.Module, dump_ir_dir,
-                      report: Callable[[str], None]) -> Path:
-    """The last stage, with its ``anyshape.dims`` facts stated in IREE's own ops."""
-    if not has_dim_facts(module):
+                      report: Callable[[str], None], weights: dict | None,
+                      archive: Path | None) -> Path:
+    """The last stage, with its ``anyshape.dims`` facts stated in IREE's own ops
+    and, with ``weights``, those read from parameters written to ``archive``."""
+    facts = has_dim_facts(module)
+    if not facts and weights is None:
         return stages.write(IREE_INPUT_STAGE, module, same_as_last=True)
     source = stages.last_file
-    report("stating argument dim ranges for IREE")
+
+    def produce(bytecode: Path, text: Path | None) -> None:
+        current = source
+        if facts:
+            report("stating argument dim ranges for IREE")
+            inject_dim_facts(current, bytecode, text if weights is None else None)
+            current = bytecode
+        if weights is not None:
+            names = externalize_weights(current, bytecode, weights, archive, text)
+            report(f"moved {len(names)} weights to {archive.name} "
+                   f"({archive.stat().st_size / 1e6:.1f} MB)")
+
     try:
-        return stages.record(IREE_INPUT_STAGE,
-                             lambda bytecode, text: inject_dim_facts(source, bytecode, text))
+        return stages.record(IREE_INPUT_STAGE, produce)
     except ValueError as error:
         repro = _keep_reproducer(source, dump_ir_dir, f"{IREE_INPUT_STAGE}-input")
         command = " ".join(shlex.quote(a) for a in [
@@ -216,6 +249,8 @@ class _StageWriter:
         self.dump_dir = dump_dir
         self.files: dict[str, Path] = {}
         self.dumped: list[Path] = []
+        self.seconds: dict[str, float] = {}  # stage -> seconds since the stage before it
+        self._since = time.monotonic()
         if dump_dir:
             dump_dir.mkdir(parents=True, exist_ok=True)
 
@@ -243,7 +278,13 @@ class _StageWriter:
             with open(self.dump_dir / f"{stem}.mlir", "w") as f:
                 module.operation.print(file=f)
             self.dumped.append(self.dump_dir / f"{stem}.mlir")
+        self._clock(stage)
         return path
+
+    def _clock(self, stage: str) -> None:
+        now = time.monotonic()
+        self.seconds[stage] = now - self._since
+        self._since = now
 
     def record(self, stage: str, produce: Callable[[Path, Path | None], object]) -> Path:
         """Record ``stage`` as the bytecode that ``produce(bytecode_path, text_path)``
@@ -255,6 +296,7 @@ class _StageWriter:
         if self.dump_dir:
             self.dumped.append(self.dump_dir / f"{stem}.mlir")
         self.files[stage] = path
+        self._clock(stage)
         return path
 
     def _name(self, stage: str) -> tuple[str, str]:

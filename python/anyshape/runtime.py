@@ -20,6 +20,8 @@ from anyshape.targets import Target
 
 MANIFEST = "manifest.json"
 VMFB = "module.vmfb"
+PARAMETERS = "params.irpa"   # params="external": the weights (iree_parameters.py)
+PARAMETER_SCOPE = "model"
 ARTIFACT_FORMAT = "anyshape-artifact"
 
 
@@ -33,13 +35,20 @@ class CompiledModule:
     def __init__(self, vmfb_path: str | os.PathLike, signature: ModuleSignature, target: Target,
                  *, iree_flags: Sequence[str] = (), versions: dict | None = None,
                  stage_files: dict[str, Path] | None = None, workdir: Any = None,
-                 entry: str = "main", threads: int | None = None):
+                 entry: str = "main", threads: int | None = None,
+                 parameters_path: str | os.PathLike | None = None,
+                 stage_seconds: dict[str, float] | None = None):
         self.threads = check_threads(threads)
         self.signature = signature
         self.target = target
         self.iree_flags = list(iree_flags)
         self.versions = dict(versions or {})
         self._vmfb_path = Path(vmfb_path)
+        # The IREE parameter archive the weights live in (params="external"), or None.
+        self.parameters_path = Path(parameters_path) if parameters_path is not None else None
+        # compile time per stage (export, import, each pass, iree-input, iree-compile);
+        # empty for a loaded module
+        self.stage_seconds = dict(stage_seconds or {})
         self._entry = entry
         self._stage_files = dict(stage_files or {})
         self._workdir = workdir  # keeps a TemporaryDirectory alive with the module
@@ -93,6 +102,8 @@ class CompiledModule:
                 use_cpu_threads(self.threads)
             config = rt.Config(self.target.driver)
             context = rt.SystemContext(config=config)
+            if self.parameters_path is not None:
+                context.add_vm_module(self._parameters_module(rt, config))
             # mmap: a roberta-base artifact is ~500 MB of weights; no copy into memory.
             vm_module = rt.VmModule.mmap(config.vm_instance, str(self._vmfb_path))
             context.add_vm_module(vm_module)
@@ -100,17 +111,31 @@ class CompiledModule:
             self._context = context
         return self._function
 
+    def _parameters_module(self, rt, config):
+        if not self.parameters_path.is_file():
+            raise FileNotFoundError(f"{self.parameters_path}: the parameter archive this "
+                                    f"module's weights are in is missing")
+        index = rt.ParameterIndex()
+        index.load(str(self.parameters_path))  # mapped, not read into memory
+        return rt.create_io_parameters_module(config.vm_instance,
+                                              index.create_provider(scope=PARAMETER_SCOPE))
+
     # -- persistence ---------------------------------------------------------
     def save(self, directory: str | os.PathLike) -> Path:
-        """Write ``module.vmfb`` and ``manifest.json`` into ``directory``."""
+        """Write ``module.vmfb`` and ``manifest.json`` into ``directory`` (and
+        ``params.irpa`` for a module compiled with ``params="external"``)."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         if (out / VMFB).resolve() != self._vmfb_path.resolve():
             shutil.copyfile(self._vmfb_path, out / VMFB)
+        if self.parameters_path is not None and \
+                (out / PARAMETERS).resolve() != self.parameters_path.resolve():
+            shutil.copyfile(self.parameters_path, out / PARAMETERS)
         manifest = {
             "format": ARTIFACT_FORMAT,
             "schema": SCHEMA_VERSION,
             "vmfb": VMFB,
+            "parameters": PARAMETERS if self.parameters_path is not None else None,
             "entry": self._entry,
             "target": self.target.to_json(),
             "iree_flags": self.iree_flags,
@@ -140,6 +165,7 @@ def load(directory: str | os.PathLike, *, threads: int | None = None) -> Compile
         versions=manifest.get("versions"),
         entry=manifest["entry"],
         threads=threads,
+        parameters_path=path / manifest["parameters"] if manifest.get("parameters") else None,
     )
 
 

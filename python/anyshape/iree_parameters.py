@@ -1,0 +1,100 @@
+"""Weights outside the ``.vmfb``, in an IREE parameter archive (``params="external"``).
+
+The importer keeps each weight once, as a ``dense_resource`` blob named for its
+place in the model's state (``roberta.encoder.layer.0.output.dense.weight``),
+however many ops read it (tied embeddings included), and hands over the arrays
+behind the blobs. Here, in IREE's bindings (torch-mlir's have no ``util``
+dialect), each such literal becomes a load of an immutable ``util.global``
+whose value is the parameter of that name in scope ``model``, and the arrays
+go into an ``.irpa`` archive (IREE's runtime writes it) that the runtime
+opens beside the ``.vmfb`` (``runtime.load``).
+
+IREE cannot evaluate at compile time what it computes from a parameter (the
+packed copies of data tiling, transposed linear weights): it does that once
+when the module loads. The archive therefore holds each weight once, as the
+model does, where an inline build stores const-eval's results (a tied
+embedding: as it is for the lookup, and packed for the LM head).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from anyshape.mlir import iree_bindings
+from anyshape.runtime import PARAMETER_SCOPE, PARAMETERS
+
+SCOPE = PARAMETER_SCOPE
+ARCHIVE = PARAMETERS
+
+_RESOURCE_KEY = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>]+)>')
+
+
+def externalize_weights(in_file: Path, out_file: Path, weights: dict[str, np.ndarray],
+                       archive: Path, text_file: Path | None = None) -> list[str]:
+    """Rewrite ``in_file`` (the IREE input, bytecode or text) into ``out_file``
+    (bytecode; ``text_file`` as text when given): every ``dense_resource``
+    literal whose blob is one of ``weights`` reads a parameter of that name
+    instead, and ``archive`` gets those arrays. Blobs a pass made (not in
+    ``weights``) stay inline. Returns the parameters' names."""
+    iree_ir = iree_bindings()
+    with iree_ir.Context(), iree_ir.Location.unknown():
+        try:
+            module = iree_ir.Module.parse(Path(in_file).read_bytes())
+        except iree_ir.MLIRError as error:
+            raise ValueError(f"IREE's bindings cannot read {in_file}: {error}") from None
+        literals = []
+        for op in _walk(module.operation):
+            if op.name == "torch.vtensor.literal":
+                key = _RESOURCE_KEY.match(str(op.attributes["value"]))
+                if key is not None and key.group(1).strip('"') in weights:
+                    literals.append((op, key.group(1).strip('"')))
+        globals_: dict[str, object] = {}
+        first = module.body.operations[0]
+        for literal, key in literals:
+            tensor_type = literal.attributes["value"].type
+            if key not in globals_:
+                with iree_ir.InsertionPoint(first):
+                    globals_[key] = iree_ir.Operation.create("util.global", attributes={
+                        "sym_name": iree_ir.StringAttr.get(key),
+                        "sym_visibility": iree_ir.StringAttr.get("private"),
+                        "type": iree_ir.TypeAttr.get(tensor_type),
+                        "initial_value": iree_ir.Attribute.parse(
+                            f'#flow.parameter.named<"{SCOPE}"::"{key}"> : {tensor_type}'),
+                    })
+            with iree_ir.InsertionPoint(literal), literal.location:
+                load = iree_ir.Operation.create(
+                    "util.global.load", results=[tensor_type], attributes={
+                        "global": iree_ir.FlatSymbolRefAttr.get(key),
+                        "is_immutable": iree_ir.UnitAttr.get()})
+                torch_value = iree_ir.Operation.create(
+                    "torch_c.from_builtin_tensor", results=[literal.results[0].type],
+                    operands=[load.result])
+            literal.results[0].replace_all_uses_with(torch_value.result)
+            literal.erase()
+        with open(out_file, "wb") as f:
+            module.operation.write_bytecode(f)
+        if text_file is not None:
+            with open(text_file, "w") as f:
+                module.operation.print(file=f)
+    write_archive(archive, {key: weights[key] for key in globals_})
+    return list(globals_)
+
+
+def write_archive(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    import iree.runtime as rt
+
+    index = rt.ParameterIndex()
+    for name, array in arrays.items():
+        index.add_buffer(name, np.ascontiguousarray(array).view(np.uint8).reshape(-1))
+    index.create_archive_file(str(path))
+
+
+def _walk(op):
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                yield child.operation
+                yield from _walk(child.operation)
