@@ -1,17 +1,62 @@
-"""anyshape-compile: compile torch-dialect MLIR (from ``anyshape.import_torch`` or
-``anyshape-opt``) through the anyshape pipeline and IREE into an artifact directory
-that ``anyshape.load`` runs."""
+"""anyshape-compile: compile a model through the anyshape pipeline and IREE into an
+artifact directory that ``anyshape.load`` runs.
+
+The model is one of: torch-dialect MLIR (from ``anyshape.import_torch`` or
+``anyshape-opt``); ``--hf TYPE --task TASK``, a HuggingFace transformers model
+built from the default config of a model type (``--config`` overrides; random
+weights); or ``--model MODULE:FACTORY``, a function of yours returning
+``(model, example_inputs)`` or ``(model, example_inputs, dynamic_shapes)``,
+where the example inputs are a dict of keyword arguments or a tuple of
+positional ones.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+HF_TASKS = ("sequence-classification", "masked-lm", "causal-lm", "causal-lm-last-token",
+            "seq2seq-lm", "pretraining")  # anyshape.hf.TASKS, without importing torch for --help
+DEFAULT_MAX_BATCH = 16  # anyshape.hf.DEFAULT_MAX_BATCH
+DEFAULT_MAX_SEQ = 512   # anyshape.hf.DEFAULT_MAX_SEQ
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="anyshape-compile", description=__doc__)
-    parser.add_argument("input", help="torch-dialect MLIR, text or bytecode ('-' for stdin)")
+    parser = argparse.ArgumentParser(prog="anyshape-compile", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("input", nargs="?",
+                        help="torch-dialect MLIR, text or bytecode ('-' for stdin); or give "
+                             "--hf or --model instead")
     parser.add_argument("-o", "--output", required=True, help="artifact directory to write")
+    model = parser.add_argument_group("a PyTorch model instead of MLIR")
+    model.add_argument("--hf", metavar="MODEL_TYPE",
+                       help="a transformers model type (bert, roberta, electra, distilbert, "
+                            "gpt2, t5, ...) with its default config")
+    model.add_argument("--task", choices=list(HF_TASKS),
+                       help="with --hf: which model of that type (required)")
+    model.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                       help="with --hf: a config field to override (repeatable), "
+                            "e.g. num_hidden_layers=2")
+    model.add_argument("--model", metavar="MODULE:FACTORY",
+                       help="a Python module (dotted name or file.py) and a function in it "
+                            "that returns (model, example_inputs[, dynamic_shapes])")
+    model.add_argument("--dynamic", default="batch,seq",
+                       help="which dims are dynamic: a comma list of batch (dim 0 of every "
+                            "input) and seq (dim 1; a seq2seq decoder's length is its own "
+                            "dim, dynamic with it), or 'none' (default: batch,seq)")
+    model.add_argument("--batch", type=int, default=1,
+                       help="the batch size when batch is not dynamic (default 1)")
+    model.add_argument("--seq", type=int, default=128,
+                       help="the sequence length when seq is not dynamic (default 128)")
+    model.add_argument("--max-batch", type=int, default=None,
+                       help=f"largest dynamic batch (default {DEFAULT_MAX_BATCH})")
+    model.add_argument("--max-seq", type=int, default=None,
+                       help="longest dynamic sequence (default: as many as the model's "
+                            f"positions allow, else {DEFAULT_MAX_SEQ})")
+    model.add_argument("--params", choices=["inline", "external"], default="inline",
+                       help="weights in module.vmfb (inline, default) or in params.irpa "
+                            "beside it (external)")
     parser.add_argument("--target", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--cuda-arch", default=None, help="with --target=cuda (default sm_80)")
     parser.add_argument("--opt-level", default=None, help="IREE optimization level (O0-O3)")
@@ -32,14 +77,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from anyshape.compiler import compile_module
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if sum(map(bool, (args.input, args.hf, args.model))) != 1:
+        parser.error("give one model: an MLIR file, --hf MODEL_TYPE or --model MODULE:FACTORY")
+    if args.hf and not args.task:
+        parser.error(f"--hf needs --task (one of {', '.join(HF_TASKS)})")
+    if (args.task or args.config) and not args.hf:
+        parser.error("--task and --config go with --hf")
+    if args.input and args.params == "external":
+        parser.error("--params external: an MLIR file's weights are compiled inline; "
+                     "give --hf or --model for external parameters")
     from anyshape.errors import CompileError
-    from anyshape.ir_signature import signature_from_module
-    from anyshape.mlir import MLIRError, new_context, parse_module
-    from anyshape.passes import DEFAULT_PIPELINE, load_pass_file
-    from anyshape.pipeline import diagnostics_of, split_top_level
-    from anyshape.targets import make_target
+    from anyshape.mlir import MLIRError
+    from anyshape.passes import load_pass_file
+    from anyshape.pipeline import diagnostics_of
 
     for plugin in args.load_passes:
         try:
@@ -48,35 +100,249 @@ def main(argv: list[str] | None = None) -> int:
             print(f"anyshape-compile: cannot load passes from '{plugin}': {error.strerror}",
                   file=sys.stderr)
             return 1
-    name = "<stdin>" if args.input == "-" else args.input
+    report = _progress()
+    described = None
     try:
-        data = sys.stdin.buffer.read() if args.input == "-" else open(args.input, "rb").read()
-    except OSError as error:
-        print(f"anyshape-compile: cannot read '{name}': {error.strerror}", file=sys.stderr)
-        return 1
-    try:
-        data_tiling = {"auto": None, "on": True, "off": False}[args.data_tiling]
-        target = make_target(args.target, args.cuda_arch, args.opt_level, data_tiling)
-        module = parse_module(data, new_context())
-        signature = signature_from_module(module, args.function)
-        passes = DEFAULT_PIPELINE if args.passes is None else split_top_level(args.passes)
-        compiled = compile_module(module, signature, target, passes, dump_ir_dir=args.dump_ir_dir,
-                                  report=lambda msg: print(f"[anyshape-compile] {msg}",
-                                                           file=sys.stderr, flush=True),
-                                  entry=args.function)
+        if args.input:
+            compiled = _compile_mlir(args, report)
+            if compiled is None:
+                return 1
+        else:
+            compiled, described = _compile_torch(args, report)
     except MLIRError as error:
-        for diag in diagnostics_of(error, name):
+        for diag in diagnostics_of(error, args.input or "<module>"):
             print(diag.render(), file=sys.stderr)
         return 1
-    except (ValueError, KeyError) as error:
+    except (ValueError, KeyError, TypeError) as error:
         print(f"anyshape-compile: {error.args[0] if error.args else error}", file=sys.stderr)
         return 1
     except CompileError as error:
         print(f"anyshape-compile: {error}", file=sys.stderr)
         return 1
     out = compiled.save(args.output)
-    print(f"wrote {out}/module.vmfb and {out}/manifest.json")
+    print(summary(compiled, out, described))
     return 0
+
+
+def _progress():
+    import time
+
+    start = time.monotonic()
+
+    def report(msg: str) -> None:
+        print(f"[anyshape-compile {time.monotonic() - start:6.1f}s] {msg}", file=sys.stderr,
+              flush=True)
+
+    return report
+
+
+def _target(args):
+    from anyshape.targets import make_target
+
+    data_tiling = {"auto": None, "on": True, "off": False}[args.data_tiling]
+    return make_target(args.target, args.cuda_arch, args.opt_level, data_tiling)
+
+
+def _passes(args):
+    from anyshape.passes import DEFAULT_PIPELINE
+    from anyshape.pipeline import split_top_level
+
+    return DEFAULT_PIPELINE if args.passes is None else split_top_level(args.passes)
+
+
+def _compile_mlir(args, report):
+    from anyshape.compiler import compile_module
+    from anyshape.ir_signature import signature_from_module
+    from anyshape.mlir import new_context, parse_module
+
+    name = "<stdin>" if args.input == "-" else args.input
+    try:
+        data = sys.stdin.buffer.read() if args.input == "-" else open(args.input, "rb").read()
+    except OSError as error:
+        print(f"anyshape-compile: cannot read '{name}': {error.strerror}", file=sys.stderr)
+        return None
+    target = _target(args)
+    module = parse_module(data, new_context())
+    signature = signature_from_module(module, args.function)
+    return compile_module(module, signature, target, _passes(args),
+                          dump_ir_dir=args.dump_ir_dir, report=report, entry=args.function)
+
+
+def _compile_torch(args, report):
+    """--hf or --model: build the model and its inputs, then ``anyshape.compile``."""
+    import anyshape
+    from anyshape import hf
+
+    dynamic = _dynamic_dims(args.dynamic)
+    for flag, value in (("--batch", args.batch), ("--seq", args.seq),
+                        ("--max-batch", args.max_batch), ("--max-seq", args.max_seq)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag}: expected a positive size, got {value}")
+    max_batch = args.max_batch or DEFAULT_MAX_BATCH
+    if args.hf:
+        model, inputs, shapes, described = _hf_model(args, dynamic, max_batch, report)
+        call_args, call_kwargs = (), inputs
+    else:
+        model, call_args, call_kwargs, shapes, described = _factory_model(
+            args, dynamic, max_batch, report)
+    compiled = anyshape.compile(
+        model, call_args, call_kwargs, dynamic_shapes=shapes, target=args.target,
+        cuda_arch=args.cuda_arch, opt_level=args.opt_level, passes=_passes(args),
+        dump_ir_dir=args.dump_ir_dir, progress=report,
+        data_tiling={"auto": None, "on": True, "off": False}[args.data_tiling],
+        params=args.params)
+    described["unique_bytes"] = hf.unique_parameter_bytes(model)
+    return compiled, described
+
+
+def _dynamic_dims(text: str) -> set[str]:
+    if text.strip() == "none":
+        return set()
+    names = {n.strip() for n in text.split(",") if n.strip()}
+    unknown = names - {"batch", "seq"}
+    if unknown or not names:
+        raise ValueError(f"--dynamic: expected a comma list of batch and seq, or none; "
+                         f"got '{text}'")
+    return names
+
+
+def _hf_model(args, dynamic, max_batch, report):
+    from anyshape import hf
+
+    overrides = hf.parse_overrides(args.config)
+    report(f"building {args.hf} for {args.task} from its default config"
+           + (f" with {', '.join(args.config)}" if args.config else ""))
+    built = hf.build(args.hf, args.task, overrides)
+    limit = built.max_seq
+    max_seq = args.max_seq or limit or hf.DEFAULT_MAX_SEQ
+    longest = max_seq if "seq" in dynamic else args.seq
+    if limit is not None and longest > limit:
+        raise ValueError(f"--max-seq/--seq: {args.hf}'s positions allow at most {limit} tokens, "
+                         f"got {longest} (a --config of its position count changes that)")
+    batch = min(2, max_batch) if "batch" in dynamic else args.batch
+    seq = min(8, max_seq) if "seq" in dynamic else args.seq
+    inputs = built.example_inputs(batch, seq, dec_seq=max(1, seq - 3) if "seq" in dynamic else seq)
+    shapes = built.dynamic_shapes(dynamic, max_batch, max_seq)
+    described = {"model": f"{args.hf} {args.task} ({type(built.model).__name__})",
+                 "parameters": built.parameters()}
+    return built.model, inputs, shapes, described
+
+
+def _factory_model(args, dynamic, max_batch, report):
+    import torch
+    from torch.export import Dim
+
+    report(f"building the model with {args.model}")
+    result = load_factory(args.model)()
+    if isinstance(result, torch.nn.Module) or not isinstance(result, tuple) or \
+            len(result) not in (2, 3) or not isinstance(result[0], torch.nn.Module):
+        raise TypeError(f"--model: {args.model} must return (model, example_inputs) or "
+                        f"(model, example_inputs, dynamic_shapes) with a torch.nn.Module "
+                        f"first, got {type(result).__name__}")
+    model, example = result[0], result[1]
+    if isinstance(example, dict):
+        call_args, call_kwargs = (), example
+    elif isinstance(example, (tuple, list)):
+        call_args, call_kwargs = tuple(example), {}
+    elif isinstance(example, torch.Tensor):
+        call_args, call_kwargs = (example,), {}
+    else:
+        raise TypeError(f"--model: example inputs must be a dict, a tuple or a tensor, got "
+                        f"{type(example).__name__}")
+    if len(result) == 3:
+        shapes = result[2]
+    else:
+        max_seq = args.max_seq or DEFAULT_MAX_SEQ
+        batch = Dim("batch", min=1, max=max_batch) if "batch" in dynamic else None
+        seq = Dim("seq", min=1, max=max_seq) if "seq" in dynamic else None
+
+        def dims(value):
+            if not isinstance(value, torch.Tensor):
+                return None
+            chosen = {axis: dim for axis, dim in ((0, batch), (1, seq))
+                      if dim is not None and value.dim() > axis}
+            return chosen or None
+
+        shapes = ({k: dims(v) for k, v in call_kwargs.items()} if call_kwargs
+                  else tuple(dims(v) for v in call_args))
+    described = {"model": f"{args.model} ({type(model).__name__})",
+                 "parameters": sum(p.numel() for p in model.parameters())}
+    return model.eval(), call_args, call_kwargs, shapes, described
+
+
+def load_factory(spec: str):
+    """``package.module:function`` or ``path/file.py:function``, resolved."""
+    import importlib
+    import importlib.util
+    import os
+
+    module_name, sep, function = spec.rpartition(":")
+    if not sep or not module_name or not function:
+        raise ValueError(f"--model: expected MODULE:FACTORY, got '{spec}'")
+    if module_name.endswith(".py") or os.sep in module_name:
+        path = Path(module_name)
+        if not path.is_file():
+            raise ValueError(f"--model: no file '{path}'")
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            raise ValueError(f"--model: cannot import '{module_name}': {error}") from None
+    factory = getattr(module, function, None)
+    if not callable(factory):
+        raise ValueError(f"--model: '{module_name}' has no function '{function}'")
+    return factory
+
+
+def summary(compiled, out: Path, described: dict | None) -> str:
+    """What was written, how long each stage took, the dynamic dims, how to call it."""
+    from anyshape.signature import leaf_paths
+
+    signature = compiled.signature
+    lines = [f"anyshape-compile: wrote {out}/"]
+    if described:
+        lines.append(f"  model: {described['model']}, {described['parameters'] / 1e6:.2f}M "
+                     f"parameters, {_size(described['unique_bytes'])} of parameters and "
+                     f"buffers (each tensor once)")
+    if compiled.stage_seconds:
+        times = ", ".join(f"{stage} {seconds:.1f}s"
+                          for stage, seconds in compiled.stage_seconds.items())
+        lines.append(f"  stages: {times} (total {sum(compiled.stage_seconds.values()):.1f}s)")
+    files = [f"module.vmfb {_size(compiled.vmfb_path.stat().st_size)}"]
+    if compiled.parameters_path is not None:
+        files.append(f"params.irpa {_size(compiled.parameters_path.stat().st_size)} "
+                     f"(the weights)")
+    else:
+        files.append("weights inside module.vmfb")
+    lines.append(f"  files: {', '.join(files)}, manifest.json")
+    symbols = signature.symbols
+    dims = [symbols[s].describe() for s in symbols]
+    lines.append(f"  dynamic dims: {', '.join(dims) if dims else 'none'}")
+
+    def shape(spec):
+        names = [symbols[d].label or d if isinstance(d, str) and d in symbols else str(d)
+                 for d in spec.dims]
+        return f"{spec.name} {spec.dtype} ({', '.join(names)})"
+
+    lines.append(f"  inputs: {'; '.join(shape(s) for s in signature.inputs)}")
+    tree = signature.output_tree
+    paths = leaf_paths(tree)
+    outputs = "; ".join(f"outputs{path} {shape(spec).split(' ', 1)[1]}"
+                        for path, spec in zip(paths, signature.outputs))
+    kind = tree.get("qualname", tree["kind"]) if tree["kind"] != "leaf" else "a tensor"
+    lines.append(f"  outputs ({kind}): {outputs}")
+    call = ", ".join(f"{s.name}=..." for s in signature.inputs)
+    lines += ["  run it:", "    import anyshape", f"    model = anyshape.load({str(out)!r})",
+              f"    outputs = model({call})"]
+    return "\n".join(lines)
+
+
+def _size(count: int) -> str:
+    return f"{count / 1e6:.1f} MB" if count >= 1e6 else f"{count / 1e3:.1f} KB"
 
 
 if __name__ == "__main__":

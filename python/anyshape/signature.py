@@ -178,6 +178,22 @@ def encode_tree(spec) -> dict[str, Any]:
     raise TypeError(f"cannot record output structure of type {spec.type.__qualname__}")
 
 
+def leaf_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:
+    """How to reach each leaf of the rebuilt output, in order: ``.logits``,
+    ``[0]``, ``["key"]`` ('' for a lone tensor)."""
+    kind = tree["kind"]
+    if kind == "leaf":
+        return [prefix]
+    if kind in ("tuple", "list"):
+        steps = [f"[{i}]" for i in range(len(tree["children"]))]
+    elif kind == "dict":
+        steps = [f"[{key!r}]" for key in tree["keys"]]
+    else:
+        steps = [f".{key}" for key in tree["keys"]]
+    return [path for step, child in zip(steps, tree["children"])
+            for path in leaf_paths(child, prefix + step)]
+
+
 def decode_tree(tree: dict[str, Any], leaves: list) -> Any:
     """Rebuild the model's output structure around ``leaves`` (consumed in order)."""
     return _decode(tree, iter(leaves))

@@ -1,10 +1,10 @@
 """The console scripts as a user runs them."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from models import shape_queries_case
 
@@ -90,3 +90,97 @@ def test_compile_cli_reports_parse_error(tmp_path):
     path.write_text("func.func @main() {\n  bogus\n}\n")
     result = run("anyshape-compile", str(path), "-o", str(tmp_path / "art"))
     assert result.returncode == 1 and f"{path}:2:" in result.stderr
+
+
+TINY_GPT2 = ["--config", "n_embd=32", "--config", "n_layer=2", "--config", "n_head=2",
+             "--config", "n_inner=64", "--config", "vocab_size=300", "--config", "n_positions=64"]
+
+
+def test_compile_cli_hf_model_with_external_parameters(tmp_path):
+    from anyshape import hf
+
+    out = tmp_path / "art"
+    result = run("anyshape-compile", "--hf", "gpt2", "--task", "causal-lm-last-token",
+                 *TINY_GPT2, "--max-seq", "32", "--params", "external", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "running anyshape-hoist-slices" in result.stderr  # progress, stage by stage
+    summary = result.stdout
+    assert "model: gpt2 causal-lm-last-token (LastTokenLogits)" in summary
+    assert "stages: export " in summary and "iree-compile " in summary
+    assert "params.irpa" in summary
+    assert "dynamic dims: 'batch' in [1, 16], 'seq' in [1, 32]" in summary
+    assert "inputs: input_ids int64 (batch, seq); attention_mask int64 (batch, seq)" in summary
+    assert "outputs (a tensor): outputs float32 (batch, 300)" in summary
+    assert f"anyshape.load({str(out)!r})" in summary
+    overrides = hf.parse_overrides([v for v in TINY_GPT2 if v != "--config"])
+    built = hf.build("gpt2", "causal-lm-last-token", overrides)
+    inputs = built.example_inputs(3, 29, seed=2)
+    with torch.no_grad():
+        expected = built.model(**inputs)
+    compiled = anyshape.load(out)
+    assert compiled.parameters_path == out / "params.irpa"
+    torch.testing.assert_close(compiled(**inputs), expected, atol=1e-4, rtol=0)
+
+
+def test_compile_cli_model_factory(tmp_path):
+    (tmp_path / "mine.py").write_text(
+        "import torch\n"
+        "class Pool(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.proj = torch.nn.Linear(8, 4)\n"
+        "    def forward(self, x, mask):\n"
+        "        return {'mean': (self.proj(x) * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)}\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        "    return Pool(), {'x': torch.randn(2, 5, 8), 'mask': torch.ones(2, 5)}\n")
+    out = tmp_path / "art"
+    result = run("anyshape-compile", "--model", f"{tmp_path / 'mine.py'}:make", "--max-seq", "40",
+                 "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "dynamic dims: 'batch' in [1, 16], 'seq' in [1, 40]" in result.stdout
+    assert "outputs (dict): outputs['mean'] float32 (batch, 4)" in result.stdout
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import mine
+    finally:
+        sys.path.remove(str(tmp_path))
+    model = mine.make()[0]
+    x, mask = torch.randn(3, 33, 8), torch.ones(3, 33)
+    mask[1, 20:] = 0
+    torch.testing.assert_close(anyshape.load(out)(x=x, mask=mask)["mean"],
+                               model(x, mask)["mean"].detach(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "give one model: an MLIR file, --hf MODEL_TYPE or --model MODULE:FACTORY"),
+    (["--hf", "gpt2"], "--hf needs --task"),
+    (["--task", "masked-lm", "x.mlir"], "--task and --config go with --hf"),
+    (["x.mlir", "--params", "external"], "an MLIR file's weights are compiled inline"),
+    (["--hf", "gpt2", "--task", "masked-lm"], "no 'masked-lm' model for model type 'gpt2'"),
+    (["--hf", "nope", "--task", "masked-lm"], "transformers has no model type 'nope'"),
+    (["--hf", "bert", "--task", "masked-lm", "--config", "layers=2"], "has no field 'layers'"),
+    (["--hf", "bert", "--task", "masked-lm", "--config", "layers"], "expected KEY=VALUE, got 'layers'"),
+    (["--hf", "bert", "--task", "masked-lm", "--max-seq", "600"],
+     "bert's positions allow at most 512 tokens, got 600"),
+    (["--hf", "bert", "--task", "masked-lm", "--dynamic", "seq,heads"],
+     "--dynamic: expected a comma list of batch and seq"),
+    (["--hf", "bert", "--task", "masked-lm", "--max-batch", "0"], "--max-batch: expected a positive"),
+    (["--model", "no_such_module_here:make"], "--model: cannot import 'no_such_module_here'"),
+    (["--model", "make"], "--model: expected MODULE:FACTORY, got 'make'"),
+    (["--model", "/no/such/file.py:make"], "--model: no file '/no/such/file.py'"),
+])
+def test_compile_cli_model_errors(tmp_path, argv, message):
+    result = run("anyshape-compile", *argv, "-o", str(tmp_path / "art"))
+    assert result.returncode in (1, 2)
+    assert message in result.stderr, result.stderr
+    assert not (tmp_path / "art").exists()
+
+
+def test_compile_cli_factory_without_inputs(tmp_path):
+    (tmp_path / "bare.py").write_text("import torch\ndef make():\n    return torch.nn.Linear(2, 2)\n")
+    result = run("anyshape-compile", "--model", f"{tmp_path / 'bare.py'}:make", "-o",
+                 str(tmp_path / "art"))
+    assert result.returncode == 1
+    assert "must return (model, example_inputs) or (model, example_inputs, dynamic_shapes)" in \
+        result.stderr
