@@ -7,7 +7,7 @@ STAMP := $(VENV)/.anyshape-installed
 BENCH_STAMP := $(VENV)/.anyshape-bench-installed
 BENCH_ARGS ?=
 
-.PHONY: test lit pytest demo bench bench-hoist-slices clean
+.PHONY: test lit pytest demo bench bench-hoist-slices zoo clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,3 +44,9 @@ bench-hoist-slices: $(STAMP)
 #   make bench BENCH_ARGS='--tiny --lengths 16 32 --batches 1 --out /tmp/compare-tiny'
 bench: $(BENCH_STAMP)
 	$(PY) bench/compare.py $(BENCH_ARGS)
+
+# Not a test: every HuggingFace family at its default size, compiled once (dynamic
+# batch and sequence), max error and latency against eager at L = 128 (tens of
+# minutes on 2 cores). Writes bench/results/zoo.md.
+zoo: $(STAMP)
+	$(PY) bench/zoo.py
