@@ -45,7 +45,7 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
             passes: Sequence[str] | None = None, dump_ir_dir: str | Path | None = None,
             progress: bool | Callable[[str], None] = False,
             threads: int | None = None, data_tiling: bool | None = None,
-            params: str = "inline") -> CompiledModule:
+            params: str = "inline", dtype=None) -> CompiledModule:
     """Export ``model`` with ``torch.export`` (``dynamic_shapes`` as there), run the
     anyshape passes and compile with IREE for ``target`` ("cpu" or "cuda").
 
@@ -62,6 +62,10 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     weights in the ``.vmfb``; "external" in an IREE parameter archive
     (``params.irpa``, each weight once, under its name in the model's state)
     that ``save`` writes beside it and ``load`` opens (``iree_parameters.py``).
+    ``dtype`` (``torch.float16``, ``torch.bfloat16``, ``torch.float32``):
+    compile a copy of the model with its floating-point weights and the
+    example inputs' floating-point tensors in that dtype (the caller's model
+    is left as it is); the module then takes and returns that dtype.
     """
     from anyshape.importer import export_program, import_program
     from anyshape.signature import dim_labels_from, signature_from_program
@@ -70,6 +74,8 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     check_threads(threads)
     if params not in ("inline", "external"):
         raise ValueError(f"params: expected 'inline' or 'external', got {params!r}")
+    if dtype is not None:
+        model, args, kwargs = _in_dtype(dtype, model, args, kwargs)
     pass_names = list(DEFAULT_PIPELINE if passes is None else passes)
     for name in pass_names:
         make_anyshape_pass(name)  # unknown names and bad options fail before the (slow) export
@@ -91,6 +97,28 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     module.threads = threads
     report(f"done in {time.monotonic() - started:.0f}s")
     return module
+
+
+_FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _in_dtype(dtype, model, args, kwargs):
+    import copy
+
+    import torch
+    from torch.utils._pytree import tree_map
+
+    if not isinstance(dtype, torch.dtype) or str(dtype).removeprefix("torch.") not in _FLOAT_DTYPES:
+        raise ValueError(f"dtype: expected one of torch.{', torch.'.join(_FLOAT_DTYPES)} (or "
+                         f"None: as the model is), got {dtype!r}")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+
+    def cast(value):
+        return value.to(dtype) if isinstance(value, torch.Tensor) and value.is_floating_point() \
+            else value
+
+    return copy.deepcopy(model).to(dtype), tree_map(cast, args), tree_map(cast, kwargs)
 
 
 DATA_TILING_FORMS = "anyshape-data-tiling-forms"

@@ -54,6 +54,7 @@ class CompiledModule:
         self._workdir = workdir  # keeps a TemporaryDirectory alive with the module
         self._function = None
         self._context = None  # the IREE SystemContext that owns _function
+        self.cuda_ordinal: int | None = None  # load(device="cuda:N"); None: the first device
 
     # -- introspection -------------------------------------------------------
     @property
@@ -89,6 +90,12 @@ class CompiledModule:
             results = (results,)
         tensors = [torch.from_numpy(np.array(r.to_host() if hasattr(r, "to_host") else r))
                    for r in results]
+        # Outputs where the inputs were: on the (first) device of the torch tensors
+        # passed, on the host for host tensors and numpy arrays.
+        device = next((v.device for v in (*args, *kwargs.values())
+                       if isinstance(v, torch.Tensor) and v.device.type != "cpu"), None)
+        if device is not None:
+            tensors = [t.to(device) for t in tensors]
         return decode_tree(self.signature.output_tree, tensors)
 
     def _load_function(self):
@@ -100,7 +107,10 @@ class CompiledModule:
                                    "available here (IREE's cuda driver found none)")
             if self.target.driver == "local-task":
                 use_cpu_threads(self.threads)
-            config = rt.Config(self.target.driver)
+            if self.cuda_ordinal is not None:
+                config = rt.Config(device=rt.get_device(f"cuda://{self.cuda_ordinal}"))
+            else:
+                config = rt.Config(self.target.driver)
             context = rt.SystemContext(config=config)
             if self.parameters_path is not None:
                 context.add_vm_module(self._parameters_module(rt, config))
@@ -146,9 +156,12 @@ class CompiledModule:
         return out
 
 
-def load(directory: str | os.PathLike, *, threads: int | None = None) -> CompiledModule:
+def load(directory: str | os.PathLike, *, threads: int | None = None,
+         device: str | None = None) -> CompiledModule:
     """Load an artifact written by ``CompiledModule.save``; ``threads``: as for
-    ``anyshape.compile``."""
+    ``anyshape.compile``. ``device``: where it runs, which must be what it was
+    compiled for: "cpu", or "cuda" (the first CUDA device) or "cuda:N";
+    None: the default device of its target."""
     path = Path(directory)
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
@@ -157,16 +170,34 @@ def load(directory: str | os.PathLike, *, threads: int | None = None) -> Compile
     if manifest.get("format") != ARTIFACT_FORMAT or manifest.get("schema") != SCHEMA_VERSION:
         raise ValueError(f"{manifest_path}: expected format {ARTIFACT_FORMAT} schema "
                          f"{SCHEMA_VERSION}, got {manifest.get('format')} schema {manifest.get('schema')}")
-    return CompiledModule(
+    target = Target.from_json(manifest["target"])
+    cuda_ordinal = _check_device(device, target, path)
+    module = CompiledModule(
         path / manifest["vmfb"],
         ModuleSignature.from_json(manifest),
-        Target.from_json(manifest["target"]),
+        target,
         iree_flags=manifest.get("iree_flags", ()),
         versions=manifest.get("versions"),
         entry=manifest["entry"],
         threads=threads,
         parameters_path=path / manifest["parameters"] if manifest.get("parameters") else None,
     )
+    module.cuda_ordinal = cuda_ordinal
+    return module
+
+
+def _check_device(device: str | None, target: Target, path: Path) -> int | None:
+    """The CUDA device ordinal ``device`` names (None: the default device)."""
+    if device is None:
+        return None
+    kind, _, ordinal = str(device).partition(":")
+    if kind not in ("cpu", "cuda") or (ordinal and (kind == "cpu" or not ordinal.isdigit())):
+        raise ValueError(f"device: expected 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    if kind != target.name:
+        raise ValueError(f"device: {path} was compiled for {target.name}, so it runs on "
+                         f"{target.name}, not {device!r} (compile with target='{kind}' to run "
+                         f"there)")
+    return int(ordinal) if ordinal else None
 
 
 # IREE's CPU driver starts its worker threads when it is first used and keeps

@@ -45,12 +45,16 @@ Why each option:
   "no basis element may be statically non-positive": a one-head attention
   whose softmax fuses into the packing of the attention product).
 - cuda: ``--iree-hal-target-device=cuda --iree-cuda-target=<arch>``; compiling
-  needs no GPU, running needs IREE's cuda driver and a device.
+  needs no GPU, running needs IREE's cuda driver and a device. IREE 3.13 has
+  no GPU target details for ``sm_90`` (Hopper: "missing GPU target in
+  #hal.executable.target", on any input); the default ``sm_80`` artifact
+  carries PTX, which the CUDA driver compiles for newer GPUs when it loads.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 DEFAULT_OPT_LEVEL = "O2"
 DEFAULT_CUDA_ARCH = "sm_80"
@@ -104,7 +108,7 @@ def make_target(target: str, cuda_arch: str | None = None, opt_level: str | None
         return Target("cpu", "local-task", None, opt_level, data_tiling)
     if target == "cuda":
         arch = cuda_arch or DEFAULT_CUDA_ARCH
-        if not (arch.startswith("sm_") and arch[3:].isdigit()):
+        if not re.fullmatch(r"sm_\d+a?", arch):
             raise ValueError(f"cuda_arch: expected an NVIDIA architecture like 'sm_80', got '{arch}'")
         return Target("cuda", "cuda", arch, opt_level, data_tiling)
     raise ValueError(f"target: expected 'cpu' or 'cuda', got '{target}'")

@@ -45,3 +45,38 @@ def test_cuda_run_without_gpu_is_a_clear_error(cuda_roberta):
     ids, mask = roberta_inputs(1, 4)
     with pytest.raises(RuntimeError, match="compiled for CUDA, and no CUDA device is available"):
         compiled(ids, attention_mask=mask)
+
+
+def test_load_device_must_match_the_target(cuda_roberta, tmp_path):
+    _, compiled = cuda_roberta
+    compiled.save(tmp_path / "cuda")
+    assert anyshape.load(tmp_path / "cuda", device="cuda:1").cuda_ordinal == 1
+    assert anyshape.load(tmp_path / "cuda", device="cuda").cuda_ordinal is None
+    with pytest.raises(ValueError, match="was compiled for cuda, so it runs on cuda, not 'cpu'"):
+        anyshape.load(tmp_path / "cuda", device="cpu")
+    for bad in ("gpu", "cuda:x", "cpu:0"):
+        with pytest.raises(ValueError, match=f"device: expected 'cpu', 'cuda' or 'cuda:N', got '{bad}'"):
+            anyshape.load(tmp_path / "cuda", device=bad)
+
+
+def test_cuda_float16_compiles_without_gpu():
+    model = small_roberta(layers=1, hidden=64, max_positions=34)
+    ids, mask = roberta_inputs(1, 8)
+    seq = Dim("seq", min=1, max=32)
+    compiled = anyshape.compile(model, (ids,), {"attention_mask": mask}, target="cuda",
+                                cuda_arch="sm_86", dtype=torch.float16,
+                                dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}})
+    assert "--iree-cuda-target=sm_86" in compiled.iree_flags
+    assert compiled.signature.outputs[0].dtype == "float16"
+
+
+@pytest.mark.skipif(not (cuda_available() and torch.cuda.is_available()),
+                    reason="needs a CUDA device for IREE and for torch")
+def test_cuda_outputs_on_the_inputs_device(cuda_roberta):
+    model, compiled = cuda_roberta
+    ids, mask = roberta_inputs(1, 12, pad_from=7)
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).logits
+    got = compiled(ids.cuda(), attention_mask=mask.cuda()).logits
+    assert got.device.type == "cuda"
+    torch.testing.assert_close(got.cpu(), expected, atol=1e-4, rtol=0)
