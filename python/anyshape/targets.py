@@ -43,7 +43,15 @@ Why each option:
   projections, and linears on ``[B, L, K]`` (broadcast weights). Some
   programs still fail to compile with data tiling (``affine.delinearize_index``
   "no basis element may be statically non-positive": a one-head attention
-  whose softmax fuses into the packing of the attention product).
+  whose softmax fuses into the packing of the attention product). The
+  smallest form found: ``exp(S - S.amax(-1)) @ V`` (or just ``S - amax``)
+  with a static batch of heads and a dynamic length, where IREE puts the
+  row reduction, the elementwise step and the pack of the product's operand
+  in one dispatch; without the reduction (``exp(S) @ V``) it compiles, and
+  transposing the product (``(V^T @ E^T)^T``) or adding a ones column to V
+  does not help. It matches MLIR's own bug, llvm/llvm-project#205288 (open
+  in June 2026): canonicalization folds a dynamic delinearize basis operand
+  that became 0 into the static basis, which the verifier then rejects.
 - cuda: ``--iree-hal-target-device=cuda --iree-cuda-target=<arch>``; compiling
   needs no GPU, running needs IREE's cuda driver and a device. IREE 3.13 has
   no GPU target details for ``sm_90`` (Hopper: "missing GPU target in
