@@ -49,7 +49,7 @@ Why each option:
   row reduction, the elementwise step and the pack of the product's operand
   in one dispatch; without the reduction (``exp(S) @ V``) it compiles, and
   transposing the product (``(V^T @ E^T)^T``) or adding a ones column to V
-  does not help. It matches MLIR's own bug, llvm/llvm-project#205288 (open
+  does not help. It has the form of MLIR's bug llvm/llvm-project#205288 (open
   in June 2026): canonicalization folds a dynamic delinearize basis operand
   that became 0 into the static basis, which the verifier then rejects.
 - cuda: ``--iree-hal-target-device=cuda --iree-cuda-target=<arch>``; compiling
