@@ -2,14 +2,16 @@
 
     anyshape-opt [FILE|-] [-o OUT] [--<pass>[=OPTIONS] ...] [--pass-pipeline=PIPELINE]
                  [--split-input-file] [--mlir-print-ir-after-all] [--mlir-timing]
-                 [--load-passes=FILE.py] [--list-passes]
+                 [--verify-diagnostics] [--load-passes=FILE.py] [--list-passes]
 
 Pass flags run in the order given; a flag that is not an anyshape pass is
 taken as an upstream pass (``--canonicalize``, ``--cse``). Input is MLIR text
 or bytecode. On a parse or pass failure the diagnostics go to stderr as
 ``file:line:col: error: ...`` and the exit status is 1. ``--load-passes``
 runs a Python file that registers more passes (as mlir-opt's
-``--load-pass-plugin`` loads a shared library).
+``--load-pass-plugin`` loads a shared library). ``--verify-diagnostics``
+checks the diagnostics against the file's ``// expected-error {{...}}``
+comments instead of printing them (``anyshape.expected_diagnostics``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Options:
     print_ir_after_all: bool = False
     timing: bool = False
     list_passes: bool = False
+    verify_diagnostics: bool = False
     plugins: list[str] = field(default_factory=list)
 
 
@@ -63,6 +66,8 @@ def parse_args(argv: list[str]) -> Options:
             opts.plugins.append(_flag_value(arg, args))
         elif arg == "--list-passes":
             opts.list_passes = True
+        elif arg == "--verify-diagnostics":
+            opts.verify_diagnostics = True
         elif arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg[2:].partition("=")
             opts.elements.append(f"{name}{{{value}}}" if eq else name)
@@ -131,23 +136,45 @@ def split_chunks(text: str) -> list[tuple[int, str]]:
 
 
 def process(source: str | bytes, opts: Options, filename: str) -> tuple[str | None, list[str]]:
-    """Parse and run the pipeline on one module; returns (output text, error lines)."""
+    """Parse and run the pipeline on one module; returns (output text, error lines).
+    With --verify-diagnostics the error lines are the mismatches against the
+    source's expectations."""
+    from anyshape.expected_diagnostics import mismatches, parse_expected, produced_from
     from anyshape.mlir import MLIRError, new_context, parse_module
     from anyshape.pipeline import diagnostics_of, parse_pipeline, run_pipeline
 
     ctx = new_context()
+    produced = []
+    if opts.verify_diagnostics:
+        # What a failing parse or pass raises comes with its MLIRError; warnings
+        # and remarks of passes that succeed come only through a handler.
+        ctx.attach_diagnostic_handler(lambda d: produced.extend(produced_from(d)) or True)
+
+    def failed(error: MLIRError) -> tuple[None, list[str]]:
+        if not opts.verify_diagnostics:
+            return None, [d.render() for d in diagnostics_of(error, filename)]
+        produced.extend(p for d in error.error_diagnostics for p in produced_from(d))
+        return None, verified()
+
+    def verified() -> list[str]:
+        text = source if isinstance(source, str) else ""
+        return mismatches(parse_expected(text), produced, filename)
+
     try:
         module = parse_module(source, ctx)
     except MLIRError as error:
-        return None, [d.render() for d in diagnostics_of(error, filename)]
+        return failed(error)
     try:
         elements = parse_pipeline(opts.pipeline) if opts.pipeline is not None else opts.elements
         run_pipeline(module, elements, print_ir_after_all=opts.print_ir_after_all,
                      timing=opts.timing)
     except MLIRError as error:
-        return None, [d.render() for d in diagnostics_of(error, filename)]
+        return failed(error)
     except (ValueError, KeyError) as error:
         return None, [f"error: {error.args[0] if error.args else error}"]
+    if opts.verify_diagnostics:
+        errors = verified()
+        return (None if errors else str(module)), errors
     return str(module), []
 
 
@@ -193,9 +220,9 @@ def main(argv: list[str] | None = None) -> int:
         output, errors = process(source, opts, filename)
         for line in errors:
             print(line, file=sys.stderr)
-        if output is None:
+        if errors or output is None and not opts.verify_diagnostics:
             failed = True
-        else:
+        if output is not None:
             outputs.append(output)
 
     joined = f"\n{SPLIT_MARKER}\n".join(o.rstrip("\n") for o in outputs) + "\n" if outputs else ""
