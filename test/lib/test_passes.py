@@ -51,3 +51,21 @@ class TestFailOnOp(ModulePass):
         module_op.walk(visit)
         if found:
             raise PassFailure(f"found {self.op_name}", found[0].location)
+
+
+@register
+@dataclasses.dataclass
+class TestDropOp(ModulePass):
+    """Replaces every ``op_name`` op by its first operand: a wrong rewrite (for an op
+    that is not the identity), which translation validation must catch."""
+
+    argument = "anyshape-test-drop-op"
+    description = "Test pass: replace each op named op-name by its first operand (wrong on purpose)"
+    op_name: str = "torch.aten.tanh"
+
+    def apply(self, module_op):
+        def drop(op, rewriter) -> bool:
+            rewriter.replace_op(op, [op.operands[0]])
+            return True
+
+        apply_patterns(module_op, [(self.op_name, drop)])

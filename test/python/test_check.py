@@ -1,0 +1,75 @@
+"""Translation validation (anyshape.check): a module before and after passes, through
+IREE, on random inputs at random sizes within the dims' ranges."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from models import shape_queries_case
+from torch.export import Dim
+
+import anyshape
+from anyshape.check import check
+from anyshape.passes import DEFAULT_PIPELINE
+
+
+class TanhScale(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(x) * x.shape[1]
+
+
+@pytest.fixture(scope="module")
+def shape_queries_text():
+    model, args, dynamic = shape_queries_case()
+    return str(anyshape.import_torch(model, args, dynamic_shapes=dynamic))
+
+
+@pytest.fixture(scope="module")
+def tanh_text():
+    return str(anyshape.import_torch(TanhScale().eval(), (torch.randn(2, 5),),
+                                     dynamic_shapes={"x": {1: Dim("n", min=2, max=40)}}))
+
+
+def test_default_pipeline_is_equivalent(shape_queries_text):
+    trials = check(shape_queries_text, DEFAULT_PIPELINE, trials=3, seed=1)
+    assert len(trials) == 3 and all(t.ok for t in trials)
+    for trial in trials:
+        (batch, seq), = [tuple(trial.sizes.values())]
+        assert 1 <= batch <= 4 and 1 <= seq <= 64
+        assert trial.errors[0].max_abs <= 1e-5
+
+
+def test_wrong_rewrite_is_caught(tanh_text, test_passes):
+    trials = check(tanh_text, ["anyshape-test-drop-op{op-name=torch.aten.tanh}"], trials=2)
+    assert not any(t.ok for t in trials)
+    assert all(t.errors[0].max_abs > 0.1 for t in trials)
+    assert all(2 <= size <= 40 for t in trials for size in t.sizes.values())
+
+
+def test_command_line_exit_status(tanh_text, tmp_path):
+    path = tmp_path / "tanh.mlir"
+    path.write_text(tanh_text)
+    plugin = str(Path(__file__).parent.parent / "lib" / "test_passes.py")
+    good = subprocess.run([sys.executable, "-m", "anyshape.check", str(path), "--passes",
+                           ",".join(DEFAULT_PIPELINE), "--trials", "2"],
+                          capture_output=True, text=True)
+    assert good.returncode == 0, good.stderr
+    assert "2 of 2 trials within atol 1e-05 + rtol 0.0001" in good.stdout
+    bad = subprocess.run([sys.executable, "-c",
+                          "import runpy, sys; runpy.run_path(sys.argv[1]); "
+                          "from anyshape.check import main; sys.exit(main(sys.argv[2:]))",
+                          plugin, str(path), "--passes", "anyshape-test-drop-op", "--trials", "2"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1, bad.stderr
+    assert "MISMATCH" in bad.stdout and "0 of 2 trials within" in bad.stdout
+
+
+def test_unbound_dim_is_drawn_up_to_max_size():
+    text = ("func.func @main(%arg0: !torch.vtensor<[?],f32>) -> !torch.vtensor<[?],f32> {\n"
+            "  %0 = torch.aten.tanh %arg0 : !torch.vtensor<[?],f32> -> !torch.vtensor<[?],f32>\n"
+            "  return %0 : !torch.vtensor<[?],f32>\n}\n")
+    trials = check(text, [], trials=4, max_size=5)
+    assert all(t.ok for t in trials)
+    assert all(0 <= size <= 5 for t in trials for size in t.sizes.values())
