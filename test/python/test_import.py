@@ -131,7 +131,7 @@ def test_squeezes_compile_and_match_eager():
     """torch decomposes squeeze.dim and squeeze() to squeeze.dims, which torch-mlir
     imports as an opaque op IREE cannot lower; the importer keeps squeeze.dim and
     squeezes one dim at a time, and leaves alone a dynamic dim whose range excludes 1."""
-    model = Squeezes()
+    model = Squeezes().eval()
     dynamic = {"x": {1: Dim("seq", min=2, max=16)}}
     text = str(anyshape.import_torch(model, (torch.randn(1, 5, 1),), dynamic_shapes=dynamic))
     assert "torch.operator" not in text and "torch.aten.squeeze.dim" in text
