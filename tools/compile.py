@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             compiled, described = _compile_torch(args, report)
     except MLIRError as error:
-        for diag in diagnostics_of(error, args.input or "<module>"):
+        name = "<stdin>" if args.input == "-" else args.input or "<module>"
+        for diag in diagnostics_of(error, name):
             print(diag.render(), file=sys.stderr)
         return 1
     except (ValueError, KeyError, TypeError) as error:
@@ -285,6 +286,7 @@ def load_factory(spec: str):
             raise ValueError(f"--model: no file '{path}'")
         module_spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(module_spec)
+        sys.modules[path.stem] = module  # as an import would: dataclasses and pickling look it up
         module_spec.loader.exec_module(module)
     else:
         sys.path.insert(0, os.getcwd())

@@ -62,7 +62,7 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     weights in the ``.vmfb``; "external" in an IREE parameter archive
     (``params.irpa``, each weight once, under its name in the model's state)
     that ``save`` writes beside it and ``load`` opens (``iree_parameters.py``).
-    ``dtype`` (``torch.float16``, ``torch.bfloat16``, ``torch.float32``):
+    ``dtype`` (``torch.float16``, ``torch.float32``):
     compile a copy of the model with its floating-point weights and the
     example inputs' floating-point tensors in that dtype (the caller's model
     is left as it is); the module then takes and returns that dtype.
@@ -99,7 +99,9 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     return module
 
 
-_FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+# bfloat16 is not offered: numpy has no bfloat16, and the runtime passes arrays
+# through numpy.
+_FLOAT_DTYPES = ("float32", "float16")
 
 
 def _in_dtype(dtype, model, args, kwargs):

@@ -212,5 +212,8 @@ class _WeightLiterals:
         if not re.match(r"[A-Za-z_]", name):
             name = "_" + name
         if name in self.blobs or name == "weight":
-            name = f"{name}_{len(self._literals)}"
+            base, number = name, len(self._literals)
+            while f"{base}_{number}" in self.blobs or f"{base}_{number}" in self._names.values():
+                number += 1
+            name = f"{base}_{number}"
         return name

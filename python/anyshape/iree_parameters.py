@@ -27,6 +27,7 @@ from anyshape.mlir import iree_bindings
 from anyshape.runtime import PARAMETER_SCOPE, PARAMETERS
 
 SCOPE = PARAMETER_SCOPE
+_GLOBAL_PREFIX = "param."
 ARCHIVE = PARAMETERS
 
 _RESOURCE_KEY = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>]+)>')
@@ -55,10 +56,11 @@ def externalize_weights(in_file: Path, out_file: Path, weights: dict[str, np.nda
         first = module.body.operations[0]
         for literal, key in literals:
             tensor_type = literal.attributes["value"].type
+            symbol = f"{_GLOBAL_PREFIX}{key}"  # never a function's name (@main)
             if key not in globals_:
                 with iree_ir.InsertionPoint(first):
                     globals_[key] = iree_ir.Operation.create("util.global", attributes={
-                        "sym_name": iree_ir.StringAttr.get(key),
+                        "sym_name": iree_ir.StringAttr.get(symbol),
                         "sym_visibility": iree_ir.StringAttr.get("private"),
                         "type": iree_ir.TypeAttr.get(tensor_type),
                         "initial_value": iree_ir.Attribute.parse(
@@ -67,7 +69,7 @@ def externalize_weights(in_file: Path, out_file: Path, weights: dict[str, np.nda
             with iree_ir.InsertionPoint(literal), literal.location:
                 load = iree_ir.Operation.create(
                     "util.global.load", results=[tensor_type], attributes={
-                        "global": iree_ir.FlatSymbolRefAttr.get(key),
+                        "global": iree_ir.FlatSymbolRefAttr.get(symbol),
                         "is_immutable": iree_ir.UnitAttr.get()})
                 torch_value = iree_ir.Operation.create(
                     "torch_c.from_builtin_tensor", results=[literal.results[0].type],
