@@ -18,7 +18,7 @@ from pathlib import Path
 
 HF_TASKS = ("sequence-classification", "masked-lm", "causal-lm", "causal-lm-last-token",
             "seq2seq-lm", "pretraining")  # anyshape.hf.TASKS, without importing torch for --help
-DEFAULT_MAX_BATCH = 16  # anyshape.hf.DEFAULT_MAX_BATCH
+DEFAULT_MAX_BATCH = 16
 DEFAULT_MAX_SEQ = 512   # anyshape.hf.DEFAULT_MAX_SEQ
 
 
@@ -140,8 +140,11 @@ def _progress():
 def _target(args):
     from anyshape.targets import make_target
 
-    data_tiling = {"auto": None, "on": True, "off": False}[args.data_tiling]
-    return make_target(args.target, args.cuda_arch, args.opt_level, data_tiling)
+    return make_target(args.target, args.cuda_arch, args.opt_level, _data_tiling(args))
+
+
+def _data_tiling(args) -> bool | None:
+    return {"auto": None, "on": True, "off": False}[args.data_tiling]
 
 
 def _passes(args):
@@ -190,7 +193,7 @@ def _compile_torch(args, report):
         model, call_args, call_kwargs, dynamic_shapes=shapes, target=args.target,
         cuda_arch=args.cuda_arch, opt_level=args.opt_level, passes=_passes(args),
         dump_ir_dir=args.dump_ir_dir, progress=report,
-        data_tiling={"auto": None, "on": True, "off": False}[args.data_tiling],
+        data_tiling=_data_tiling(args),
         params=args.params)
     described["unique_bytes"] = hf.unique_parameter_bytes(model)
     return compiled, described

@@ -26,10 +26,6 @@ TASKS = {
     "pretraining": "AutoModelForPreTraining",
 }
 
-# The dims --dynamic can name: the batch (dim 0 of every input) and the sequence
-# (dim 1); a seq2seq model's decoder length is a dim of its own, dynamic with seq.
-DIM_NAMES = ("batch", "seq")
-DEFAULT_MAX_BATCH = 16
 # For models without learned positions (T5's relative buckets), the default
 # longest sequence; --max-seq sets another.
 DEFAULT_MAX_SEQ = 512
