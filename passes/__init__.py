@@ -21,7 +21,9 @@ def register(cls: type[ModulePass]) -> type[ModulePass]:
     if not cls.argument.startswith("anyshape-"):
         raise ValueError(f"pass argument '{cls.argument}' must start with 'anyshape-'")
     if cls.argument in _REGISTRY and _REGISTRY[cls.argument] is not cls:
-        raise ValueError(f"pass '{cls.argument}' is registered twice")
+        raise ValueError(f"pass argument '{cls.argument}' of {cls.__qualname__}: expected a "
+                         f"name no other pass has, got the argument of "
+                         f"{_REGISTRY[cls.argument].__qualname__}, already registered")
     _REGISTRY[cls.argument] = cls
     return cls
 

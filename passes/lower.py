@@ -272,7 +272,10 @@ class LowerPass(ModulePass):
             for axis, expr in enumerate(shape.results):
                 if sizes[axis] is not None:
                     continue
-                fact = dim_fact(axis, expr, symbols)
+                try:
+                    fact = dim_fact(axis, expr, symbols)
+                except PassFailure as failure:  # at the binding, not the whole module
+                    raise PassFailure(str(failure), failure.location or binding.location) from None
                 if facts.get(axis, fact) != fact:
                     raise PassFailure(f"two symbolic-shape bindings of argument {number} of "
                                       f"@{_function_name(function)} disagree on dim {axis}: "

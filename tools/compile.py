@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.input and args.params == "external":
         parser.error("--params external: an MLIR file's weights are compiled inline; "
                      "give --hf or --model for external parameters")
+    if Path(args.output).exists() and not Path(args.output).is_dir():
+        parser.error(f"-o/--output: expected an artifact directory (new or existing), got the "
+                     f"file '{args.output}'")
     from anyshape.errors import CompileError
     from anyshape.mlir import MLIRError
     from anyshape.passes import load_pass_file
@@ -98,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
             load_pass_file(plugin)
         except OSError as error:
             print(f"anyshape-compile: cannot load passes from '{plugin}': {error.strerror}",
+                  file=sys.stderr)
+            return 1
+        except ValueError as error:  # a pass the registry refuses
+            print(f"anyshape-compile: cannot load passes from '{plugin}': {error}",
                   file=sys.stderr)
             return 1
     report = _progress()
@@ -120,7 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     except CompileError as error:
         print(f"anyshape-compile: {error}", file=sys.stderr)
         return 1
-    out = compiled.save(args.output)
+    except OSError as error:  # e.g. a --dump-ir-dir that cannot be made or written
+        where = f"'{error.filename}': " if error.filename else ""
+        print(f"anyshape-compile: {where}{error.strerror or error}", file=sys.stderr)
+        return 1
+    try:
+        out = compiled.save(args.output)
+    except OSError as error:
+        print(f"anyshape-compile: cannot write the artifact to '{args.output}': "
+              f"{error.strerror}", file=sys.stderr)
+        return 1
     print(summary(compiled, out, described))
     return 0
 

@@ -193,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"anyshape-opt: cannot load passes from '{plugin}': {error.strerror}",
                   file=sys.stderr)
             return 1
+        except ValueError as error:  # a pass the registry refuses
+            print(f"anyshape-opt: cannot load passes from '{plugin}': {error}", file=sys.stderr)
+            return 1
     if opts.list_passes:
         print(list_passes())
         return 0
@@ -229,8 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     if opts.output == "-":
         sys.stdout.write(joined)
     else:
-        with open(opts.output, "w") as f:
-            f.write(joined)
+        try:
+            with open(opts.output, "w") as f:
+                f.write(joined)
+        except OSError as error:
+            print(f"anyshape-opt: cannot write '{opts.output}': {error.strerror}",
+                  file=sys.stderr)
+            return 1
     return 1 if failed else 0
 
 

@@ -76,6 +76,9 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
         raise ValueError(f"params: expected 'inline' or 'external', got {params!r}")
     if dtype is not None:
         model, args, kwargs = _in_dtype(dtype, model, args, kwargs)
+    if isinstance(passes, str):
+        raise TypeError(f"passes: expected a list of pass names (or None: the default "
+                        f"pipeline), got the string {passes!r}; write [{passes!r}]")
     pass_names = list(DEFAULT_PIPELINE if passes is None else passes)
     for name in pass_names:
         make_anyshape_pass(name)  # unknown names and bad options fail before the (slow) export

@@ -85,7 +85,25 @@ def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
     with torch.no_grad():
         program = torch.export.export(model, args, kwargs or {}, dynamic_shapes=dynamic_shapes,
                                       strict=False)
-    return program.run_decompositions(decomposition_table())
+    program = program.run_decompositions(decomposition_table())
+    _check_no_mutation(program)
+    return program
+
+
+def _check_no_mutation(program: torch.export.ExportedProgram) -> None:
+    """A compiled module is a function of its inputs: state that ``forward`` updates
+    in place (a buffer, a parameter, an input) would come back as extra outputs
+    ahead of the model's own, so it is refused."""
+    sig = program.graph_signature
+    updated = [f"{kind} '{name}'" for kind, names in (
+        ("buffer", sig.buffers_to_mutate.values()),
+        ("parameter", getattr(sig, "parameters_to_mutate", {}).values()),
+        ("input", sig.user_inputs_to_mutate.values())) for name in names]
+    if updated:
+        raise ValueError(f"model: expected a forward that updates no state in place (a compiled "
+                         f"module keeps none), got in-place updates of {', '.join(updated)}; "
+                         f"in training mode, batch norm updates its running statistics: call "
+                         f"model.eval() first")
 
 
 def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None = None,

@@ -30,10 +30,14 @@ def _tensor_spec(name: str, type_: ir.Type) -> TensorSpec:
 
 
 def find_function(module: ir.Module, name: str) -> ir.Operation:
+    functions = {}
     for op in module.body.operations:
-        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
-            return op.operation
-    raise ValueError(f"the module has no function @{name}")
+        if op.operation.name == "func.func":
+            functions[ir.StringAttr(op.attributes["sym_name"]).value] = op.operation
+    if name not in functions:
+        raise ValueError(f"function: expected a function of the module "
+                         f"({', '.join('@' + f for f in functions) or 'it has none'}), got @{name}")
+    return functions[name]
 
 
 def signature_from_module(module: ir.Module, function: str = "main") -> ModuleSignature:
@@ -64,7 +68,7 @@ def signature_from_module(module: ir.Module, function: str = "main") -> ModuleSi
                     symbol = symbol_of_value.get(operands[expr.position])
                     if symbol is not None and spec.dims[axis] == "?":
                         spec.dims[axis] = symbol
-    _read_dim_facts(func, inputs, symbols)
+    _read_dim_facts(func, function, inputs, symbols)
     for spec in inputs:
         for axis, dim in enumerate(spec.dims):
             if dim == "?":  # dynamic but unbound: any size the runtime accepts
@@ -82,22 +86,37 @@ _SYMBOL = re.compile(r"[A-Za-z_]\w*")
 _LINEAR = re.compile(r"-?(\d+\*)?[A-Za-z_]\w*( [+-] ((\d+\*)?[A-Za-z_]\w*|\d+))*")
 
 
-def _read_dim_facts(func: ir.Operation, inputs: list[TensorSpec], symbols: dict[str, Symbol]) -> None:
+def _read_dim_facts(func: ir.Operation, name: str, inputs: list[TensorSpec],
+                    symbols: dict[str, Symbol]) -> None:
     if "arg_attrs" not in func.attributes:
         return
-    for spec, attrs in zip(inputs, ir.ArrayAttr(func.attributes["arg_attrs"])):
+    for number, (spec, attrs) in enumerate(zip(inputs, ir.ArrayAttr(func.attributes["arg_attrs"]))):
         attrs = ir.DictAttr(attrs)
         if DIMS_ATTR not in attrs:
             continue
         for fact in ir.ArrayAttr(attrs[DIMS_ATTR]):
-            fact = ir.DictAttr(fact)
-            axis = ir.IntegerAttr(fact["axis"]).value
-            expr = ir.StringAttr(fact["expr"]).value
+            axis, expr, low, high = _read_fact(fact, f"@{name} argument {number}", len(spec.dims))
             if spec.dims[axis] != "?":
                 continue
             if _SYMBOL.fullmatch(expr):
-                high = ir.IntegerAttr(fact["max"]).value if "max" in fact else None
-                symbols[expr] = Symbol(expr, ir.IntegerAttr(fact["min"]).value, high)
+                symbols[expr] = Symbol(expr, low, high)
                 spec.dims[axis] = expr
             elif _LINEAR.fullmatch(expr):
                 spec.dims[axis] = expr
+
+
+def _read_fact(fact: ir.Attribute, where: str, rank: int) -> tuple[int, str, int, int | None]:
+    """(axis, expr, min, max) of one ``anyshape.dims`` entry, checked."""
+    try:
+        fact = ir.DictAttr(fact)
+        axis = ir.IntegerAttr(fact["axis"]).value
+        expr = ir.StringAttr(fact["expr"]).value
+        low = ir.IntegerAttr(fact["min"]).value
+        high = ir.IntegerAttr(fact["max"]).value if "max" in fact else None
+    except (KeyError, ValueError, TypeError):
+        raise ValueError(f"{where}: expected {DIMS_ATTR} entries with integer axis and min, an "
+                         f"optional integer max and a string expr, got {fact}") from None
+    if not 0 <= axis < rank:
+        raise ValueError(f"{where}: expected {DIMS_ATTR} axes in [0, {rank - 1}] (the "
+                         f"argument has rank {rank}), got axis {axis}")
+    return axis, expr, low, high

@@ -107,7 +107,8 @@ def split_pass_element(element: str) -> tuple[str, str]:
     """``name{opts}`` -> (name, opts)."""
     match = re.fullmatch(r"\s*([\w.-]+)\s*(?:\{(.*)\})?\s*", element, re.S)
     if not match:
-        raise ValueError(f"cannot parse pipeline element '{element}'")
+        raise ValueError(f"cannot parse pipeline element '{element}': expected a pass name "
+                         f"with optional {{key=value ...}} options")
     return match.group(1), match.group(2) or ""
 
 

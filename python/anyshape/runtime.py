@@ -166,19 +166,35 @@ def load(directory: str | os.PathLike, *, threads: int | None = None,
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
         raise FileNotFoundError(f"{path}: no {MANIFEST}; not an anyshape artifact directory")
-    manifest = json.loads(manifest_path.read_text())
-    if manifest.get("format") != ARTIFACT_FORMAT or manifest.get("schema") != SCHEMA_VERSION:
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{manifest_path}: expected the JSON of an anyshape manifest, got "
+                         f"unreadable text ({error})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != ARTIFACT_FORMAT or \
+            manifest.get("schema") != SCHEMA_VERSION:
+        got = f"{manifest.get('format')} schema {manifest.get('schema')}" \
+            if isinstance(manifest, dict) else f"a JSON {type(manifest).__name__}"
         raise ValueError(f"{manifest_path}: expected format {ARTIFACT_FORMAT} schema "
-                         f"{SCHEMA_VERSION}, got {manifest.get('format')} schema {manifest.get('schema')}")
-    target = Target.from_json(manifest["target"])
+                         f"{SCHEMA_VERSION}, got {got}")
+    try:
+        target = Target.from_json(manifest["target"])
+        signature = ModuleSignature.from_json(manifest)
+        vmfb, entry = path / manifest["vmfb"], manifest["entry"]
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"{manifest_path}: expected a complete anyshape manifest, got one whose "
+                         f"fields do not fit ({type(error).__name__}: {error})") from None
+    if not vmfb.is_file():
+        raise FileNotFoundError(f"{vmfb}: the compiled module this artifact's manifest names "
+                                f"is missing")
     cuda_ordinal = _check_device(device, target, path)
     module = CompiledModule(
-        path / manifest["vmfb"],
-        ModuleSignature.from_json(manifest),
+        vmfb,
+        signature,
         target,
         iree_flags=manifest.get("iree_flags", ()),
         versions=manifest.get("versions"),
-        entry=manifest["entry"],
+        entry=entry,
         threads=threads,
         parameters_path=path / manifest["parameters"] if manifest.get("parameters") else None,
     )

@@ -136,8 +136,8 @@ def dim_labels_from(program: torch.export.ExportedProgram, dynamic_shapes: Any) 
     labels = {}
     for input_name, axes in per_input:
         node = placeholders.get(input_name)
-        if node is None or axes is None:
-            continue
+        if node is None or not isinstance(axes, (dict, list, tuple)):
+            continue  # None, or a Dim or hint for a non-tensor input
         items = axes.items() if isinstance(axes, dict) else enumerate(axes)
         shape = node.meta["val"].shape
         for axis, dim in items:
@@ -175,7 +175,9 @@ def encode_tree(spec) -> dict[str, Any]:
         return {"kind": "class", "module": spec.type.__module__,
                 "qualname": spec.type.__qualname__, "keys": list(spec.type._fields),
                 "children": children}
-    raise TypeError(f"cannot record output structure of type {spec.type.__qualname__}")
+    raise TypeError(f"output: expected tensors in tuples, lists, dicts, dataclasses or "
+                    f"namedtuples, got a {spec.type.__qualname__} (a pytree node without field "
+                    f"names, which a loaded module cannot rebuild)")
 
 
 def leaf_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:

@@ -124,7 +124,8 @@ def make_target(target: str, cuda_arch: str | None = None, opt_level: str | None
         raise ValueError(f"opt_level: expected one of O0, O1, O2, O3, got '{opt_level}'")
     if target == "cpu":
         if cuda_arch is not None:
-            raise ValueError("cuda_arch: only meaningful with target='cuda'")
+            raise ValueError(f"cuda_arch: expected None with target='cpu' (an architecture is "
+                             f"only meaningful with target='cuda'), got {cuda_arch!r}")
         return Target("cpu", "local-task", None, opt_level, data_tiling)
     if target == "cuda":
         arch = cuda_arch or DEFAULT_CUDA_ARCH

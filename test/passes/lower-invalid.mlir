@@ -29,3 +29,21 @@ func.func @negative_bindings_disagree(%arg0: !torch.vtensor<[?],f32>) -> !torch.
   torch.bind_symbolic_shape %arg0, [%1], affine_map<()[s0] -> (s0)> : !torch.vtensor<[?],f32>
   return %arg0 : !torch.vtensor<[?],f32>
 }
+
+// -----
+
+func.func @negative_unranked_binding(%arg0: !torch.vtensor<*,f32>) -> !torch.vtensor<*,f32> {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 64} : !torch.int
+  // expected-error@+1 {{anyshape-lower: torch.bind_symbolic_shape on a value of type !torch.vtensor<*,f32>; expected a ranked !torch.vtensor}}
+  torch.bind_symbolic_shape %arg0, [%0], affine_map<()[s0] -> (s0)> : !torch.vtensor<*,f32>
+  return %arg0 : !torch.vtensor<*,f32>
+}
+
+// -----
+
+func.func @negative_dimension_in_shape_expression(%arg0: !torch.vtensor<[?],f32>) -> !torch.vtensor<[?],f32> {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 64} : !torch.int
+  // expected-error@+1 {{anyshape-lower: shape expression 'd0' uses a dimension; torch binds symbols only}}
+  torch.bind_symbolic_shape %arg0, [%0], affine_map<(d0)[s0] -> (d0 + s0)> : !torch.vtensor<[?],f32>
+  return %arg0 : !torch.vtensor<[?],f32>
+}

@@ -2,6 +2,7 @@
 // RUN: not anyshape-opt %s --anyshape-print-flops=at=s0=2 -o /dev/null 2>&1 | FileCheck %s --check-prefix=MISSING
 // RUN: not anyshape-opt %s --anyshape-print-flops=at=s0=2,s1=3,s9=4 -o /dev/null 2>&1 | FileCheck %s --check-prefix=NO-SYMBOL
 // RUN: not anyshape-opt %s '--pass-pipeline=builtin.module(anyshape-print-flops{at=s0:2})' -o /dev/null 2>&1 | FileCheck %s --check-prefix=SYNTAX
+// RUN: not anyshape-opt %s --anyshape-print-flops=at=s0=2,s0=3 -o /dev/null 2>&1 | FileCheck %s --check-prefix=TWICE
 
 /// `at` evaluates every count at those sizes: linear 4128*s0*s1 at s0 = 2,
 /// s1 = 3 is 24768 (24576 of it the matmul); gelu one per element, 32*6.
@@ -15,10 +16,11 @@
 // CHECK-NEXT:     torch.aten.linear x1: 4128*s0*s1 = 24768
 
 /// A symbol the counts need and `at` leaves out fails the pass, as does a
-/// name no function has, or text that is not name=size pairs.
+/// name no function has, text that is not name=size pairs, or a name given twice.
 // MISSING: error: anyshape-print-flops: option at: @linear_gelu: 4160*s0*s1 needs a value for s1
 // NO-SYMBOL: error: anyshape-print-flops: option at: no function has a symbol s9 (symbols: s0, s1)
 // SYNTAX: error: anyshape-print-flops: option at: expected name=size pairs separated by commas (at=s0=1,s1=128), got 's0:2' in 's0:2'
+// TWICE: error: anyshape-print-flops: option at: s0 is given twice (2 and 3)
 func.func @linear_gelu(%arg0: !torch.vtensor<[?,?,64],f32>) -> !torch.vtensor<[?,?,32],f32> {
   %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
   %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 512} : !torch.int
