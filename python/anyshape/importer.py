@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 from typing import Any
@@ -119,12 +120,40 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     hooks = _WeightLiterals(names)
     importer = FxImporter(context=ctx, hooks=hooks)
     importer._cc.set_symbolic_guards(program)
-    with ctx:
+    with ctx, _floor_division_in_shape_expressions():
         importer.import_stateless_graph(graph, func_name=func_name,
                                         import_symbolic_shape_expressions=True)
     if weights is not None:
         weights.update(hooks.blobs)
     return importer.module
+
+
+@contextlib.contextmanager
+def _floor_division_in_shape_expressions():
+    """torch-mlir's importer writes each value's symbolic shape as an affine map,
+    and has no translation for sympy's ``FloorDiv``: a strided slice of the length
+    (``x[:, ::2]``, size ``(L + 1) // 2``) failed the import with
+    "Translation of sympy.Expr of type FloorDiv not implemented yet". A floor
+    division by a constant is an affine ``floordiv``; for the length of this
+    import the module's translation function is wrapped to produce it (a
+    symbolic divisor is still refused, by torch-mlir's own error)."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+    from torch_mlir.extras import fx_importer
+
+    original = fx_importer.sympy_expr_to_semi_affine_expr
+
+    def translate(expr, symbols_map):
+        if isinstance(expr, FloorDiv) and isinstance(expr.args[1], (int, sympy.Integer)):
+            return ir.AffineFloorDivExpr.get(translate(expr.args[0], symbols_map),
+                                             ir.AffineConstantExpr.get(int(expr.args[1])))
+        return original(expr, symbols_map)
+
+    fx_importer.sympy_expr_to_semi_affine_expr = translate
+    try:
+        yield
+    finally:
+        fx_importer.sympy_expr_to_semi_affine_expr = original
 
 
 def import_torch(model: torch.nn.Module, args, kwargs: dict | None = None, *,

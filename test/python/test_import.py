@@ -142,3 +142,24 @@ def test_squeezes_compile_and_match_eager():
         assert [tuple(g.shape) for g in got] == [(1, length), (length,), (length,)]
         for value, expected in zip(got, model(x)):
             torch.testing.assert_close(value, expected, atol=1e-6, rtol=0)
+
+
+class EveryOtherToken(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(x[:, ::2]) + 1, x[:, 1::2] * 2
+
+
+def test_strided_slice_of_dynamic_length():
+    """``x[:, ::2]`` has length ``(L + 1) // 2`` and ``x[:, 1::2]`` ``L // 2``:
+    torch-mlir's importer has no translation of a floor division into its shape
+    bindings, and failed."""
+    model = EveryOtherToken().eval()
+    dynamic = {"x": {1: Dim("seq", min=4, max=40)}}
+    text = str(anyshape.import_torch(model, (torch.randn(2, 7, 4),), dynamic_shapes=dynamic))
+    assert len(re.findall(r"floordiv 2", text)) >= 2
+    compiled = anyshape.compile(model, (torch.randn(2, 7, 4),), dynamic_shapes=dynamic)
+    for length in (4, 5, 40):
+        x = torch.randn(2, length, 4)
+        for value, expected in zip(compiled(x), model(x)):
+            assert value.shape == expected.shape
+            torch.testing.assert_close(value, expected, atol=1e-6, rtol=0)
