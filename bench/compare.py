@@ -749,6 +749,18 @@ def parse_args(argv):
 def main(argv=None) -> int:
     if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--child":
         return child_main(sys.argv[2])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--target" in argv:
+        # The GPU comparison is its own harness (bench/cuda.py), with its own
+        # systems; its options follow --target cuda.
+        at = argv.index("--target")
+        target = argv[at + 1] if at + 1 < len(argv) else None
+        if target != "cuda":
+            raise SystemExit(f"--target: expected cuda (the CPU comparison is the default), "
+                             f"got {target}")
+        import cuda
+
+        return cuda.main(["all", *argv[:at], *argv[at + 2:]])
     args = parse_args(argv)
     import torch
 

@@ -8,13 +8,14 @@ tools start without importing torch.
 
 from anyshape.errors import CompileError, DataTilingFallback
 
-__all__ = ["compile", "import_torch", "load", "CompiledModule", "CompileError", "DataTilingFallback"]
+__all__ = ["compile", "import_torch", "load", "write_parameters", "CompiledModule", "CompileError", "DataTilingFallback"]
 __version__ = "0.1.0"
 
 _LAZY = {
     "compile": ("anyshape.compiler", "compile"),
     "import_torch": ("anyshape.importer", "import_torch"),
     "load": ("anyshape.runtime", "load"),
+    "write_parameters": ("anyshape.runtime", "write_parameters"),
     "CompiledModule": ("anyshape.runtime", "CompiledModule"),
 }
 

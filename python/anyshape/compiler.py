@@ -238,7 +238,8 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
     seconds = {**stages.seconds, IREE_COMPILE_STAGE: time.monotonic() - started}
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
                           stage_files=stages.files, workdir=workdir, entry=entry,
-                          parameters_path=archive, stage_seconds=seconds)
+                          parameters_path=archive, stage_seconds=seconds,
+                          parameter_specs=stages.parameter_specs)
 
 
 def _dynamic(signature: ModuleSignature) -> bool:
@@ -263,6 +264,9 @@ def _write_iree_input(stages: "_StageWriter", module: ir.Module, dump_ir_dir,
             current = bytecode
         if weights is not None:
             names = externalize_weights(current, bytecode, weights, archive, text)
+            stages.parameter_specs = {name: {"shape": list(weights[name].shape),
+                                             "dtype": str(weights[name].dtype)}
+                                      for name in names}
             report(f"moved {len(names)} weights to {archive.name} "
                    f"({archive.stat().st_size / 1e6:.1f} MB)")
 
@@ -283,6 +287,7 @@ class _StageWriter:
         self.files: dict[str, Path] = {}
         self.dumped: list[Path] = []
         self.seconds: dict[str, float] = {}  # stage -> seconds since the stage before it
+        self.parameter_specs: dict[str, dict] | None = None  # params="external": name -> spec
         self._since = time.monotonic()
         if dump_dir:
             dump_dir.mkdir(parents=True, exist_ok=True)

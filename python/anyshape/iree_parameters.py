@@ -11,9 +11,8 @@ opens beside the ``.vmfb`` (``runtime.load``).
 
 IREE cannot evaluate at compile time what it computes from a parameter (the
 packed copies of data tiling, transposed linear weights): it does that once
-when the module loads. The archive therefore holds each weight once, as the
-model does, where an inline build stores const-eval's results (a tied
-embedding: as it is for the lookup, and packed for the LM head).
+when the module loads. The archive holds each weight once, as the model does
+(an inline build too, since compile-time evaluation is off: ``targets.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from anyshape.mlir import iree_bindings
-from anyshape.runtime import PARAMETER_SCOPE, PARAMETERS
+from anyshape.runtime import PARAMETER_SCOPE, PARAMETERS, write_archive
 
 SCOPE = PARAMETER_SCOPE
 _GLOBAL_PREFIX = "param."
@@ -83,15 +82,6 @@ def externalize_weights(in_file: Path, out_file: Path, weights: dict[str, np.nda
                 module.operation.print(file=f)
     write_archive(archive, {key: weights[key] for key in globals_})
     return list(globals_)
-
-
-def write_archive(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    import iree.runtime as rt
-
-    index = rt.ParameterIndex()
-    for name, array in arrays.items():
-        index.add_buffer(name, np.ascontiguousarray(array).view(np.uint8).reshape(-1))
-    index.create_archive_file(str(path))
 
 
 def _walk(op):

@@ -37,7 +37,8 @@ class CompiledModule:
                  stage_files: dict[str, Path] | None = None, workdir: Any = None,
                  entry: str = "main", threads: int | None = None,
                  parameters_path: str | os.PathLike | None = None,
-                 stage_seconds: dict[str, float] | None = None):
+                 stage_seconds: dict[str, float] | None = None,
+                 parameter_specs: dict[str, dict] | None = None):
         self.threads = check_threads(threads)
         self.signature = signature
         self.target = target
@@ -46,6 +47,9 @@ class CompiledModule:
         self._vmfb_path = Path(vmfb_path)
         # The IREE parameter archive the weights live in (params="external"), or None.
         self.parameters_path = Path(parameters_path) if parameters_path is not None else None
+        # name -> {"shape", "dtype"} of each parameter the module reads (None: not
+        # recorded; an artifact saved before they were)
+        self.parameter_specs = dict(parameter_specs) if parameter_specs is not None else None
         # compile time per stage (export, import, each pass, iree-input, iree-compile);
         # empty for a loaded module
         self.stage_seconds = dict(stage_seconds or {})
@@ -146,6 +150,7 @@ class CompiledModule:
             "schema": SCHEMA_VERSION,
             "vmfb": VMFB,
             "parameters": PARAMETERS if self.parameters_path is not None else None,
+            "parameter_specs": self.parameter_specs,
             "entry": self._entry,
             "target": self.target.to_json(),
             "iree_flags": self.iree_flags,
@@ -197,9 +202,56 @@ def load(directory: str | os.PathLike, *, threads: int | None = None,
         entry=entry,
         threads=threads,
         parameters_path=path / manifest["parameters"] if manifest.get("parameters") else None,
+        parameter_specs=manifest.get("parameter_specs"),
     )
     module.cuda_ordinal = cuda_ordinal
     return module
+
+
+def write_parameters(directory: str | os.PathLike, weights) -> Path:
+    """Write the weights of an artifact compiled with ``params="external"``: its
+    ``params.irpa`` from ``weights``, a ``torch.nn.Module`` (its parameters and
+    buffers by state name, as the compile named them; a tied tensor under each
+    of its names) or a dict of name -> tensor or array. Every parameter the
+    module reads must be there, with the shape and dtype it was compiled for;
+    other entries are left out. Needs only the runtime's packages, so that an
+    artifact can travel without its weights and get them where it runs (the
+    CUDA benchmark's recipe), or take fine-tuned weights of the same shapes."""
+    module = load(directory)
+    if module.parameters_path is None:
+        raise ValueError(f"directory: {directory} holds its weights inside its .vmfb "
+                         f"(compiled with params='inline'); only an artifact compiled with "
+                         f"params='external' reads them from {PARAMETERS}")
+    if module.parameter_specs is None:
+        raise ValueError(f"directory: {directory}'s manifest lists no parameter shapes "
+                         f"(saved by an earlier anyshape); compile it again to rewrite them")
+    if isinstance(weights, torch.nn.Module):
+        weights = {**dict(weights.named_parameters(remove_duplicate=False)),
+                   **dict(weights.named_buffers(remove_duplicate=False))}
+    arrays = {}
+    for name, spec in module.parameter_specs.items():
+        if name not in weights:
+            raise ValueError(f"weights: expected a tensor named '{name}' (shape "
+                             f"{tuple(spec['shape'])}, {spec['dtype']}), got none by that name")
+        value = weights[name]
+        array = (value.detach().cpu().contiguous().numpy() if isinstance(value, torch.Tensor)
+                 else np.asarray(value))
+        if list(array.shape) != list(spec["shape"]) or str(array.dtype) != spec["dtype"]:
+            raise ValueError(f"weights: '{name}' expected shape {tuple(spec['shape'])} "
+                             f"{spec['dtype']}, got shape {tuple(array.shape)} {array.dtype}")
+        arrays[name] = array
+    write_archive(module.parameters_path, arrays)
+    return module.parameters_path
+
+
+def write_archive(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """An IREE parameter archive (``.irpa``) holding ``arrays`` by name."""
+    import iree.runtime as rt
+
+    index = rt.ParameterIndex()
+    for name, array in arrays.items():
+        index.add_buffer(name, np.ascontiguousarray(array).view(np.uint8).reshape(-1))
+    index.create_archive_file(str(path))
 
 
 def _check_device(device: str | None, target: Target, path: Path) -> int | None:

@@ -291,6 +291,21 @@ def test_loaded_module_has_no_stages(artifact):
         anyshape.load(artifact).ir("import")
 
 
+def test_write_parameters_needs_an_external_artifact(artifact, tmp_path):
+    with pytest.raises(ValueError, match=r"directory: .* holds its weights inside its .vmfb "
+                                         r"\(compiled with params='inline'\); only an artifact "
+                                         r"compiled with params='external' reads them from "
+                                         r"params.irpa"):
+        anyshape.write_parameters(artifact, {})
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    manifest["parameters"] = "params.irpa"
+    manifest.pop("parameter_specs", None)
+    (artifact / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=r"manifest lists no parameter shapes \(saved by an "
+                                         r"earlier anyshape\); compile it again"):
+        anyshape.write_parameters(artifact, {})
+
+
 def test_call_argument_given_twice(artifact):
     x = torch.randn(2, 4)
     with pytest.raises(ValueError, match="argument 'x' given both by position and by name"):

@@ -165,6 +165,41 @@ def test_missing_parameter_archive_is_named(gpt2_external, tmp_path):
         loaded(**built.example_inputs(1, 4))
 
 
+def test_parameters_written_where_the_artifact_runs(gpt2_external, tmp_path):
+    """An artifact travels without its archive and gets its weights from a model
+    built where it runs: the outputs are that model's, not the compiled one's."""
+    built, compiled = gpt2_external
+    compiled.save(tmp_path / "art")
+    (tmp_path / "art" / "params.irpa").unlink()
+    other = hf.build("gpt2", "causal-lm", dict(n_embd=64, n_layer=2, n_head=2, n_inner=128,
+                                               vocab_size=2000, n_positions=64), seed=7)
+    anyshape.write_parameters(tmp_path / "art", other.model)
+    inputs = built.example_inputs(2, 13, seed=4)
+    with torch.no_grad():
+        expected, compiled_weights = other.model(**inputs).logits, built.model(**inputs).logits
+    got = anyshape.load(tmp_path / "art")(**inputs).logits
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+    assert (got - compiled_weights).abs().max() > 0.1
+
+
+def test_write_parameters_names_what_does_not_fit(gpt2_external, tmp_path):
+    built, compiled = gpt2_external
+    compiled.save(tmp_path / "art")
+    state = dict(built.model.state_dict())
+    del state["transformer.h.0.attn.c_attn.weight"]
+    with pytest.raises(ValueError, match=r"expected a tensor named 'transformer.h.0.attn.c_attn"
+                                         r".weight' \(shape \(64, 192\), float32\), got none"):
+        anyshape.write_parameters(tmp_path / "art", state)
+    state = dict(built.model.state_dict(), **{"transformer.ln_f.bias": torch.zeros(65)})
+    with pytest.raises(ValueError, match=r"'transformer.ln_f.bias' expected shape \(64,\) "
+                                         r"float32, got shape \(65,\) float32"):
+        anyshape.write_parameters(tmp_path / "art", state)
+    half = {k: v.half() for k, v in built.model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"expected shape \(.*\) float32, got shape \(.*\) "
+                                         r"float16"):
+        anyshape.write_parameters(tmp_path / "art", half)
+
+
 def test_params_option_is_checked():
     built = hf.build("gpt2", "causal-lm", dict(n_embd=32, n_layer=1, n_head=2, vocab_size=100))
     with pytest.raises(ValueError, match="params: expected 'inline' or 'external', got 'outside'"):
