@@ -58,7 +58,24 @@ def decomposition_table() -> dict:
 
     table[sdpa] = contiguous_attention
     table[torch.ops.aten.squeeze.dims] = _squeeze_one_dim_at_a_time
+    table[torch.ops.aten._native_batch_norm_legit_no_training.default] = _batch_norm_eval
     return table
+
+
+def _batch_norm_eval(x, weight, bias, running_mean, running_var, momentum, eps):
+    # Batch norm in eval mode is a core ATen op torch-mlir has no lowering for
+    # ("failed to legalize ... _native_batch_norm_legit_no_training", static
+    # shapes too), and torch's own decomposition of it goes through the training
+    # op, which mutates: elementwise arithmetic over the channel axis instead.
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    scale = torch.rsqrt(running_var + eps)
+    if weight is not None:
+        scale = scale * weight
+    out = (x - running_mean.reshape(shape)) * scale.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    empty = x.new_zeros((0,))  # no saved statistics in eval mode, as the op returns
+    return out, empty, empty
 
 
 def _squeeze_one_dim_at_a_time(x: torch.Tensor, dims) -> torch.Tensor:
@@ -133,20 +150,26 @@ def _floor_division_in_shape_expressions():
     """torch-mlir's importer writes each value's symbolic shape as an affine map,
     and has no translation for sympy's ``FloorDiv``: a strided slice of the length
     (``x[:, ::2]``, size ``(L + 1) // 2``) failed the import with
-    "Translation of sympy.Expr of type FloorDiv not implemented yet". A floor
-    division by a constant is an affine ``floordiv``; for the length of this
-    import the module's translation function is wrapped to produce it (a
-    symbolic divisor is still refused, by torch-mlir's own error)."""
+    "Translation of sympy.Expr of type FloorDiv not implemented yet", and
+    likewise for ``PythonMod`` (padding to a multiple of 4: ``(-L) % 4``). By a
+    positive constant they are an affine ``floordiv`` and ``mod``; for the
+    length of this import the module's translation function is wrapped to
+    produce them (torch-mlir's recursion goes through the module's name, so a
+    term inside a sum reaches the wrapper too; a symbolic divisor is still
+    refused, by torch-mlir's own error)."""
     import sympy
-    from torch.utils._sympy.functions import FloorDiv
+    from torch.utils._sympy.functions import FloorDiv, PythonMod
     from torch_mlir.extras import fx_importer
 
     original = fx_importer.sympy_expr_to_semi_affine_expr
 
     def translate(expr, symbols_map):
-        if isinstance(expr, FloorDiv) and isinstance(expr.args[1], (int, sympy.Integer)):
-            return ir.AffineFloorDivExpr.get(translate(expr.args[0], symbols_map),
-                                             ir.AffineConstantExpr.get(int(expr.args[1])))
+        divisor = expr.args[1] if isinstance(expr, (FloorDiv, PythonMod)) else None
+        if isinstance(divisor, (int, sympy.Integer)) and int(divisor) > 0:
+            # Both round toward -inf for a positive divisor, as affine floordiv and mod do.
+            make = ir.AffineFloorDivExpr if isinstance(expr, FloorDiv) else ir.AffineModExpr
+            return make.get(translate(expr.args[0], symbols_map),
+                            ir.AffineConstantExpr.get(int(divisor)))
         return original(expr, symbols_map)
 
     fx_importer.sympy_expr_to_semi_affine_expr = translate

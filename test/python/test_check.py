@@ -1,13 +1,14 @@
 """Translation validation (anyshape.check): a module before and after passes, through
 IREE, on random inputs at random sizes within the dims' ranges."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from models import shape_queries_case
+from models import roberta_inputs, shape_queries_case, small_gpt2_last_token
 from torch.export import Dim
 
 import anyshape
@@ -80,3 +81,24 @@ def test_unbound_dim_is_drawn_up_to_max_size():
     trials = check(text, [], trials=4, max_size=5)
     assert all(t.ok for t in trials)
     assert all(0 <= size <= 5 for t in trials for size in t.sizes.values())
+
+
+@pytest.fixture(scope="module")
+def gpt2_text():
+    """Every default pass rewrites something here: position ids from the length,
+    the last-token selection, causal-masked softmaxes."""
+    ids, mask = roberta_inputs(2, 8, vocab=500, pad_from=5)
+    dims = {0: Dim("batch", min=1, max=4), 1: Dim("seq", min=2, max=64)}
+    dynamic = {"input_ids": dims, "attention_mask": dims}
+    return str(anyshape.import_torch(small_gpt2_last_token().eval(), (ids, mask),
+                                     dynamic_shapes=dynamic))
+
+
+@pytest.mark.parametrize("pass_name", DEFAULT_PIPELINE)
+def test_each_default_pass_alone_is_equivalent(gpt2_text, pass_name):
+    """Translation validation of each pass on its own, so that a wrong rewrite is
+    pinned to its pass (the default pipeline's test above sees their sum)."""
+    trials = check(gpt2_text, [pass_name], trials=2, seed=5, max_size=64)
+    assert all(t.ok for t in trials), [(t.sizes, t.errors) for t in trials]
+    length, = re.findall(r'torch.symbolic_int "(\w+)" \{min_val = 2, max_val = 64\}', gpt2_text)
+    assert all(2 <= t.sizes[length] <= 64 for t in trials), [t.sizes for t in trials]

@@ -163,3 +163,18 @@ def test_strided_slice_of_dynamic_length():
         for value, expected in zip(compiled(x), model(x)):
             assert value.shape == expected.shape
             torch.testing.assert_close(value, expected, atol=1e-6, rtol=0)
+
+
+class PadToMultipleOfFour(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.pad(x, (0, 0, 0, (-x.size(1)) % 4))
+
+
+def test_modulo_in_symbolic_shape_imports():
+    """The padded length ``L + (-L) % 4`` holds a Python modulo, which torch-mlir's
+    importer could not translate either. (IREE then rejects the pad amount's
+    ``torch.aten.fmod.int``: test_op_coverage.py's pad-to-multiple, an xfail.)"""
+    dynamic = {"x": {1: Dim("seq", min=2, max=40)}}
+    text = str(anyshape.import_torch(PadToMultipleOfFour().eval(), (torch.randn(2, 7, 4),),
+                                     dynamic_shapes=dynamic))
+    assert re.search(r"mod 4", text)
