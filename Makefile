@@ -7,7 +7,7 @@ STAMP := $(VENV)/.anyshape-installed
 BENCH_STAMP := $(VENV)/.anyshape-bench-installed
 BENCH_ARGS ?=
 
-.PHONY: test lit pytest demo bench bench-hoist-slices zoo clean
+.PHONY: test lit pytest demo bench bench-hoist-slices zoo fuzz clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,3 +50,9 @@ bench: $(BENCH_STAMP)
 # minutes on 2 cores). Writes bench/results/zoo.md.
 zoo: $(STAMP)
 	$(PY) bench/zoo.py
+
+# Random torch programs (shape queries, aranges, broadcasts, slices) through the
+# default passes and anyshape.check: 500 of them (about half an hour on 2
+# cores); `make test` runs the first 100.
+fuzz: $(STAMP)
+	ANYSHAPE_FUZZ_COUNT=500 $(PY) -m pytest -q test/python/test_fuzz.py
