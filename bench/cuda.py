@@ -115,16 +115,16 @@ def compile_all(out: Path, models: list[str], dtypes: list[str], target: str,
 
 # -- step 2: run (needs torch, numpy, transformers, iree-base-runtime; a GPU) -------------
 
-def _timed(call, device: str) -> tuple[float, object]:
+def _timed_ms(call, device: str) -> float:
     import torch
 
     if device != "cpu":
         torch.cuda.synchronize()
     start = time.perf_counter()
-    output = call()
+    call()
     if device != "cpu":
         torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e3, output
+    return (time.perf_counter() - start) * 1e3
 
 
 def run_all(artifacts: Path, batches: list[int], lengths: list[int], runs: int, device: str,
@@ -174,8 +174,8 @@ def run_all(artifacts: Path, batches: list[int], lengths: list[int], runs: int, 
                     for _ in range(runs):
                         for system in SYSTEMS:
                             if system not in cell["errors"]:
-                                ms, _ = _timed(lambda: calls[system](ids, mask), device)
-                                cell["samples_ms"][system].append(ms)
+                                cell["samples_ms"][system].append(
+                                    _timed_ms(lambda: calls[system](ids, mask), device))
                 cell["median_ms"] = {s: statistics.median(v) if v else None
                                      for s, v in cell["samples_ms"].items()}
                 cells.append(cell)
