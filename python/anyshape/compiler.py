@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 from anyshape.errors import CompileError, DataTilingFallback
 from anyshape.iree_dim_facts import has_dim_facts, inject_dim_facts
 from anyshape.iree_parameters import ARCHIVE, externalize_weights
-from anyshape.iree_workarounds import untie_duplicate_workloads
+from anyshape.iree_workarounds import separate_dynamic_operand_packing, untie_duplicate_workloads
 from anyshape.mlir import (MLIRError, ir, iree_tool, module_to_bytecode, new_context,
                            parse_module, versions)
 from anyshape.passes import DEFAULT_PIPELINE
@@ -228,7 +228,8 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
                          "ranges anyshape-lower states (wrong results without them); add "
                          "anyshape-lower to passes or use data_tiling=False")
     archive = stages.workdir / ARCHIVE if weights is not None else None
-    iree_input = _write_iree_input(stages, module, dump_ir_dir, report, weights, archive)
+    iree_input = _write_iree_input(stages, module, dump_ir_dir, report, weights, archive,
+                                   bool(target.data_tiling))
     del module
     report(f"compiling with IREE for {target.name} ({target.opt_level}"
            f"{', data tiling' if target.data_tiling else ''})")
@@ -248,11 +249,13 @@ def _dynamic(signature: ModuleSignature) -> bool:
 
 def _write_iree_input(stages: "_StageWriter", module: ir.Module, dump_ir_dir,
                       report: Callable[[str], None], weights: dict | None,
-                      archive: Path | None) -> Path:
-    """The last stage, with its ``anyshape.dims`` facts stated in IREE's own ops
-    and, with ``weights``, those read from parameters written to ``archive``."""
+                      archive: Path | None, data_tiling: bool) -> Path:
+    """The last stage, with its ``anyshape.dims`` facts stated in IREE's own ops,
+    with data tiling the exponentials a product reads behind a barrier
+    (``iree_workarounds.py``) and, with ``weights``, those read from parameters
+    written to ``archive``."""
     facts = has_dim_facts(module)
-    if not facts and weights is None:
+    if not facts and weights is None and not data_tiling:
         return stages.write(IREE_INPUT_STAGE, module, same_as_last=True)
     source = stages.last_file
 
@@ -260,7 +263,11 @@ def _write_iree_input(stages: "_StageWriter", module: ir.Module, dump_ir_dir,
         current = source
         if facts:
             report("stating argument dim ranges for IREE")
-            inject_dim_facts(current, bytecode, text if weights is None else None)
+            inject_dim_facts(current, bytecode, text if weights is None and not data_tiling else None)
+            current = bytecode
+        if data_tiling:
+            count = separate_dynamic_operand_packing(current, bytecode, text if weights is None else None)
+            report(f"  kept {count} products' operands of two dynamic dims apart from their packing")
             current = bytecode
         if weights is not None:
             names = externalize_weights(current, bytecode, weights, archive, text)

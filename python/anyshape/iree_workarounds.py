@@ -10,13 +10,99 @@ matmul operand is wrong once ``L`` spans more tiles than ``B``. Giving every
 repeated workload value its own SSA value (through ``util.optimization_barrier``)
 at the flow level leaves nothing to fold; the values are the same at run
 time, so the result is exact.
+
+Products over two dynamic dims packed apart from their producer. With data
+tiling, when a product's operand is computed and both its last two dims are
+dynamic (attention's probabilities ``[heads, L, L]``, softmax or not), IREE
+3.13 packs it for the product inside its producer's dispatch: the row
+reduction and exponentials of ``exp(S - max(S)) @ V`` (attention once
+anyshape's softmax rewrites have run), or the unpacking and scaling of
+another product (``(y @ x^T * c) @ y``). That dispatch's CPU codegen then
+fails ("'affine.delinearize_index' op no basis element may be statically
+non-positive"; the form of MLIR's bug llvm/llvm-project#205288,
+``targets.py``). A roberta-base classifier with its batch fixed at 1 fell
+back to no data tiling and ran 2-3x slower than eager. A
+``util.optimization_barrier`` on such an operand keeps the packing in a
+dispatch of its own, as a reshape that merges a dynamic batch with the
+heads already did for attention; the operand's sizes are tied back with
+``flow.tensor.tie_shape`` (IREE must resolve dynamic dims past the
+barrier). The values are unchanged.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from anyshape.dialects import builtin_tensor_text
 from anyshape.mlir import iree_bindings
+
+# Products whose operands IREE's data tiling packs.
+_PACKED_PRODUCTS = ("torch.aten.bmm", "torch.aten.matmul", "torch.aten.mm")
+
+
+def _packs_in_producer(ir, value, tensor_type) -> bool:
+    """A computed operand whose last two dims are both dynamic."""
+    return (not isinstance(value.owner, ir.Block) and tensor_type.rank >= 2
+            and tensor_type.is_dynamic_dim(tensor_type.rank - 1)
+            and tensor_type.is_dynamic_dim(tensor_type.rank - 2))
+
+
+def separate_dynamic_operand_packing(in_file: Path, out_file: Path,
+                                     text_file: Path | None = None) -> int:
+    """Rewrite ``in_file`` (torch-dialect IR, the iree-input stage) into
+    ``out_file`` (bytecode; ``text_file`` as text when given), with a barrier
+    between each product and a computed operand whose last two dims are
+    dynamic. Returns how many operands got one."""
+    ir = iree_bindings()
+    with ir.Context():
+        module = ir.Module.parse(Path(in_file).read_bytes())
+        index = ir.IndexType.get()
+        barriers = []  # (a product's operand, its value behind the barrier)
+
+        def behind_barrier(value, before):
+            for seen, separated in barriers:
+                if seen == value:
+                    return separated
+            tensor_text = builtin_tensor_text(value.type)
+            if tensor_text is None:
+                return None
+            tensor_type = ir.RankedTensorType(ir.Type.parse(tensor_text))
+            if not _packs_in_producer(ir, value, tensor_type):
+                return None
+            with ir.InsertionPoint(before), before.location:
+                builtin = ir.Operation.create("torch_c.to_builtin_tensor", results=[tensor_type],
+                                              operands=[value]).result
+                sizes = []
+                for axis in range(tensor_type.rank):
+                    if tensor_type.is_dynamic_dim(axis):
+                        axis_value = ir.Operation.create("arith.constant", results=[index], attributes={
+                            "value": ir.IntegerAttr.get(index, axis)}).result
+                        sizes.append(ir.Operation.create("tensor.dim", results=[index],
+                                                         operands=[builtin, axis_value]).result)
+                kept = ir.Operation.create("util.optimization_barrier", results=[tensor_type],
+                                           operands=[builtin]).result
+                tied = ir.Operation.create("flow.tensor.tie_shape", results=[tensor_type],
+                                           operands=[kept, *sizes]).result
+                separated = ir.Operation.create("torch_c.from_builtin_tensor",
+                                                results=[value.type], operands=[tied]).result
+            barriers.append((value, separated))
+            return separated
+
+        def visit(op):
+            if op.name in _PACKED_PRODUCTS:
+                for i, operand in enumerate(list(op.operands)):
+                    separated = behind_barrier(operand, op)
+                    if separated is not None:
+                        op.operands[i] = separated
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(visit)
+        with open(out_file, "wb") as f:
+            module.operation.write_bytecode(f)
+        if text_file is not None:
+            with open(text_file, "w") as f:
+                module.operation.print(file=f)
+    return len(barriers)
 
 
 def untie_duplicate_workloads(flow_file: Path, out_file: Path) -> int:

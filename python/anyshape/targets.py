@@ -40,18 +40,20 @@ Why each option:
   ``anyshape-hoist-slices``, or before ``anyshape-lower`` without it, when
   data tiling is on) rewrites the forms IREE's CPU codegen rejects or packs
   on every call: the slice-hoisted layer's one-row attention products and
-  projections, and linears on ``[B, L, K]`` (broadcast weights). Some
-  programs still fail to compile with data tiling (``affine.delinearize_index``
-  "no basis element may be statically non-positive": a one-head attention
-  whose softmax fuses into the packing of the attention product). The
-  smallest form found: ``exp(S - S.amax(-1)) @ V`` (or just ``S - amax``)
-  with a static batch of heads and a dynamic length, where IREE puts the
-  row reduction, the elementwise step and the pack of the product's operand
-  in one dispatch; without the reduction (``exp(S) @ V``) it compiles, and
-  transposing the product (``(V^T @ E^T)^T``) or adding a ones column to V
-  does not help. It has the form of MLIR's bug llvm/llvm-project#205288 (open
-  in June 2026): canonicalization folds a dynamic delinearize basis operand
-  that became 0 into the static basis, which the verifier then rejects.
+  projections, and linears on ``[B, L, K]`` (broadcast weights). IREE 3.13
+  also fails to compile a product whose computed operand has two dynamic
+  dims (attention probabilities ``[heads, L, L]`` with a static batch of
+  heads, or scaled scores read by another product) with data tiling
+  (``affine.delinearize_index`` "no basis element may be statically
+  non-positive"): it packs the operand inside its producer's dispatch (the
+  row reduction and exponentials of ``exp(S - S.amax(-1)) @ V``), and
+  canonicalization folds a dynamic delinearize basis operand that became 0
+  into the static basis, which the verifier then rejects: the form of MLIR's
+  bug llvm/llvm-project#205288 (open in June 2026). ``iree_workarounds.py``
+  puts a barrier between such operands and their products, which keeps the
+  packing in a dispatch of its own (``test_packing_barrier_is_still_needed``
+  shows the failure without it). A module IREE still fails on falls back as
+  above.
 - ``--iree-opt-const-eval=false``: IREE hoists work that depends only on
   weights (data tiling's packing of each matmul weight, transposes) into
   initializers, and by default evaluates them at compile time, storing the

@@ -15,8 +15,9 @@ def encoder():
 
 def test_default_pipeline_stages(encoder):
     _, compiled = encoder
+    # Data tiling (automatic on CPU) adds its forms pass after the hoisting.
     assert compiled.stages == ["import", "anyshape-canonicalize-shapes", "anyshape-hoist-slices",
-                               "anyshape-defer-softmax-normalization",
+                               "anyshape-data-tiling-forms", "anyshape-defer-softmax-normalization",
                                "anyshape-logsumexp-softmax", "anyshape-lower", "iree-input"]
 
 

@@ -112,6 +112,60 @@ def test_gpt2_data_tiled_matches_eager(gpt2, gpt2_tiled, batch, length):
     torch.testing.assert_close(gpt2_tiled(ids, mask), expected, atol=1e-4, rtol=1e-4)
 
 
+class _ExponentialProduct(torch.nn.Module):
+    """Attention after anyshape's softmax rewrites: exp(S - max) @ V over a
+    static batch of heads, normalized after the product."""
+
+    def forward(self, scores, values):
+        exponentials = torch.exp(scores - scores.amax(-1, keepdim=True))
+        return (exponentials @ values) / exponentials.sum(-1, keepdim=True)
+
+
+def _compile_exponential_product():
+    length = Dim("L", min=1, max=256)
+    return anyshape.compile(_ExponentialProduct().eval(), (torch.randn(4, 9, 9), torch.randn(4, 9, 8)),
+                            dynamic_shapes={"scores": {1: length, 2: length}, "values": {1: length}},
+                            data_tiling=True)
+
+
+def test_exponentials_of_a_static_batch_are_packed_apart():
+    """With a static batch, IREE 3.13 packs the exponentials for the product in
+    the dispatch of their row max, whose codegen fails (llvm/llvm-project#205288's
+    form); anyshape puts a barrier between them and the product
+    (``iree_workarounds.py``), so it compiles with data tiling and stays exact."""
+    module = _compile_exponential_product()
+    assert "util.optimization_barrier" in module.ir("iree-input")
+    for length in (1, 8, 9, 100, 256):
+        scores, values = torch.randn(4, length, length), torch.randn(4, length, 8)
+        torch.testing.assert_close(module(scores, values), _ExponentialProduct()(scores, values),
+                                   atol=1e-5, rtol=1e-5)
+
+
+def test_packing_barrier_is_still_needed(without_packing_barriers):
+    """The upstream failure the barrier avoids: without it IREE 3.13 fails to
+    compile the same module. When this test fails, IREE compiles the form
+    itself and ``separate_dynamic_operand_packing`` can go."""
+    with pytest.raises(anyshape.CompileError, match="delinearize_index"):
+        _compile_exponential_product()
+
+
+def test_static_batch_roberta_is_data_tiled(roberta):
+    """A classifier with its batch fixed at 1 (``make demo``) used to fall back to
+    no data tiling (2-3x slower than eager at roberta-base size)."""
+    seq = Dim("seq", min=1, max=MAX_LEN)
+    ids, mask = roberta_inputs(1, 8)
+    module = anyshape.compile(roberta, (ids,), {"attention_mask": mask},
+                              dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}},
+                              data_tiling=True)
+    assert module.target.data_tiling is True
+    for length in (1, 17, MAX_LEN):
+        ids, mask = roberta_inputs(1, length, pad_from=length - length // 4 if length > 4 else None)
+        with torch.no_grad():
+            expected = roberta(ids, attention_mask=mask).logits
+        torch.testing.assert_close(module(ids, attention_mask=mask).logits, expected,
+                                   atol=1e-4, rtol=1e-4)
+
+
 def _program_22():
     from random_programs import Bundle, dynamic_shapes, generate, inputs
 
@@ -119,16 +173,48 @@ def _program_22():
     return Bundle([generate(22, 8)]).eval(), inputs(2, 7, 8, seed=0), dynamic_shapes()
 
 
-def test_data_tiling_compile_failure_is_an_error():
-    """IREE 3.13 cannot data-tile every program: random program 22 of the
-    slice-hoisting property test (one-head masked attention, flattened into an
-    mm) fails in its CPU codegen. Asked for, data tiling does not fall back."""
+@pytest.fixture
+def without_packing_barriers(monkeypatch):
+    """IREE 3.13 as anyshape found it: random program 22 of the slice-hoisting
+    property test (one-head masked attention, flattened into an mm) fails its
+    CPU codegen with data tiling unless anyshape keeps the attention
+    probabilities' packing apart. With that step off, the program stands for
+    any module IREE cannot data-tile."""
+    import shutil
+
+    import anyshape.compiler
+
+    def copy_unchanged(in_file, out_file, text_file=None):
+        if in_file != out_file:
+            shutil.copyfile(in_file, out_file)
+        return 0
+
+    monkeypatch.setattr(anyshape.compiler, "separate_dynamic_operand_packing", copy_unchanged)
+
+
+def test_program_22_is_data_tiled():
+    """The scaled scores of one-head causal attention, read by an mm over two
+    dynamic dims: with the packing barrier IREE data-tiles it, exactly."""
+    from random_programs import inputs
+
+    program, args, dynamic = _program_22()
+    module = anyshape.compile(program, args, dynamic_shapes=dynamic, data_tiling=True)
+    assert "util.optimization_barrier" in module.ir("iree-input")
+    for batch, length in ((1, 4), (3, 19), (2, 32)):
+        x, y, mask = inputs(batch, length, 8, seed=length)
+        with torch.no_grad():
+            expected = program(x, y, mask)
+        torch.testing.assert_close(module(x, y, mask), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_data_tiling_compile_failure_is_an_error(without_packing_barriers):
+    """Asked for, data tiling does not fall back when IREE fails with it."""
     program, args, dynamic = _program_22()
     with pytest.raises(anyshape.CompileError, match="delinearize_index"):
         anyshape.compile(program, args, dynamic_shapes=dynamic, data_tiling=True)
 
 
-def test_automatic_data_tiling_falls_back_with_a_warning(tmp_path):
+def test_automatic_data_tiling_falls_back_with_a_warning(tmp_path, without_packing_barriers):
     """By default the same program compiles, without data tiling, and says so."""
     from random_programs import inputs
 
