@@ -1,0 +1,42 @@
+"""The IREE options ``targets.py`` sets, and the behaviour they must keep."""
+
+import pytest
+import torch
+from torch.export import Dim
+
+import anyshape
+from anyshape.targets import make_target
+
+PEEL = "--iree-llvmcpu-vector-pproc-strategy=peel"
+
+
+def test_cpu_peels_partial_vectors_and_cuda_does_not():
+    """Peeling (instead of IREE's masked vectors) is a CPU codegen option."""
+    assert PEEL in make_target("cpu", data_tiling=True).iree_flags()
+    assert PEEL in make_target("cpu", data_tiling=False).iree_flags()
+    assert not [f for f in make_target("cuda", data_tiling=False).iree_flags() if "llvmcpu" in f]
+
+
+class _ShiftedExponentials(torch.nn.Module):
+    def forward(self, x):
+        shifted = torch.exp(x - x.amax(-1, keepdim=True))
+        return shifted, shifted.sum(-1)
+
+
+@pytest.fixture(scope="module")
+def shifted_exponentials():
+    row, column = Dim("rows", min=1, max=128), Dim("columns", min=1, max=256)
+    return anyshape.compile(_ShiftedExponentials().eval(), (torch.randn(4, 12),),
+                            dynamic_shapes={"x": {0: row, 1: column}})
+
+
+@pytest.mark.parametrize("rows,columns", [(1, 1), (3, 7), (5, 9), (2, 8), (17, 33), (64, 129)])
+def test_peeled_remainders_are_exact(shifted_exponentials, rows, columns):
+    """With both dims dynamic every size leaves a remainder the peeled loops
+    must cover: sizes below, at and above multiples of the vector width."""
+    module = shifted_exponentials
+    assert PEEL in module.iree_flags
+    x = torch.randn(rows, columns)
+    got, want = module(x), _ShiftedExponentials()(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-5)
