@@ -251,7 +251,7 @@ def _write_iree_input(stages: "_StageWriter", module: ir.Module, dump_ir_dir,
                       report: Callable[[str], None], weights: dict | None,
                       archive: Path | None, data_tiling: bool) -> Path:
     """The last stage, with its ``anyshape.dims`` facts stated in IREE's own ops,
-    with data tiling the exponentials a product reads behind a barrier
+    with data tiling a product's operands over two dynamic dims behind a barrier
     (``iree_workarounds.py``) and, with ``weights``, those read from parameters
     written to ``archive``."""
     facts = has_dim_facts(module)

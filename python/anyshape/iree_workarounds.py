@@ -21,12 +21,14 @@ another product (``(y @ x^T * c) @ y``). That dispatch's CPU codegen then
 fails ("'affine.delinearize_index' op no basis element may be statically
 non-positive"; the form of MLIR's bug llvm/llvm-project#205288,
 ``targets.py``). A roberta-base classifier with its batch fixed at 1 fell
-back to no data tiling and ran 2-3x slower than eager. A
-``util.optimization_barrier`` on such an operand keeps the packing in a
-dispatch of its own, as a reshape that merges a dynamic batch with the
-heads already did for attention; the operand's sizes are tied back with
-``flow.tensor.tie_shape`` (IREE must resolve dynamic dims past the
-barrier). The values are unchanged.
+back to no data tiling and ran 2-3x slower than eager. An
+``iree_tensor_ext.compute_barrier.start`` on such an operand keeps the
+packing in a dispatch of its own, as a reshape that merges a dynamic batch
+with the heads already did for attention; IREE's dispatch creation removes
+it once dispatches are formed, so nothing of it is left at run time and the
+values are unchanged. (A ``util.optimization_barrier`` separated the dispatches too, but
+it stays in the program and splits its execution: roberta-base at L = 32
+spent about 10 ms more per call outside its dispatches.)
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from anyshape.mlir import iree_bindings
 
 # Products whose operands IREE's data tiling packs.
 _PACKED_PRODUCTS = ("torch.aten.bmm", "torch.aten.matmul", "torch.aten.mm")
+# Dispatch creation does not fuse across it and removes it after; takes the
+# dynamic sizes of its value (it is shape-aware).
+_BARRIER = "iree_tensor_ext.compute_barrier.start"
 
 
 def _packs_in_producer(ir, value, tensor_type) -> bool:
@@ -50,9 +55,9 @@ def _packs_in_producer(ir, value, tensor_type) -> bool:
 def separate_dynamic_operand_packing(in_file: Path, out_file: Path,
                                      text_file: Path | None = None) -> int:
     """Rewrite ``in_file`` (torch-dialect IR, the iree-input stage) into
-    ``out_file`` (bytecode; ``text_file`` as text when given), with a barrier
-    between each product and a computed operand whose last two dims are
-    dynamic. Returns how many operands got one."""
+    ``out_file`` (bytecode; ``text_file`` as text when given), with a compute
+    barrier between each product and a computed operand whose last two dims
+    are dynamic. Returns how many operands got one."""
     ir = iree_bindings()
     with ir.Context():
         module = ir.Module.parse(Path(in_file).read_bytes())
@@ -79,10 +84,8 @@ def separate_dynamic_operand_packing(in_file: Path, out_file: Path,
                             "value": ir.IntegerAttr.get(index, axis)}).result
                         sizes.append(ir.Operation.create("tensor.dim", results=[index],
                                                          operands=[builtin, axis_value]).result)
-                kept = ir.Operation.create("util.optimization_barrier", results=[tensor_type],
-                                           operands=[builtin]).result
-                tied = ir.Operation.create("flow.tensor.tie_shape", results=[tensor_type],
-                                           operands=[kept, *sizes]).result
+                tied = ir.Operation.create(_BARRIER, results=[tensor_type],
+                                           operands=[builtin, *sizes]).result
                 separated = ir.Operation.create("torch_c.from_builtin_tensor",
                                                 results=[value.type], operands=[tied]).result
             barriers.append((value, separated))

@@ -134,7 +134,7 @@ def test_exponentials_of_a_static_batch_are_packed_apart():
     form); anyshape puts a barrier between them and the product
     (``iree_workarounds.py``), so it compiles with data tiling and stays exact."""
     module = _compile_exponential_product()
-    assert "util.optimization_barrier" in module.ir("iree-input")
+    assert "iree_tensor_ext.compute_barrier.start" in module.ir("iree-input")
     for length in (1, 8, 9, 100, 256):
         scores, values = torch.randn(4, length, length), torch.randn(4, length, 8)
         torch.testing.assert_close(module(scores, values), _ExponentialProduct()(scores, values),
@@ -199,7 +199,7 @@ def test_program_22_is_data_tiled():
 
     program, args, dynamic = _program_22()
     module = anyshape.compile(program, args, dynamic_shapes=dynamic, data_tiling=True)
-    assert "util.optimization_barrier" in module.ir("iree-input")
+    assert "iree_tensor_ext.compute_barrier.start" in module.ir("iree-input")
     for batch, length in ((1, 4), (3, 19), (2, 32)):
         x, y, mask = inputs(batch, length, 8, seed=length)
         with torch.no_grad():
