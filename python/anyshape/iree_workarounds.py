@@ -1,4 +1,5 @@
-"""Rewrites of IREE's own intermediate IR that keep IREE 3.13 from miscompiling.
+"""Rewrites of the IR given to IREE that keep IREE 3.13 from miscompiling it or
+failing to compile it.
 
 Workload deduplication. When a dispatch's workload lists the same dynamic
 size twice behind a different one (``[B, L, L]``: the score matrix of attention
@@ -80,8 +81,9 @@ def separate_dynamic_operand_packing(in_file: Path, out_file: Path,
                 sizes = []
                 for axis in range(tensor_type.rank):
                     if tensor_type.is_dynamic_dim(axis):
-                        axis_value = ir.Operation.create("arith.constant", results=[index], attributes={
-                            "value": ir.IntegerAttr.get(index, axis)}).result
+                        axis_value = ir.Operation.create(
+                            "arith.constant", results=[index],
+                            attributes={"value": ir.IntegerAttr.get(index, axis)}).result
                         sizes.append(ir.Operation.create("tensor.dim", results=[index],
                                                          operands=[builtin, axis_value]).result)
                 tied = ir.Operation.create(_BARRIER, results=[tensor_type],
