@@ -33,7 +33,7 @@ from anyshape.pipeline import (diagnostics_of, make_anyshape_pass, opt_command_f
                                split_pass_element)
 from anyshape.runtime import CompiledModule, check_threads
 from anyshape.signature import ModuleSignature
-from anyshape.targets import Target, make_target
+from anyshape.targets import PEELING_FAILURE, PEELING_FLAG, Target, make_target
 
 IMPORT_STAGE = "import"
 IREE_INPUT_STAGE = "iree-input"
@@ -235,7 +235,16 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
            f"{', data tiling' if target.data_tiling else ''})")
     flags = target.iree_flags()
     started = time.monotonic()
-    vmfb_path = _compile_with_iree(iree_input, flags, dump_ir_dir, report)
+    try:
+        vmfb_path = _compile_with_iree(iree_input, flags, dump_ir_dir, report)
+    except CompileError as error:
+        if PEELING_FLAG not in flags or PEELING_FAILURE not in error.diagnostic:
+            raise
+        # What peeling can need, IREE may refuse (targets.py); without it the
+        # module compiles as IREE does by default.
+        report("compiling again without peeling: " + error.diagnostic.splitlines()[0])
+        flags = [flag for flag in flags if flag != PEELING_FLAG]
+        vmfb_path = _compile_with_iree(iree_input, flags, dump_ir_dir, report)
     seconds = {**stages.seconds, IREE_COMPILE_STAGE: time.monotonic() - started}
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
                           stage_files=stages.files, workdir=workdir, entry=entry,

@@ -7,7 +7,7 @@ from torch.export import Dim
 import anyshape
 from anyshape.targets import make_target
 
-PEEL = "--iree-llvmcpu-vector-pproc-strategy=peel"
+from anyshape.targets import PEELING_FLAG as PEEL
 
 
 def test_cpu_peels_partial_vectors_and_cuda_does_not():
@@ -40,3 +40,28 @@ def test_peeled_remainders_are_exact(shifted_exponentials, rows, columns):
     got, want = module(x), _ShiftedExponentials()(x)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-5)
+
+
+def test_module_that_peeling_cannot_compile_is_compiled_without_it():
+    """Program 2000 of the slice-hoisting property test (a one-row softmax over a
+    dynamic axis after slice hoisting, without anyshape's softmax rewrites):
+    peeled, IREE 3.13 needs an unbounded stack allocation and refuses it; the
+    module is compiled again without peeling, and is exact."""
+    from random_programs import Bundle, dynamic_shapes, generate, inputs
+
+    program = Bundle([generate(2000, 8)]).eval()
+    reports = []
+    module = anyshape.compile(program, inputs(2, 8, 8, seed=0), dynamic_shapes=dynamic_shapes(),
+                              passes=["anyshape-canonicalize-shapes", "anyshape-hoist-slices",
+                                      "anyshape-lower"], progress=reports.append)
+    assert any("compiling again without peeling" in line and "unbounded stack allocations" in line
+               for line in reports)
+    assert PEEL not in module.iree_flags
+    for batch, length in ((1, 4), (3, 11), (2, 32)):
+        args = inputs(batch, length, 8, seed=length)
+        with torch.no_grad():
+            expected = program(*args)
+        got = module(*args)
+        for g, w in zip(got if isinstance(got, (list, tuple)) else [got],
+                        expected if isinstance(expected, (list, tuple)) else [expected]):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
