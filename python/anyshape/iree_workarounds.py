@@ -86,10 +86,10 @@ def separate_dynamic_operand_packing(in_file: Path, out_file: Path,
                             attributes={"value": ir.IntegerAttr.get(index, axis)}).result
                         sizes.append(ir.Operation.create("tensor.dim", results=[index],
                                                          operands=[builtin, axis_value]).result)
-                tied = ir.Operation.create(_BARRIER, results=[tensor_type],
+                kept = ir.Operation.create(_BARRIER, results=[tensor_type],
                                            operands=[builtin, *sizes]).result
                 separated = ir.Operation.create("torch_c.from_builtin_tensor",
-                                                results=[value.type], operands=[tied]).result
+                                                results=[value.type], operands=[kept]).result
             barriers.append((value, separated))
             return separated
 

@@ -5,9 +5,8 @@ import torch
 from torch.export import Dim
 
 import anyshape
-from anyshape.targets import make_target
-
 from anyshape.targets import PEELING_FLAG as PEEL
+from anyshape.targets import make_target
 
 
 def test_cpu_peels_partial_vectors_and_cuda_does_not():
