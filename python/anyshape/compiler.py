@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -243,6 +244,7 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
         # What peeling can need, IREE may refuse (targets.py); without it the
         # module compiles as IREE does by default.
         report("compiling again without peeling: " + error.diagnostic.splitlines()[0])
+        _discard_reproducer(error.reproducer, dump_ir_dir)
         flags = [flag for flag in flags if flag != PEELING_FLAG]
         vmfb_path = _compile_with_iree(iree_input, flags, dump_ir_dir, report)
     seconds = {**stages.seconds, IREE_COMPILE_STAGE: time.monotonic() - started}
@@ -365,6 +367,15 @@ def _keep_reproducer(stage_file: Path, dump_ir_dir, stem: str) -> Path:
     target = directory / f"{stem}.mlirbc"
     target.write_bytes(stage_file.read_bytes())
     return target
+
+
+def _discard_reproducer(reproducer: str, dump_ir_dir) -> None:
+    """Remove the reproducer of a failure a fallback recovered from and nothing
+    reports: outside ``dump_ir_dir`` it is a directory of its own that would
+    otherwise stay in the temporary directory after every such compile."""
+    path = Path(reproducer)
+    if dump_ir_dir is None and path.parent.name.startswith("anyshape-repro-"):
+        shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def _compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
