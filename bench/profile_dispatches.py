@@ -7,16 +7,26 @@ of the model. Dynamic dims are given by their labels (``batch=1 seq=128``);
 every input is filled with one value (token id 5, mask 1), which is all the
 timing depends on.
 
-    python bench/profile_dispatches.py ART_DIR [ART_DIR ...] --dims batch=1 seq=128 [--runs 5] [--top 15]
+    python bench/profile_dispatches.py ART_DIR [ART_DIR ...] --dims batch=1 seq=128 \
+        [--runs 5] [--rounds 3] [--top 15]
 
 Use it to see where a dynamic artifact loses time against a static one built
-for the same shape.
+for the same shape. The artifacts are profiled in turn, ``--rounds`` times
+(A, B, A, B, ...), and every figure is the median over the rounds: on a
+shared host the speed drifts by tens of percent within minutes, so
+artifacts profiled one after the other are not comparable (a dynamic
+roberta-base at L = 512 profiled 7 % faster than another build that measured
+7 % slower side by side). With two or more artifacts a last table puts them
+side by side by dispatch kind: the name without its ``main$async_dispatch_N_``
+prefix, which differs between builds, summed over the dispatches of a kind.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,27 +84,79 @@ def profile(artifact: Path, sizes: dict[str, int], runs: int) -> tuple[float, li
     return wall_ms, sorted(rows, key=lambda r: -r["ms"])
 
 
+_ORDINAL = re.compile(r"^.*?_dispatch_\d+_")
+
+
+def kind(name: str) -> str:
+    """A dispatch's name without its per-build ordinal (``main$async_dispatch_37_``)."""
+    return _ORDINAL.sub("", name)
+
+
+def medians(samples: list[tuple[float, list[dict]]]) -> tuple[float, list[dict]]:
+    """The per-round profiles of one artifact as one: median wall time, and per
+    dispatch the median time over the rounds (0 in a round it did not run)."""
+    names = {row["name"] for _, rows in samples for row in rows}
+    merged = []
+    for name in names:
+        found = [next((r for r in rows if r["name"] == name), None) for _, rows in samples]
+        merged.append({"name": name,
+                       "calls": statistics.median(r["calls"] if r else 0.0 for r in found),
+                       "ms": statistics.median(r["ms"] if r else 0.0 for r in found)})
+    return (statistics.median(wall for wall, _ in samples),
+            sorted(merged, key=lambda r: -r["ms"]))
+
+
+def by_kind(rows: list[dict]) -> dict[str, tuple[float, float]]:
+    """kind -> (calls, ms) summed over an artifact's dispatches of that kind."""
+    kinds: dict[str, tuple[float, float]] = {}
+    for row in rows:
+        calls, ms = kinds.get(kind(row["name"]), (0.0, 0.0))
+        kinds[kind(row["name"])] = (calls + row["calls"], ms + row["ms"])
+    return kinds
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("artifacts", type=Path, nargs="+")
     parser.add_argument("--dims", nargs="+", required=True, metavar="LABEL=N")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="profiles of each artifact, taken in turn; figures are medians")
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args(argv)
+    if args.rounds < 1 or args.runs < 1:
+        parser.error(f"--rounds and --runs: expected at least 1, got {args.rounds} and {args.runs}")
     sizes = {}
     for item in args.dims:
         label, _, value = item.partition("=")
         if not value.isdigit():
             parser.error(f"--dims: expected LABEL=N, got '{item}'")
         sizes[label] = int(value)
-    for artifact in args.artifacts:
-        wall_ms, rows = profile(artifact, sizes, args.runs)
+    samples = {artifact: [] for artifact in args.artifacts}
+    for _ in range(args.rounds):
+        for artifact in args.artifacts:
+            samples[artifact].append(profile(artifact, sizes, args.runs))
+    results = {artifact: medians(samples[artifact]) for artifact in args.artifacts}
+    print(f"medians of {args.rounds} rounds of {args.runs} calls, the artifacts in turn")
+    for artifact, (wall_ms, rows) in results.items():
         total = sum(r["ms"] for r in rows)
         print(f"\n{artifact}: {wall_ms:.1f} ms per call (wall), dispatches {total:.1f} ms "
               f"(summed over threads' spans) in {sum(r['calls'] for r in rows):.0f} dispatches")
         print("| dispatch | calls | ms per model call | share |\n|---|---|---|---|")
         for row in rows[:args.top]:
             print(f"| {row['name']} | {row['calls']:.0f} | {row['ms']:.1f} | {row['ms'] / total:.1%} |")
+    if len(results) > 1:
+        kinds = {artifact: by_kind(rows) for artifact, (_, rows) in results.items()}
+        names = sorted({k for table in kinds.values() for k in table},
+                       key=lambda k: -max(table.get(k, (0, 0))[1] for table in kinds.values()))
+        print("\nside by side, ms per model call (calls) by dispatch kind")
+        print("| dispatch kind | " + " | ".join(str(a) for a in results) + " |")
+        print("|---|" + "---|" * len(results))
+        print("| (wall) | " + " | ".join(f"{wall:.1f}" for wall, _ in results.values()) + " |")
+        for name in names[:args.top]:
+            cells = [kinds[a].get(name) for a in results]
+            print(f"| {name} | " + " | ".join(
+                "-" if c is None else f"{c[1]:.1f} ({c[0]:.0f})" for c in cells) + " |")
     return 0
 
 
