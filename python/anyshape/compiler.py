@@ -361,8 +361,12 @@ class _StageWriter:
         return stage, f"{len(self.files):02d}-{stage.replace('#', '-')}"
 
 
+# A reproducer outside dump_ir_dir gets a temporary directory of its own.
+_REPRO_PREFIX = "anyshape-repro-"
+
+
 def _keep_reproducer(stage_file: Path, dump_ir_dir, stem: str) -> Path:
-    directory = Path(dump_ir_dir) if dump_ir_dir else Path(tempfile.mkdtemp(prefix="anyshape-repro-"))
+    directory = Path(dump_ir_dir) if dump_ir_dir else Path(tempfile.mkdtemp(prefix=_REPRO_PREFIX))
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / f"{stem}.mlirbc"
     target.write_bytes(stage_file.read_bytes())
@@ -374,7 +378,7 @@ def _discard_reproducer(reproducer: str, dump_ir_dir) -> None:
     reports: outside ``dump_ir_dir`` it is a directory of its own that would
     otherwise stay in the temporary directory after every such compile."""
     path = Path(reproducer)
-    if dump_ir_dir is None and path.parent.name.startswith("anyshape-repro-"):
+    if dump_ir_dir is None and path.parent.name.startswith(_REPRO_PREFIX):
         shutil.rmtree(path.parent, ignore_errors=True)
 
 
