@@ -695,6 +695,19 @@ def inputs(batch: int, length: int, hidden: int, seed: int):
     return x, y, mask
 
 
+def assert_module_matches(module, program, shapes, hidden: int = 8) -> None:
+    """``module`` (a compile of ``program``) against ``program`` in eager on the
+    ``inputs`` of each (batch, length) in ``shapes``, every output, to 1e-5."""
+    for batch, length in shapes:
+        args = inputs(batch, length, hidden, seed=length)
+        with torch.no_grad():
+            expected = program(*args)
+        got = module(*args)
+        for g, e in zip(got if isinstance(got, (list, tuple)) else [got],
+                        expected if isinstance(expected, (list, tuple)) else [expected]):
+            torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+
+
 def dynamic_shapes():
     from torch.export import Dim
 

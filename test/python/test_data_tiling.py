@@ -195,16 +195,12 @@ def without_packing_barriers(monkeypatch):
 def test_program_22_is_data_tiled():
     """The scaled scores of one-head causal attention, read by an mm over two
     dynamic dims: with the packing barrier IREE data-tiles it, exactly."""
-    from random_programs import inputs
+    from random_programs import assert_module_matches
 
     program, args, dynamic = _program_22()
     module = anyshape.compile(program, args, dynamic_shapes=dynamic, data_tiling=True)
     assert "iree_tensor_ext.compute_barrier.start" in module.ir("iree-input")
-    for batch, length in ((1, 4), (3, 19), (2, 32)):
-        x, y, mask = inputs(batch, length, 8, seed=length)
-        with torch.no_grad():
-            expected = program(x, y, mask)
-        torch.testing.assert_close(module(x, y, mask), expected, atol=1e-5, rtol=1e-5)
+    assert_module_matches(module, program, ((1, 4), (3, 19), (2, 32)))
 
 
 def test_data_tiling_compile_failure_is_an_error(without_packing_barriers):
@@ -216,7 +212,7 @@ def test_data_tiling_compile_failure_is_an_error(without_packing_barriers):
 
 def test_automatic_data_tiling_falls_back_with_a_warning(tmp_path, without_packing_barriers):
     """By default the same program compiles, without data tiling, and says so."""
-    from random_programs import inputs
+    from random_programs import assert_module_matches
 
     program, args, dynamic = _program_22()
     with pytest.warns(anyshape.DataTilingFallback,
@@ -230,14 +226,7 @@ def test_automatic_data_tiling_falls_back_with_a_warning(tmp_path, without_packi
     dumped = sorted(p.name for p in tmp_path.glob("*.mlir"))
     assert dumped == [f"{i:02d}-{stage}.mlir" for i, stage in enumerate(module.stages)]
     assert list(tmp_path.glob("*.mlirbc"))
-    for batch, length in ((1, 4), (3, 19)):
-        x, y, mask = inputs(batch, length, 8, seed=length)
-        with torch.no_grad():
-            expected = program(x, y, mask)
-        got = module(x, y, mask)
-        for g, e in zip(got if isinstance(got, (list, tuple)) else [got],
-                        expected if isinstance(expected, (list, tuple)) else [expected]):
-            torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+    assert_module_matches(module, program, ((1, 4), (3, 19)))
 
 
 def test_data_tiling_needs_the_dim_ranges(roberta, roberta_dynamic_shapes):
