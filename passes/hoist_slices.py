@@ -51,30 +51,13 @@ from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.canonicalize_shapes import erase_unused, hoist_argument_bindings
 from anyshape.passes.scalar_builder import ScalarBuilder
 from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import (constant_int, defining_op, functions, int_constant, int_type, is_none,
-                                      list_items, static_info_cast, users, vtensor_type)
+from anyshape.passes.torch_ir import (ELEMENTWISE, constant_int, defining_op, functions, int_constant,
+                                      int_type, is_none, list_items, static_info_cast, users,
+                                      vtensor_type)
 
 _INT64_MAX = 2**63 - 1
 _MAX_ROUNDS = 1000
 
-_ELEMENTWISE = {
-    "torch.aten.add.Tensor", "torch.aten.sub.Tensor", "torch.aten.mul.Tensor", "torch.aten.div.Tensor",
-    "torch.aten.add.Scalar", "torch.aten.sub.Scalar", "torch.aten.mul.Scalar", "torch.aten.div.Scalar",
-    "torch.aten.rsub.Scalar", "torch.aten.where.self", "torch.aten.where.ScalarSelf",
-    "torch.aten.where.ScalarOther", "torch.aten.gelu", "torch.aten.tanh", "torch.aten.relu",
-    "torch.aten.erf", "torch.aten.pow.Tensor_Scalar", "torch.aten.pow.Tensor_Tensor",
-    "torch.aten.neg", "torch.aten.rsqrt", "torch.aten.sqrt", "torch.aten.exp", "torch.aten.sigmoid",
-    "torch.aten.silu", "torch.aten.to.dtype", "torch.aten._to_copy", "torch.prims.convert_element_type",
-    "torch.aten.clone", "torch.aten.contiguous", "torch.aten.masked_fill.Scalar",
-    "torch.aten.masked_fill.Tensor", "torch.aten.eq.Scalar", "torch.aten.ne.Scalar",
-    "torch.aten.gt.Scalar", "torch.aten.lt.Scalar", "torch.aten.ge.Scalar", "torch.aten.le.Scalar",
-    "torch.aten.eq.Tensor", "torch.aten.ne.Tensor", "torch.aten.gt.Tensor", "torch.aten.lt.Tensor",
-    "torch.aten.ge.Tensor", "torch.aten.le.Tensor", "torch.aten.logical_not",
-    "torch.aten.bitwise_and.Tensor", "torch.aten.bitwise_or.Tensor", "torch.aten.bitwise_not",
-    "torch.aten.maximum", "torch.aten.minimum", "torch.aten.abs", "torch.aten.log",
-    "torch.tensor_static_info_cast", "torch.aten.full_like", "torch.aten.zeros_like",
-    "torch.aten.ones_like", "torch.aten.empty_like",
-}
 # op -> (operand holding the softmax axis)
 _SOFTMAX = {"torch.aten.softmax.int": 1, "torch.aten._softmax": 1, "torch.aten.log_softmax.int": 1,
             "torch.aten._log_softmax": 1}
@@ -292,7 +275,7 @@ class _Hoister:
             return None  # other results (mean/rstd of native_layer_norm) still needed
         rank = len(vtensor_shape(producer.results[0].type)[0])
         result_dims = self.dims(producer.results[0])
-        if name in _ELEMENTWISE:
+        if name in ELEMENTWISE:
             return self._broadcast_plan(producer, axis, rank, result_dims, range(len(producer.operands)))
         if name == "torch.aten.dropout":
             train = defining_op(producer.operands[2])

@@ -7,6 +7,27 @@ from anyshape.mlir import ir
 TORCH_INT32, TORCH_INT64 = 3, 4
 _DTYPE_CODE = {"si32": TORCH_INT32, "si64": TORCH_INT64}
 
+# Ops computing each element of their result from the same element of their
+# tensor operands (broadcast aside).
+ELEMENTWISE = frozenset({
+    "torch.aten.add.Tensor", "torch.aten.sub.Tensor", "torch.aten.mul.Tensor", "torch.aten.div.Tensor",
+    "torch.aten.add.Scalar", "torch.aten.sub.Scalar", "torch.aten.mul.Scalar", "torch.aten.div.Scalar",
+    "torch.aten.rsub.Scalar", "torch.aten.where.self", "torch.aten.where.ScalarSelf",
+    "torch.aten.where.ScalarOther", "torch.aten.gelu", "torch.aten.tanh", "torch.aten.relu",
+    "torch.aten.erf", "torch.aten.pow.Tensor_Scalar", "torch.aten.pow.Tensor_Tensor",
+    "torch.aten.neg", "torch.aten.rsqrt", "torch.aten.sqrt", "torch.aten.exp", "torch.aten.sigmoid",
+    "torch.aten.silu", "torch.aten.to.dtype", "torch.aten._to_copy", "torch.prims.convert_element_type",
+    "torch.aten.clone", "torch.aten.contiguous", "torch.aten.masked_fill.Scalar",
+    "torch.aten.masked_fill.Tensor", "torch.aten.eq.Scalar", "torch.aten.ne.Scalar",
+    "torch.aten.gt.Scalar", "torch.aten.lt.Scalar", "torch.aten.ge.Scalar", "torch.aten.le.Scalar",
+    "torch.aten.eq.Tensor", "torch.aten.ne.Tensor", "torch.aten.gt.Tensor", "torch.aten.lt.Tensor",
+    "torch.aten.ge.Tensor", "torch.aten.le.Tensor", "torch.aten.logical_not",
+    "torch.aten.bitwise_and.Tensor", "torch.aten.bitwise_or.Tensor", "torch.aten.bitwise_not",
+    "torch.aten.maximum", "torch.aten.minimum", "torch.aten.abs", "torch.aten.log",
+    "torch.tensor_static_info_cast", "torch.aten.full_like", "torch.aten.zeros_like",
+    "torch.aten.ones_like", "torch.aten.empty_like",
+})
+
 
 def defining_op(value: ir.Value) -> ir.Operation | None:
     owner = value.owner
