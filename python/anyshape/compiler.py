@@ -262,9 +262,9 @@ def _write_iree_input(stages: "_StageWriter", module: ir.Module, dump_ir_dir,
                       report: Callable[[str], None], weights: dict | None,
                       archive: Path | None, data_tiling: bool) -> Path:
     """The last stage, with its ``anyshape.dims`` facts stated in IREE's own ops,
-    with data tiling a product's operands over two dynamic dims behind a barrier
-    (``iree_workarounds.py``) and, with ``weights``, those read from parameters
-    written to ``archive``."""
+    with data tiling the product operands that IREE 3.13 must pack on their own
+    behind a barrier (``iree_workarounds.py``) and, with ``weights``, those
+    read from parameters written to ``archive``."""
     facts = has_dim_facts(module)
     if not facts and weights is None and not data_tiling:
         return stages.write(IREE_INPUT_STAGE, module, same_as_last=True)
@@ -278,7 +278,7 @@ def _write_iree_input(stages: "_StageWriter", module: ir.Module, dump_ir_dir,
             current = bytecode
         if data_tiling:
             count = separate_dynamic_operand_packing(current, bytecode, text if weights is None else None)
-            report(f"  kept {count} products' operands of two dynamic dims apart from their packing")
+            report(f"  kept {count} products' operands apart from their packing (iree_workarounds.py)")
             current = bytecode
         if weights is not None:
             names = externalize_weights(current, bytecode, weights, archive, text)

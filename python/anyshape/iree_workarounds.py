@@ -30,6 +30,20 @@ it once dispatches are formed, so nothing of it is left at run time and the
 values are unchanged. (A ``util.optimization_barrier`` separated the dispatches too, but
 it stays in the program and splits its execution: roberta-base at L = 32
 spent about 10 ms more per call outside its dispatches.)
+
+Products whose operand is an elementwise function of another product's
+result, with one dynamic dim (the GELU between a feed-forward block's two
+linears once the batch is fixed: ``[1, L, 3072]``). IREE 3.13 then fuses the
+first product's unpacking, the elementwise ops and the second product's
+packing into one dispatch, and its code for that dispatch with a dynamic row
+count is slow: every column of an 8x8 tile goes through a stack buffer and
+back with a scalar loop. Roberta-base's 11 such dispatches took 15.1 ms per
+call at L = 128, against 5.0 ms in the static build and 3.6 + 2.7 ms (the
+unpacking with the GELU, and its own pack) in the build with a dynamic
+batch. The same barrier keeps that packing apart. With the batch dynamic too,
+a reshape of the two dynamic dims keeps them apart already (MLIR moves a pack
+across a reshape only where the dims are statically divisible by its tiles),
+so operands of more than one dynamic dim are left as they are.
 """
 
 from __future__ import annotations
@@ -38,19 +52,62 @@ from pathlib import Path
 
 from anyshape.dialects import builtin_tensor_text
 from anyshape.mlir import iree_bindings
+from anyshape.passes.torch_ir import ELEMENTWISE
 
 # Products whose operands IREE's data tiling packs.
-_PACKED_PRODUCTS = ("torch.aten.bmm", "torch.aten.matmul", "torch.aten.mm")
+_PACKED_PRODUCTS = ("torch.aten.bmm", "torch.aten.matmul", "torch.aten.mm", "torch.aten.linear",
+                    "torch.aten.addmm")
+# Ops that only reshape: IREE looks through them when it fuses a packing.
+_RESHAPES = ("torch.aten.flatten.using_ints", "torch.aten.unflatten.int", "torch.aten.view",
+             "torch.aten.reshape", "torch.aten._unsafe_view")
 # Dispatch creation does not fuse across it and removes it after; takes the
 # dynamic sizes of its value (it is shape-aware).
 _BARRIER = "iree_tensor_ext.compute_barrier.start"
 
 
 def _packs_in_producer(ir, value, tensor_type) -> bool:
-    """A computed operand whose last two dims are both dynamic."""
-    return (not isinstance(value.owner, ir.Block) and tensor_type.rank >= 2
-            and tensor_type.is_dynamic_dim(tensor_type.rank - 1)
-            and tensor_type.is_dynamic_dim(tensor_type.rank - 2))
+    """A computed operand whose last two dims are both dynamic, or that is an
+    elementwise function of a product's result with one dynamic dim."""
+    if isinstance(value.owner, ir.Block):
+        return False
+    if tensor_type.rank >= 2 and tensor_type.is_dynamic_dim(tensor_type.rank - 1) \
+            and tensor_type.is_dynamic_dim(tensor_type.rank - 2):
+        return True
+    return _elementwise_of_product(ir, value)
+
+
+def _producer(ir, value):
+    """The op computing ``value``, looking through reshapes; None for an argument."""
+    while not isinstance(value.owner, ir.Block):
+        op = value.owner
+        if op.name not in _RESHAPES:
+            return op
+        value = op.operands[0]
+    return None
+
+
+def _dynamic_dims(value) -> int:
+    tensor_text = builtin_tensor_text(value.type)
+    return -1 if tensor_text is None else tensor_text.count("?")
+
+
+def _elementwise_of_product(ir, value) -> bool:
+    op = _producer(ir, value)
+    if op is None or op.name not in ELEMENTWISE or _dynamic_dims(op.results[0]) != 1:
+        return False
+    pending, seen = [op], [op]
+    while pending:
+        op = pending.pop()
+        for operand in op.operands:
+            producer = _producer(ir, operand)
+            if producer is None:
+                continue
+            if producer.name in _PACKED_PRODUCTS:
+                return True
+            if producer.name in ELEMENTWISE and not any(producer == s for s in seen):
+                seen.append(producer)
+                pending.append(producer)
+    return False
 
 
 def separate_dynamic_operand_packing(in_file: Path, out_file: Path,

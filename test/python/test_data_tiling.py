@@ -149,6 +149,60 @@ def test_packing_barrier_is_still_needed(without_packing_barriers):
         _compile_exponential_product()
 
 
+class _FeedForward(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(16, 64), torch.nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+_BARRIER = "iree_tensor_ext.compute_barrier.start"
+
+
+def _compile_feed_forward(dynamic_batch: bool):
+    torch.manual_seed(0)
+    model = _FeedForward().eval()
+    seq = Dim("seq", min=1, max=64)
+    dims = {0: Dim("batch", min=1, max=4), 1: seq} if dynamic_batch else {1: seq}
+    module = anyshape.compile(model, (torch.randn(2 if dynamic_batch else 1, 5, 16),),
+                              dynamic_shapes={"x": dims}, data_tiling=True)
+    return model, module
+
+
+def test_feed_forward_with_a_fixed_batch_packs_apart_from_its_gelu():
+    """With one dynamic dim, IREE 3.13 would pack the second linear's operand in
+    the dispatch that unpacks the first's result and applies the GELU, and its
+    dynamic code for that dispatch is slow (``iree_workarounds.py``): a barrier
+    keeps the packing apart, between the GELU and the second linear."""
+    model, module = _compile_feed_forward(dynamic_batch=False)
+    text = module.ir("iree-input")
+    assert text.count(f"= {_BARRIER} ") == 1, text
+    gelu = re.search(r"(%\S+) = torch.aten.gelu", text).group(1)
+    barrier = re.search(rf"(%\S+) = {_BARRIER} ", text).group(1)
+    assert text.index(gelu + " = ") < text.index(barrier + " = ")
+    # the second linear reads the barrier's value, back in the torch dialect
+    kept = re.search(rf"(%\S+) = torch_c.from_builtin_tensor {re.escape(barrier)} ", text).group(1)
+    assert re.search(rf"torch.aten.linear {re.escape(kept)}, ", text), text
+    for length in (1, 7, 8, 64):
+        x = torch.randn(1, length, 16)
+        with torch.no_grad():
+            expected = model(x)
+        torch.testing.assert_close(module(x), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_negative_feed_forward_with_a_dynamic_batch_has_no_barrier():
+    """With the batch dynamic too, the reshape of the two dynamic dims between
+    the GELU and the linear keeps IREE from fusing the packing: no barrier."""
+    model, module = _compile_feed_forward(dynamic_batch=True)
+    assert _BARRIER not in module.ir("iree-input")
+    x = torch.randn(3, 9, 16)
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(module(x), expected, atol=1e-5, rtol=1e-5)
+
+
 def test_static_batch_roberta_is_data_tiled(roberta):
     """A classifier with its batch fixed at 1 (``make demo``) used to fall back to
     no data tiling (2-3x slower than eager at roberta-base size)."""
