@@ -35,12 +35,13 @@ from pathlib import Path
 # iree-base-runtime installs its tools as scripts beside this interpreter.
 _TOOLS = Path(sys.executable).parent
 _IREE_TYPES = {"int64": "i64", "int32": "i32", "float32": "f32", "float16": "f16", "bool": "i1"}
-_FILL = {"input_ids": 5}
+FILL = {"input_ids": 5}  # every other input: 1
 
 
-def _inputs(manifest: dict, sizes: dict[str, int]) -> list[str]:
+def input_shapes(manifest: dict, sizes: dict[str, int]) -> list[tuple[str, list[int], str]]:
+    """(name, shape, dtype) of each input of an artifact, its dynamic dims sized by label."""
     symbols = manifest["symbols"]
-    flags = []
+    shapes = []
     for spec in manifest["inputs"]:
         shape = []
         for dim in spec["dims"]:
@@ -52,10 +53,17 @@ def _inputs(manifest: dict, sizes: dict[str, int]) -> list[str]:
                 raise SystemExit(f"--dims: no size for '{label}' (input '{spec['name']}'); "
                                  f"give {label}=N")
             shape.append(sizes[label])
-        element = _IREE_TYPES.get(spec["dtype"])
+        shapes.append((spec["name"], shape, spec["dtype"]))
+    return shapes
+
+
+def _inputs(manifest: dict, sizes: dict[str, int]) -> list[str]:
+    flags = []
+    for name, shape, dtype in input_shapes(manifest, sizes):
+        element = _IREE_TYPES.get(dtype)
         if element is None:
-            raise SystemExit(f"input '{spec['name']}': dtype {spec['dtype']} not supported here")
-        flags.append(f"--input={'x'.join(map(str, shape))}x{element}={_FILL.get(spec['name'], 1)}")
+            raise SystemExit(f"input '{name}': dtype {dtype} not supported here")
+        flags.append(f"--input={'x'.join(map(str, shape))}x{element}={FILL.get(name, 1)}")
     return flags
 
 
