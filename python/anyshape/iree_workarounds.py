@@ -38,9 +38,10 @@ first product's unpacking, the elementwise ops and the second product's
 packing into one dispatch, and its code for that dispatch with a dynamic row
 count is slow: every column of an 8x8 tile goes through a stack buffer and
 back with a scalar loop. Roberta-base's 11 such dispatches took 15.1 ms per
-call at L = 128, against 5.0 ms in the static build and 3.6 + 2.7 ms (the
-unpacking with the GELU, and its own pack) in the build with a dynamic
-batch. The same barrier keeps that packing apart. With the batch dynamic too,
+call at L = 128, against 5.0 ms in the static build. The same barrier keeps
+that packing apart: in the same profile the unpacking with the GELU then
+took 4.9 ms, and the packing joined the separate packs (66 in all, 5.1 ms;
+``bench/profile_dispatches.py``; the whole call is in the README). With the batch dynamic too,
 a reshape of the two dynamic dims keeps them apart already (MLIR moves a pack
 across a reshape only where the dims are statically divisible by its tiles),
 so operands of more than one dynamic dim are left as they are.
