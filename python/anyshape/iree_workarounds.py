@@ -1,5 +1,5 @@
-"""Rewrites of the IR given to IREE that keep IREE 3.13 from miscompiling it or
-failing to compile it.
+"""Rewrites of the IR given to IREE that keep IREE 3.13 from miscompiling it,
+failing to compile it, or compiling it into slow code.
 
 Workload deduplication. When a dispatch's workload lists the same dynamic
 size twice behind a different one (``[B, L, L]``: the score matrix of attention
@@ -41,10 +41,11 @@ back with a scalar loop. Roberta-base's 11 such dispatches took 15.1 ms per
 call at L = 128, against 5.0 ms in the static build. The same barrier keeps
 that packing apart: in the same profile the unpacking with the GELU then
 took 4.9 ms, and the packing joined the separate packs (66 in all, 5.1 ms;
-``bench/profile_dispatches.py``; the whole call is in the README). With the batch dynamic too,
-a reshape of the two dynamic dims keeps them apart already (MLIR moves a pack
-across a reshape only where the dims are statically divisible by its tiles),
-so operands of more than one dynamic dim are left as they are.
+``bench/profile_dispatches.py``; the whole call is in the README). With the
+batch dynamic too, a reshape of the two dynamic dims keeps them apart
+already (MLIR moves a pack across a reshape only where the dims are
+statically divisible by its tiles), so operands of more than one dynamic
+dim are left as they are.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ from anyshape.passes.torch_ir import ELEMENTWISE
 # Products whose operands IREE's data tiling packs.
 _PACKED_PRODUCTS = ("torch.aten.bmm", "torch.aten.matmul", "torch.aten.mm", "torch.aten.linear",
                     "torch.aten.addmm")
-# Ops that only reshape: IREE looks through them when it fuses a packing.
+# Ops that only reshape. Between a packing and a producer of one dynamic dim
+# (the elementwise rule below) IREE folds them away or moves the packing
+# across them, so they do not keep the two apart.
 _RESHAPES = ("torch.aten.flatten.using_ints", "torch.aten.unflatten.int", "torch.aten.view",
              "torch.aten.reshape", "torch.aten._unsafe_view")
 # Dispatch creation does not fuse across it and removes it after; takes the
@@ -115,8 +118,9 @@ def separate_dynamic_operand_packing(in_file: Path, out_file: Path,
                                      text_file: Path | None = None) -> int:
     """Rewrite ``in_file`` (torch-dialect IR, the iree-input stage) into
     ``out_file`` (bytecode; ``text_file`` as text when given), with a compute
-    barrier between each product and a computed operand whose last two dims
-    are dynamic. Returns how many operands got one."""
+    barrier between each product and a computed operand that IREE 3.13 must
+    pack on its own (``_packs_in_producer``). Returns how many operands got
+    one."""
     ir = iree_bindings()
     with ir.Context():
         module = ir.Module.parse(Path(in_file).read_bytes())
