@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from profile_dispatches import FILL, input_shapes  # noqa: E402
+from profile_dispatches import FILL, input_shapes, parse_dims  # noqa: E402
 
 
 def inputs(artifact: Path, sizes: dict[str, int]) -> dict[str, np.ndarray]:
@@ -46,12 +46,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 3:
         parser.error(f"--rounds: expected at least 3, got {args.rounds}")
-    sizes = {}
-    for item in args.dims:
-        label, _, value = item.partition("=")
-        if not value.isdigit():
-            parser.error(f"--dims: expected LABEL=N, got '{item}'")
-        sizes[label] = int(value)
+    sizes = parse_dims(parser, args.dims)
 
     import anyshape
 

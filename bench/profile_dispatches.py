@@ -57,6 +57,17 @@ def input_shapes(manifest: dict, sizes: dict[str, int]) -> list[tuple[str, list[
     return shapes
 
 
+def parse_dims(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, int]:
+    """``--dims`` (``batch=1 seq=128``) as label -> size; a malformed item is a usage error."""
+    sizes = {}
+    for item in items:
+        label, _, value = item.partition("=")
+        if not value.isdigit():
+            parser.error(f"--dims: expected LABEL=N, got '{item}'")
+        sizes[label] = int(value)
+    return sizes
+
+
 def _inputs(manifest: dict, sizes: dict[str, int]) -> list[str]:
     flags = []
     for name, shape, dtype in input_shapes(manifest, sizes):
@@ -134,12 +145,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.runs < 1:
         parser.error(f"--rounds and --runs: expected at least 1, got {args.rounds} and {args.runs}")
-    sizes = {}
-    for item in args.dims:
-        label, _, value = item.partition("=")
-        if not value.isdigit():
-            parser.error(f"--dims: expected LABEL=N, got '{item}'")
-        sizes[label] = int(value)
+    sizes = parse_dims(parser, args.dims)
     samples = {artifact: [] for artifact in args.artifacts}
     for _ in range(args.rounds):
         for artifact in args.artifacts:
