@@ -45,20 +45,22 @@ took 4.9 ms, and the packing joined the separate packs (66 in all, 5.1 ms;
 batch dynamic too, a reshape of the two dynamic dims keeps them apart
 already (MLIR moves a pack across a reshape only where the dims are
 statically divisible by its tiles), so operands of more than one dynamic
-dim are left as they are.
+dim are left as they are; there the rule finds only the feed-forward
+block of the slice-hoisted last layer, one row per sequence (``[B, 1, H]``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from anyshape.dialects import builtin_tensor_text
+from anyshape.dialects import builtin_tensor_text, vtensor_shape
 from anyshape.mlir import iree_bindings
 from anyshape.passes.torch_ir import ELEMENTWISE
 
-# Products whose operands IREE's data tiling packs.
-_PACKED_PRODUCTS = ("torch.aten.bmm", "torch.aten.matmul", "torch.aten.mm", "torch.aten.linear",
-                    "torch.aten.addmm")
+# Products, and the operands of each that IREE's data tiling packs (not a
+# linear's bias or addmm's added term).
+_PACKED_OPERANDS = {"torch.aten.bmm": (0, 1), "torch.aten.matmul": (0, 1), "torch.aten.mm": (0, 1),
+                    "torch.aten.linear": (0, 1), "torch.aten.addmm": (1, 2)}
 # Ops that only reshape. Between a packing and a producer of one dynamic dim
 # (the elementwise rule below) IREE folds them away or moves the packing
 # across them, so they do not keep the two apart.
@@ -70,8 +72,8 @@ _BARRIER = "iree_tensor_ext.compute_barrier.start"
 
 
 def _packs_in_producer(ir, value, tensor_type) -> bool:
-    """A computed operand whose last two dims are both dynamic, or that is an
-    elementwise function of a product's result with one dynamic dim."""
+    """A computed operand whose last two dims are both dynamic, or one that
+    ``_elementwise_of_product`` computes."""
     if isinstance(value.owner, ir.Block):
         return False
     if tensor_type.rank >= 2 and tensor_type.is_dynamic_dim(tensor_type.rank - 1) \
@@ -90,14 +92,20 @@ def _producer(ir, value):
     return None
 
 
-def _dynamic_dims(value) -> int:
-    tensor_text = builtin_tensor_text(value.type)
-    return -1 if tensor_text is None else tensor_text.count("?")
+def _one_dynamic_dim(value) -> bool:
+    shape = vtensor_shape(value.type)
+    return shape is not None and shape[0].count(None) == 1
 
 
 def _elementwise_of_product(ir, value) -> bool:
+    """``value`` is, up to reshapes, the result of elementwise ops applied to a
+    product's result, and that result has one dynamic dim before any reshape:
+    IREE 3.13 would fuse the product's unpacking, those ops and the packing
+    into one dispatch. With two dynamic dims (a dynamic batch and length)
+    their reshape keeps the packing apart already; with none IREE's static
+    code for the fused dispatch is fast."""
     op = _producer(ir, value)
-    if op is None or op.name not in ELEMENTWISE or _dynamic_dims(op.results[0]) != 1:
+    if op is None or op.name not in ELEMENTWISE or not _one_dynamic_dim(op.results[0]):
         return False
     pending, seen = [op], [op]
     while pending:
@@ -106,7 +114,7 @@ def _elementwise_of_product(ir, value) -> bool:
             producer = _producer(ir, operand)
             if producer is None:
                 continue
-            if producer.name in _PACKED_PRODUCTS:
+            if producer.name in _PACKED_OPERANDS:
                 return True
             if producer.name in ELEMENTWISE and not any(producer == s for s in seen):
                 seen.append(producer)
@@ -156,11 +164,10 @@ def separate_dynamic_operand_packing(in_file: Path, out_file: Path,
             return separated
 
         def visit(op):
-            if op.name in _PACKED_PRODUCTS:
-                for i, operand in enumerate(list(op.operands)):
-                    separated = behind_barrier(operand, op)
-                    if separated is not None:
-                        op.operands[i] = separated
+            for i in _PACKED_OPERANDS.get(op.name, ()):
+                separated = behind_barrier(op.operands[i], op)
+                if separated is not None:
+                    op.operands[i] = separated
             return ir.WalkResult.ADVANCE
 
         module.operation.walk(visit)

@@ -52,8 +52,10 @@ Why each option:
   bug llvm/llvm-project#205288 (open in June 2026). ``iree_workarounds.py``
   puts a barrier between such operands and their products, which keeps the
   packing in a dispatch of its own (``test_packing_barrier_is_still_needed``
-  shows the failure without it). A module IREE still fails on falls back as
-  above.
+  shows the failure without it). The same barrier keeps apart, for speed, a
+  product's operand computed elementwise from another product's result with
+  one dynamic dim (``iree_workarounds.py``). A module IREE still fails on
+  falls back as above.
 - ``--iree-llvmcpu-vector-pproc-strategy=peel`` (CPU): with a dynamic dim,
   IREE 3.13's CPU codegen vectorizes a partial tile with masked vectors by
   default, which on x86 costs as much as the arithmetic: ``exp(S - max)``

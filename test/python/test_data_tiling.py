@@ -12,6 +12,10 @@ from torch.export import Dim
 
 import anyshape
 
+# What anyshape puts between a product and an operand IREE 3.13 must pack on
+# its own (iree_workarounds.py).
+BARRIER = "iree_tensor_ext.compute_barrier.start"
+
 
 @pytest.fixture(scope="module")
 def tiled(roberta, roberta_dynamic_shapes):
@@ -134,7 +138,7 @@ def test_exponentials_of_a_static_batch_are_packed_apart():
     form); anyshape puts a barrier between them and the product
     (``iree_workarounds.py``), so it compiles with data tiling and stays exact."""
     module = _compile_exponential_product()
-    assert "iree_tensor_ext.compute_barrier.start" in module.ir("iree-input")
+    assert BARRIER in module.ir("iree-input")
     for length in (1, 8, 9, 100, 256):
         scores, values = torch.randn(4, length, length), torch.randn(4, length, 8)
         torch.testing.assert_close(module(scores, values), _ExponentialProduct()(scores, values),
@@ -150,20 +154,37 @@ def test_packing_barrier_is_still_needed(without_packing_barriers):
 
 
 class _FeedForward(torch.nn.Module):
-    def __init__(self):
+    """Two products with an elementwise function between them: a GELU between
+    linears, or (``addmm``, GPT-2's Conv1D form) a chain of several
+    elementwise ops between ``addmm`` products on flattened rows."""
+
+    def __init__(self, form: str):
         super().__init__()
+        self.form = form
         self.up, self.down = torch.nn.Linear(16, 64), torch.nn.Linear(64, 16)
 
     def forward(self, x):
-        return self.down(torch.nn.functional.gelu(self.up(x)))
+        if self.form == "linear-gelu":
+            return self.down(torch.nn.functional.gelu(self.up(x)))
+        rows = x.reshape(-1, 16)
+        h = torch.addmm(self.up.bias, rows, self.up.weight.t())
+        h = h * torch.sigmoid(1.702 * h)
+        out = torch.addmm(self.down.bias, h, self.down.weight.t())
+        return out.reshape(x.shape[0], x.shape[1], 16)
 
 
-_BARRIER = "iree_tensor_ext.compute_barrier.start"
+# (form, dynamic batch) where the elementwise ops see one dynamic dim: the
+# length with the batch fixed, or rows flattened before the first product.
+_ONE_DYNAMIC_DIM = [("linear-gelu", False), ("addmm-sigmoid-chain", False),
+                    ("addmm-sigmoid-chain", True)]
+# An IREE dispatch that unpacks a product's result, computes elementwise and
+# packs for the next product (named by IREE for what it holds).
+_FUSED_UNPACK_PACK = re.compile(rb"dispatch_\d+_unpack_elementwise_\w*_pack")
 
 
-def _compile_feed_forward(dynamic_batch: bool):
+def _compile_feed_forward(form: str, dynamic_batch: bool):
     torch.manual_seed(0)
-    model = _FeedForward().eval()
+    model = _FeedForward(form).eval()
     seq = Dim("seq", min=1, max=64)
     dims = {0: Dim("batch", min=1, max=4), 1: seq} if dynamic_batch else {1: seq}
     module = anyshape.compile(model, (torch.randn(2 if dynamic_batch else 1, 5, 16),),
@@ -171,32 +192,48 @@ def _compile_feed_forward(dynamic_batch: bool):
     return model, module
 
 
-def test_feed_forward_with_a_fixed_batch_packs_apart_from_its_gelu():
-    """With one dynamic dim, IREE 3.13 would pack the second linear's operand in
-    the dispatch that unpacks the first's result and applies the GELU, and its
-    dynamic code for that dispatch is slow (``iree_workarounds.py``): a barrier
-    keeps the packing apart, between the GELU and the second linear."""
-    model, module = _compile_feed_forward(dynamic_batch=False)
+@pytest.mark.parametrize("form,dynamic_batch", _ONE_DYNAMIC_DIM)
+def test_feed_forward_of_one_dynamic_dim_packs_apart_from_its_elementwise_ops(form, dynamic_batch):
+    """With one dynamic dim, IREE 3.13 would pack the second product's operand
+    in the dispatch that unpacks the first's result and applies the
+    elementwise ops, and its dynamic code for that dispatch is slow
+    (``iree_workarounds.py``): a barrier between the last elementwise op and
+    the second product keeps the packing in a dispatch of its own."""
+    model, module = _compile_feed_forward(form, dynamic_batch)
     text = module.ir("iree-input")
-    assert text.count(f"= {_BARRIER} ") == 1, text
-    gelu = re.search(r"(%\S+) = torch.aten.gelu", text).group(1)
-    barrier = re.search(rf"(%\S+) = {_BARRIER} ", text).group(1)
-    assert text.index(gelu + " = ") < text.index(barrier + " = ")
-    # the second linear reads the barrier's value, back in the torch dialect
+    assert text.count(f"= {BARRIER} ") == 1, text
+    barrier, builtin = re.search(rf"(%\S+) = {BARRIER} (%\S+) ", text).groups()
+    held = re.search(rf"{re.escape(builtin)} = torch_c.to_builtin_tensor (%\S+) ", text).group(1)
+    # what the barrier holds is the elementwise ops' result, flattened into rows
+    flattened = re.search(rf"{re.escape(held)} = torch.aten.flatten.using_ints (%\S+),", text)
+    source = flattened.group(1) if flattened else held
+    assert re.search(rf"{re.escape(source)} = torch.aten.(gelu|mul.Tensor) ", text), text
     kept = re.search(rf"(%\S+) = torch_c.from_builtin_tensor {re.escape(barrier)} ", text).group(1)
-    assert re.search(rf"torch.aten.linear {re.escape(kept)}, ", text), text
+    assert re.search(rf"torch.aten.(linear|addmm) (%\S+, )?{re.escape(kept)}, ", text), text
+    assert not _FUSED_UNPACK_PACK.search(module.vmfb)
     for length in (1, 7, 8, 64):
-        x = torch.randn(1, length, 16)
+        x = torch.randn(3 if dynamic_batch else 1, length, 16)
         with torch.no_grad():
             expected = model(x)
         torch.testing.assert_close(module(x), expected, atol=1e-5, rtol=1e-5)
 
 
-def test_negative_feed_forward_with_a_dynamic_batch_has_no_barrier():
-    """With the batch dynamic too, the reshape of the two dynamic dims between
-    the GELU and the linear keeps IREE from fusing the packing: no barrier."""
-    model, module = _compile_feed_forward(dynamic_batch=True)
-    assert _BARRIER not in module.ir("iree-input")
+@pytest.mark.parametrize("form,dynamic_batch", _ONE_DYNAMIC_DIM)
+def test_feed_forward_barrier_is_still_needed(without_packing_barriers, form, dynamic_batch):
+    """Without the barrier IREE 3.13 fuses the unpacking, the GELU and the
+    packing into one dispatch. When this test fails, IREE no longer does, and
+    the elementwise rule of ``iree_workarounds.py`` can go."""
+    _, module = _compile_feed_forward(form, dynamic_batch)
+    assert _FUSED_UNPACK_PACK.search(module.vmfb)
+
+
+def test_feed_forward_of_two_dynamic_dims_has_no_barrier():
+    """With the batch dynamic too and the GELU on ``[B, L, H]``, the reshape of
+    the two dynamic dims between it and the linear's rows keeps IREE from
+    fusing the packing: no barrier."""
+    model, module = _compile_feed_forward("linear-gelu", dynamic_batch=True)
+    assert not _FUSED_UNPACK_PACK.search(module.vmfb)
+    assert BARRIER not in module.ir("iree-input")
     x = torch.randn(3, 9, 16)
     with torch.no_grad():
         expected = model(x)
@@ -253,7 +290,7 @@ def test_program_22_is_data_tiled():
 
     program, args, dynamic = _program_22()
     module = anyshape.compile(program, args, dynamic_shapes=dynamic, data_tiling=True)
-    assert "iree_tensor_ext.compute_barrier.start" in module.ir("iree-input")
+    assert BARRIER in module.ir("iree-input")
     assert_module_matches(module, program, ((1, 4), (3, 19), (2, 32)))
 
 
