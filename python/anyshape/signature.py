@@ -80,10 +80,15 @@ def _dim_entry(size) -> int | str:
 
 
 def _bound(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, OverflowError):
-        return None  # torch's int_oo: no bound
+    """A range end as an int, or None for no bound: torch's ``int_oo`` (the upper
+    end of every ``Dim`` declared without a max) and sympy's infinities, on
+    which ``int()`` raises."""
+    import sympy
+    from torch.utils._sympy.numbers import int_oo
+
+    if value is None or value in (int_oo, -int_oo, sympy.oo, -sympy.oo):
+        return None
+    return int(value)
 
 
 def signature_from_program(program: torch.export.ExportedProgram,
