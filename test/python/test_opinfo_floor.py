@@ -1,0 +1,79 @@
+"""The floor on a fixed seeded sample of PyTorch's OpInfo database (``test/opinfo/``).
+
+``SAMPLE_OPS`` OpInfos drawn with ``random.Random(SAMPLE_SEED)``, float32
+and int64 where each supports them, one sample each (the one with the most
+dims of size > 1), every such dim dynamic and unbounded. Each case runs
+through anyshape and the plain stack (torch.export, torch-mlir's importer,
+IREE with anyshape's flags, no anyshape passes) in two worker processes, and
+is one test id, which asserts: anyshape gives no wrong answer; if the plain
+stack passes, anyshape passes; a module anyshape cannot compile or run gets
+a clear error (a CompileError, or a ValueError/TypeError with a message).
+torch.export's refusals are its own errors, the same on both stacks.
+``make coverage`` runs the whole database.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from opinfo import cases as opinfo_cases  # noqa: E402
+from opinfo.pool import run_cases  # noqa: E402
+
+SAMPLE_SEED = 0
+SAMPLE_OPS = 50
+WORKERS = 2
+TIMEOUT = 120.0
+
+# Known anyshape failures on main, each a strict xfail whose reason names the
+# cause: a fix turns it into an XPASS, which fails until it is removed here.
+KNOWN = {
+}
+
+
+def floor_cases() -> list[str]:
+    names = random.Random(SAMPLE_SEED).sample(opinfo_cases.op_names(), SAMPLE_OPS)
+    # Exact names, in op_db's order (a name is a glob without wildcards).
+    return opinfo_cases.enumerate_cases(names, None, 1)[0]
+
+
+CASES = floor_cases()
+
+
+@pytest.fixture(scope="module")
+def records(request):
+    """Every selected case, run once through the worker pool (the cases that
+    ``-k`` leaves out are not run)."""
+    wanted = [item.callspec.params["case"] for item in request.session.items
+              if getattr(item, "originalname", None) == "test_floor"]
+    return {record["case"]: record for record in
+            run_cases(wanted, workers=WORKERS, timeout=TIMEOUT)}
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(case, id=case,
+                 marks=[pytest.mark.xfail(strict=True, reason=KNOWN[case])] if case in KNOWN else [])
+    for case in CASES])
+def test_floor(case, records):
+    record = records[case]
+    assert "harness_error" not in record, record.get("harness_error")
+    if "na" in record:
+        pytest.skip(f"not applicable: {record['na']}")
+    ours, floor = record["anyshape"], record["plain"]
+    where = f"{case}: sample {record.get('sample')}"
+    assert ours.get("stage") != "numerics", f"{where}: anyshape {ours['error']}"
+    if floor["status"] == "pass":
+        assert ours["status"] == "pass", \
+            f"{where}: the plain stack passes, anyshape fails at {ours['stage']}: {ours['error']}"
+    if ours["status"] == "fail":
+        assert ours["clear"], f"{where}: unclear {ours['type']} at {ours['stage']}: {ours['error']}"
+
+
+def test_sample_is_the_documented_size():
+    # The module docstring and `make test`'s time budget assume this many.
+    assert 60 <= len(CASES) <= 100, len(CASES)
