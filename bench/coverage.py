@@ -27,9 +27,10 @@ from opinfo import cases as opinfo_cases  # noqa: E402
 from opinfo.pool import run_cases  # noqa: E402
 from opinfo.summary import read, summarize  # noqa: E402
 
-# `make coverage`: one sample per OpInfo and dtype (the one with the most dims
-# of size > 1) is about 1,140 cases, about 45 minutes on 2 cores.
-DEFAULT_SAMPLES_PER_OP = 1
+# Per OpInfo and dtype, the sample with the most dims of size > 1 and one more
+# from the rest: 2,128 cases. One sample each (1,104 cases) took 25 minutes on
+# 2 cores (1.37 s a case, beside other compiles), so this is about 50.
+DEFAULT_SAMPLES_PER_OP = 2
 MAX_WORKERS = 2  # the machines this runs on have 2 cores, shared with other compiles
 
 

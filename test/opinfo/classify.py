@@ -91,3 +91,22 @@ def anyshape_compile_failure(error: BaseException) -> tuple[str, str]:
 def call_failure(error: BaseException) -> str:
     """Cause of an exception out of calling a compiled module."""
     return OURS if raised_in_anyshape(error) else IREE
+
+
+def across_stacks(record: dict) -> dict:
+    """Causes that only the two stacks together tell (idempotent): anyshape's
+    wrong answer is upstream's (IREE, or torch-mlir's lowering inside it) when
+    the plain stack gives a wrong answer at the same size too; anyshape's IREE
+    compile failure is ours when IREE compiled the plain stack's module with
+    the flags anyshape tried (anyshape's passes made IR IREE cannot compile)."""
+    ours, floor = record.get("anyshape"), record.get("plain")
+    if not ours or not floor:
+        return record
+    if ours.get("stage") == "numerics":
+        shared = [size for size, outcome in ours.get("runs", {}).items()
+                  if outcome.startswith("wrong")
+                  and floor.get("runs", {}).get(size, "").startswith("wrong")]
+        ours["cause"] = IREE if shared else OURS
+    elif ours.get("stage") == "iree-compile" and "compile_seconds" in floor:
+        ours["cause"] = OURS
+    return record

@@ -145,8 +145,7 @@ def run_case(case: str, stacks=STACKS, progress=lambda stage, partial=None: None
         progress("anyshape:done", {"anyshape": record["anyshape"]})
     if "plain" in stacks:
         record["plain"] = run_plain(program, export_error, flags, sizes, check, progress)
-    if "anyshape" in record and "plain" in record:
-        attribute_wrong_answers(record["anyshape"], record["plain"])
+    classify.across_stacks(record)
     record["seconds"] = round(time.monotonic() - started, 3)
     return record
 
@@ -209,22 +208,31 @@ def flag_choices(flags: list) -> list:
     return [f.removeprefix("--iree-") for f in flags if "data-tiling" in f or "pproc" in f]
 
 
-def plain_flag_attempts(flags: list | None) -> list[list]:
-    """The flags to try, in order: anyshape's (the defaults where it compiled
-    nothing), then what anyshape's fallbacks would drop: data tiling (its
-    automatic mode retries without it), then peeling (targets.py)."""
-    from anyshape.targets import PEELING_FLAG, make_target
+def plain_compile(bytecode: bytes, kinds: list, flags: list | None):
+    """The plain stack's module, compiled as anyshape compiled its own: with
+    anyshape's final flags where it compiled, else as its automatic data
+    tiling tries (on, then off), each try without peeling where IREE refuses
+    what peeling needs (targets.py). Raises the last try's StageError."""
+    from anyshape.targets import PEELING_FAILURE, PEELING_FLAG, make_target
 
-    if flags is None:
-        flags = make_target("cpu", data_tiling=True).iree_flags()
-    attempts = [list(flags)]
-    untiled = [f for f in flags if f != "--iree-global-opt-data-tiling"]
-    if untiled != attempts[-1]:
-        attempts.append(untiled)
-    unpeeled = [f for f in untiled if f != PEELING_FLAG]
-    if unpeeled != attempts[-1]:
-        attempts.append(unpeeled)
-    return attempts
+    tries = [flags] if flags is not None else \
+        [make_target("cpu", data_tiling=tiled).iree_flags() for tiled in (True, False)]
+    for attempt in tries:
+        try:
+            return plain.compile_bytecode(bytecode, kinds, attempt), attempt
+        except plain.StageError as failure:
+            error = failure
+            if failure.stage != plain.IREE_COMPILE:
+                raise
+        if PEELING_FAILURE in str(error) and PEELING_FLAG in attempt:
+            attempt = [f for f in attempt if f != PEELING_FLAG]
+            try:
+                return plain.compile_bytecode(bytecode, kinds, attempt), attempt
+            except plain.StageError as failure:
+                error = failure
+                if failure.stage != plain.IREE_COMPILE:
+                    raise
+    raise error
 
 
 def run_plain(program, export_error, flags, sizes, check, progress) -> dict:
@@ -235,17 +243,9 @@ def run_plain(program, export_error, flags, sizes, check, progress) -> dict:
     compiled, error = None, None
     try:
         bytecode, kinds = plain.lower(program)
+        compiled, attempt = plain_compile(bytecode, kinds, flags)
     except plain.StageError as failure:
         error = failure
-    else:
-        for attempt in plain_flag_attempts(flags):
-            try:
-                compiled = plain.compile_bytecode(bytecode, kinds, attempt)
-                break
-            except plain.StageError as failure:
-                error = failure
-                if failure.stage != plain.IREE_COMPILE:
-                    break
     if compiled is None:
         if error.stage == plain.IREE_COMPILE:
             cause = classify.iree_compile_cause(str(error))
@@ -261,14 +261,3 @@ def run_plain(program, export_error, flags, sizes, check, progress) -> dict:
 
     return {**out, **_run_sizes("plain", call, sizes, check, progress,
                                 lambda error: classify.IREE)}
-
-
-def attribute_wrong_answers(ours: dict, floor: dict) -> None:
-    """anyshape's wrong answer is IREE's (or torch-mlir's lowering) when the
-    plain stack gives a wrong answer at the same size too."""
-    if ours.get("stage") != "numerics":
-        return
-    shared = [name for name, outcome in ours["runs"].items()
-              if outcome.startswith("wrong") and floor.get("runs", {}).get(name, "").startswith("wrong")]
-    if shared:
-        ours["cause"] = classify.IREE

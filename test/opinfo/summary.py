@@ -11,7 +11,7 @@ import json
 import re
 from collections import Counter, defaultdict
 
-from opinfo.classify import CRASH, EXPORT, IREE, OURS, TIMEOUT, TORCH_MLIR
+from opinfo.classify import CRASH, EXPORT, IREE, OURS, TIMEOUT, TORCH_MLIR, across_stacks
 
 CAUSES = (OURS, EXPORT, TORCH_MLIR, IREE, CRASH, TIMEOUT)
 
@@ -26,7 +26,7 @@ def read(path) -> tuple[dict, list[dict], dict]:
             elif "done" in item:
                 done = item["done"]
             else:
-                records.append(item)
+                records.append(across_stacks(item))
     return run, records, done
 
 

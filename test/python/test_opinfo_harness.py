@@ -9,6 +9,9 @@ import sys
 import pytest
 import torch
 
+# torch.testing._internal (op_db) imports expecttest, which torch does not install.
+pytest.importorskip("expecttest", reason="the OpInfo database needs expecttest: "
+                                         "pip install expecttest")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from opinfo import classify, compare, wrap  # noqa: E402
