@@ -58,6 +58,7 @@ def unclear(records: list[dict]) -> list[dict]:
 def _shape(text: str) -> str:
     """An error message with what varies between cases blanked, to group by."""
     text = re.sub(r"/tmp/\S+", "<path>", text)
+    text = re.sub(r"got an? \w+ \(a pytree node", "got a <type> (a pytree node", text)
     text = re.sub(r"\b(s|u|ps)\d+\b", "<sym>", text)
     text = re.sub(r"%[\w.#]+", "%<v>", text)
     text = re.sub(r"\d+", "N", text)
