@@ -1,5 +1,6 @@
 # The README's two commands: `make demo` and `make test`. Each builds .venv from
-# nothing when it is missing (or when pyproject.toml changed).
+# nothing when it is missing (or when pyproject.toml or constraints.txt changed),
+# every package at the version constraints.txt pins.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -7,17 +8,21 @@ STAMP := $(VENV)/.anyshape-installed
 BENCH_STAMP := $(VENV)/.anyshape-bench-installed
 BENCH_ARGS ?=
 
-.PHONY: test lit pytest demo bench bench-hoist-slices zoo fuzz clean
+.PHONY: test lit pytest demo bench bench-hoist-slices zoo fuzz coverage clean
 
-$(STAMP): pyproject.toml
+# PIP_CONSTRAINT, not only -c: it also pins what pip installs to build anyshape
+# itself (setuptools, in pip's isolated build environment).
+PIP_INSTALL := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip install --quiet
+
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PIP_INSTALL) --upgrade pip
+	$(PIP_INSTALL) -e '.[test]'
 	touch $(STAMP)
 
 # The bench extra on top of the test one (rebuilt whenever $(STAMP) is).
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PIP_INSTALL) -e '.[test,bench]'
 	touch $(BENCH_STAMP)
 
 test: lit pytest
@@ -56,3 +61,12 @@ zoo: $(STAMP)
 # cores); `make test` runs the first 100.
 fuzz: $(STAMP)
 	ANYSHAPE_FUZZ_COUNT=500 $(PY) -m pytest -q test/python/test_fuzz.py
+
+# Not a test: the floor on PyTorch's whole OpInfo database (every OpInfo, float32
+# and int64, two samples each: 2,128 cases, about 50 minutes on 2 cores) through
+# anyshape and the plain stack (torch.export + torch-mlir's importer + IREE with
+# anyshape's flags, no anyshape passes). Writes bench/results/opinfo.{jsonl,md}.
+# Smaller: make coverage COVERAGE_ARGS='--ops "nn.functional.*" --max-samples-per-op 1'
+COVERAGE_ARGS ?=
+coverage: $(STAMP)
+	$(PY) bench/coverage.py --out bench/results/opinfo.jsonl --summary bench/results/opinfo.md $(COVERAGE_ARGS)
