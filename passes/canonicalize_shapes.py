@@ -99,8 +99,12 @@ def _root_patterns(builder: ScalarBuilder):
         if query is None:
             return False
         expr = analysis.dim(*query)
-        if isinstance(expr, sympy.Symbol) and builder.root(expr) == op.results[0]:
-            return False  # already the canonical root
+        if isinstance(expr, sympy.Symbol):
+            root = builder.root(expr)
+            # No root: a size no argument dim gives (nonzero's row count, an
+            # unbacked symbol); already the root: canonical as it is.
+            if root is None or root == op.results[0]:
+                return False
         return replace_with(op, rewriter, expr)
 
     def getitem_of_size(op, rewriter) -> bool:

@@ -7,6 +7,9 @@
   run time (its lowering of dynamic size lists is a known source of failures
   and, with dynamic batch and sequence together, of wrong results:
   torch-mlir issue 4743).
+- a view no such grouping explains (``x.reshape(-1, 4)`` of ``[B, L]``) views
+  the input flattened to one dim, behind a run-time check of its element
+  count (``view_through_one_dim``).
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ def group_dims(in_dims: list, out_dims: list) -> list[tuple[list[int], list[int]
         groups.append((gi, gj))
         i, j = i + len(gi), j + len(gj)
     rest_in, rest_out = in_dims[i:], out_dims[j:]
-    if any(d != 1 for d in rest_in + rest_out):
-        return None
+    if any(d != 1 for d in rest_in + rest_out) or not groups and (rest_in or rest_out):
+        return None  # the second: unit dims alone, such as a 0-d tensor viewed as [1, 1, 1]
     if groups and (rest_in or rest_out):  # trailing unit dims join the last group
         last_in, last_out = groups[-1]
         groups[-1] = (last_in + list(range(i, len(in_dims))), last_out + list(range(j, len(out_dims))))
@@ -64,13 +67,17 @@ def rewrite_view(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
         return False
     constants = [constant_int(v) for v in sizes]
     if all(c is not None and c >= 0 for c in constants):
-        return False  # fully static sizes: nothing for torch-mlir to infer at run time
+        if all(d.is_Integer for d in in_dims):
+            return False  # static in and out: nothing for torch-mlir to infer at run time
+        # Dynamic dims into static sizes ([L, B, 5] into [25, 5]): torch-mlir paired
+        # the input's first dim with the 25.
+        return view_through_one_dim(op, rewriter, analysis, in_dims, sizes, constants)
     out_dims = analysis.target_dims(sizes, in_dims)
     if out_dims is None or len(out_dims) != len(result[0]):
         return False
     groups = group_dims(in_dims, out_dims)
     if groups is None or any(len(gi) > 1 and len(gj) > 1 for gi, gj in groups):
-        return False
+        return view_through_one_dim(op, rewriter, analysis, in_dims, sizes, constants)
     if any(analysis.root_of(symbol) is None for d in out_dims for symbol in d.free_symbols):
         return False  # a size that cannot be rebuilt from argument dims
     dtype = result[1]
@@ -110,3 +117,65 @@ def rewrite_view(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
             analysis.dims[current] = list(dims)
     rewriter.replace_op(op, [current])  # all groups 1 -> 1: the view is its input
     return True
+
+
+def view_through_one_dim(op, rewriter, analysis: ShapeAnalysis, in_dims: list,
+                         sizes: list[ir.Value], constants: list[int | None]) -> bool:
+    """``view(flatten(x), sizes)`` for a view whose dims do not group.
+
+    torch-mlir's view lowering pairs the dynamic dims of input and output by
+    position when it cannot tell better: ``x.reshape(-1, 4)`` of a ``[3, 8]``
+    input came out ``[3, 8]`` (eager: ``[6, 4]``), with or without anyshape's
+    passes. From one dim, its lowering is a plain expand, which is right. What
+    eager checks (the element count fits the sizes) IREE would not: a
+    ``torch.runtime.assert`` checks it, naming the view and its sizes.
+    """
+    if len(in_dims) < 2 or len(sizes) < 2 or constants.count(-1) > 1 or \
+            any(c is not None and c < -1 for c in constants):
+        return False
+    source, result = op.operands[0], op.results[0]
+    dtype = vtensor_shape(result.type)[1]
+    int_type = ir.Type.parse("!torch.int")
+    numel = sympy.Mul(*in_dims)
+    with ir.InsertionPoint(op), op.location:
+        count = ir.Operation.create("torch.aten.numel", results=[int_type], operands=[source]).result
+        known = [v for v, c in zip(sizes, constants) if c != -1]
+        product = known[0] if known else int_constant(1)
+        for value in known[1:]:
+            product = ir.Operation.create("torch.aten.mul.int", results=[int_type],
+                                          operands=[product, value]).result
+        if -1 in constants:  # the inferred size: the count must be a multiple of the rest
+            left = ir.Operation.create("torch.aten.remainder.int", results=[int_type],
+                                       operands=[count, product]).result
+            right = int_constant(0)
+        else:
+            left, right = count, product
+        fits = ir.Operation.create("torch.aten.eq.int", results=[ir.Type.parse("!torch.bool")],
+                                   operands=[left, right]).result
+        shown = ", ".join("?" if c is None else str(c) for c in constants)
+        ir.Operation.create("torch.runtime.assert", operands=[fits], attributes={
+            "message": ir.StringAttr.get(
+                f"view/reshape to [{shown}] at {_where(op)}: the input's {len(in_dims)}-d "
+                f"shape has a number of elements these sizes cannot hold (as eager's "
+                f"'shape is invalid for input of size')")})
+        flat = ir.Operation.create(
+            "torch.aten.flatten.using_ints", results=[vtensor_type([_static(numel)], dtype)],
+            operands=[source, int_constant(0), int_constant(len(in_dims) - 1)]).result
+        analysis.dims[flat] = [numel]
+        # Constant sizes in the type too: the lowering reads a [?, ?] result of
+        # view(-1, 4) as static sizes [-1 * 4] ("expected sizes to be non-negative").
+        refined = vtensor_type([c if c is not None and c >= 0 else None for c in constants],
+                               dtype)
+        view = ir.Operation.create(op.name, results=[refined],
+                                   operands=[flat, op.operands[1]]).result
+        if refined != result.type:
+            view = ir.Operation.create("torch.tensor_static_info_cast", results=[result.type],
+                                       operands=[view]).result
+    rewriter.replace_op(op, [view])
+    return True
+
+
+def _where(op) -> str:
+    from anyshape.pipeline import format_location
+
+    return format_location(op.location) or "an unknown location"

@@ -345,11 +345,15 @@ def summary(compiled, out: Path, described: dict | None) -> str:
     lines.append(f"  dynamic dims: {', '.join(dims) if dims else 'none'}")
 
     def shape(spec):
+        if spec.python:  # a Python scalar or constant output
+            return f"{spec.name} {spec.describe()}"
         names = [symbols[d].label or d if isinstance(d, str) and d in symbols else str(d)
                  for d in spec.dims]
         return f"{spec.name} {spec.dtype} ({', '.join(names)})"
 
     lines.append(f"  inputs: {'; '.join(shape(s) for s in signature.inputs)}")
+    if signature.input_writes:
+        lines.append(f"  updated in place, as eager does: {', '.join(signature.input_writes)}")
     tree = signature.output_tree
     paths = leaf_paths(tree)
     outputs = "; ".join(f"outputs{path} {shape(spec).split(' ', 1)[1]}"

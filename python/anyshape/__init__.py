@@ -6,9 +6,10 @@ iree-base-runtime. Everything is imported on first use, so the command-line
 tools start without importing torch.
 """
 
-from anyshape.errors import CompileError, DataTilingFallback
+from anyshape.errors import CompileError, DataTilingFallback, RunError
 
-__all__ = ["compile", "import_torch", "load", "write_parameters", "CompiledModule", "CompileError", "DataTilingFallback"]
+__all__ = ["compile", "import_torch", "load", "write_parameters", "CompiledModule", "CompileError", "DataTilingFallback",
+           "RunError"]
 __version__ = "0.1.0"
 
 _LAZY = {

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 from anyshape.errors import CompileError, DataTilingFallback
 from anyshape.iree_dim_facts import has_dim_facts, inject_dim_facts
 from anyshape.iree_parameters import ARCHIVE, externalize_weights
-from anyshape.iree_workarounds import separate_dynamic_operand_packing, untie_duplicate_workloads
+from anyshape.iree_workarounds import rewrite_flow, separate_dynamic_operand_packing
 from anyshape.mlir import (MLIRError, ir, iree_tool, module_to_bytecode, new_context,
                            parse_module, versions)
 from anyshape.passes import DEFAULT_PIPELINE
@@ -37,6 +37,10 @@ from anyshape.signature import ModuleSignature
 from anyshape.targets import PEELING_FAILURE, PEELING_FLAG, Target, make_target
 
 IMPORT_STAGE = "import"
+# What IREE 3.13 says of some modules with argument dim ranges that it
+# compiles without them (see _compile_stages).
+FACTS_FAILURE = ("write affecting operations on global resources are restricted to workgroup "
+                 "distributed contexts")
 IREE_INPUT_STAGE = "iree-input"
 IREE_COMPILE_STAGE = "iree-compile"
 
@@ -229,6 +233,8 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
                          "ranges anyshape-lower states (wrong results without them); add "
                          "anyshape-lower to passes or use data_tiling=False")
     archive = stages.workdir / ARCHIVE if weights is not None else None
+    passes_output = stages.last_file
+    facts = has_dim_facts(module)
     iree_input = _write_iree_input(stages, module, dump_ir_dir, report, weights, archive,
                                    bool(target.data_tiling))
     del module
@@ -236,17 +242,40 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
            f"{', data tiling' if target.data_tiling else ''})")
     flags = target.iree_flags()
     started = time.monotonic()
+    cpu = target.name == "cpu"
+
+    def build(iree_input: Path) -> Path:
+        nonlocal flags
+        try:
+            return _compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu)
+        except CompileError as error:
+            if PEELING_FLAG not in flags or PEELING_FAILURE not in error.diagnostic:
+                raise
+            # What peeling can need, IREE may refuse (targets.py); without it the
+            # module compiles as IREE does by default.
+            report("compiling again without peeling: " + error.diagnostic.splitlines()[0])
+            _discard_reproducer(error.reproducer, dump_ir_dir)
+            flags = [flag for flag in flags if flag != PEELING_FLAG]
+            return _compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu)
+
     try:
-        vmfb_path = _compile_with_iree(iree_input, flags, dump_ir_dir, report)
+        vmfb_path = build(iree_input)
     except CompileError as error:
-        if PEELING_FLAG not in flags or PEELING_FAILURE not in error.diagnostic:
+        if not facts or target.data_tiling or FACTS_FAILURE not in error.diagnostic:
             raise
-        # What peeling can need, IREE may refuse (targets.py); without it the
-        # module compiles as IREE does by default.
-        report("compiling again without peeling: " + error.diagnostic.splitlines()[0])
+        # The dim facts are for speed without data tiling, and IREE 3.13 fails
+        # on some modules with them that it compiles without (FACTS_FAILURE:
+        # torch.cumulative_trapezoid's slices).
+        report("compiling again without the argument dim ranges: " +
+               error.diagnostic.splitlines()[0])
         _discard_reproducer(error.reproducer, dump_ir_dir)
-        flags = [flag for flag in flags if flag != PEELING_FLAG]
-        vmfb_path = _compile_with_iree(iree_input, flags, dump_ir_dir, report)
+        stages.files = {name: path for name, path in stages.files.items()
+                        if name != IREE_INPUT_STAGE}
+        module = parse_module(passes_output.read_bytes(), new_context())
+        iree_input = _write_iree_input(stages, module, dump_ir_dir, report, weights, archive,
+                                       False, dim_facts=False)
+        del module
+        vmfb_path = build(iree_input)
     seconds = {**stages.seconds, IREE_COMPILE_STAGE: time.monotonic() - started}
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
                           stage_files=stages.files, workdir=workdir, entry=entry,
@@ -260,15 +289,15 @@ def _dynamic(signature: ModuleSignature) -> bool:
 
 def _write_iree_input(stages: "_StageWriter", module: ir.Module, dump_ir_dir,
                       report: Callable[[str], None], weights: dict | None,
-                      archive: Path | None, data_tiling: bool) -> Path:
-    """The last stage, with its ``anyshape.dims`` facts stated in IREE's own ops,
-    with data tiling the product operands that IREE 3.13 must pack on their own
-    behind a barrier (``iree_workarounds.py``) and, with ``weights``, those
-    read from parameters written to ``archive``."""
-    facts = has_dim_facts(module)
+                      archive: Path | None, data_tiling: bool, dim_facts: bool = True) -> Path:
+    """The last stage, with its ``anyshape.dims`` facts stated in IREE's own ops
+    (unless ``dim_facts`` is False), with data tiling the product operands that
+    IREE 3.13 must pack on their own behind a barrier (``iree_workarounds.py``)
+    and, with ``weights``, those read from parameters written to ``archive``."""
+    facts = dim_facts and has_dim_facts(module)
+    source = stages.last_file
     if not facts and weights is None and not data_tiling:
         return stages.write(IREE_INPUT_STAGE, module, same_as_last=True)
-    source = stages.last_file
 
     def produce(bytecode: Path, text: Path | None) -> None:
         current = source
@@ -383,15 +412,22 @@ def _discard_reproducer(reproducer: str, dump_ir_dir) -> None:
 
 
 def _compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
-                       report: Callable[[str], None]) -> Path:
-    """iree-compile in two runs around the flow-level workaround (iree_workarounds.py)."""
+                       report: Callable[[str], None], cpu: bool) -> Path:
+    """iree-compile in two runs around the flow-level workarounds
+    (``iree_workarounds.rewrite_flow``; float64 math for the CPU only)."""
     flow = input_file.with_name("iree-flow.mlirbc")
     untied = input_file.with_name("iree-flow-untied.mlirbc")
     vmfb = input_file.with_name("module.vmfb")
     _run_iree_compile(input_file, [*flags, "--compile-to=flow", "--emit-mlir-bytecode"], flow,
                       dump_ir_dir, report, repro_stem=IREE_INPUT_STAGE)
-    count = untie_duplicate_workloads(flow, untied)
-    report(f"  made {count} repeated dispatch workload sizes distinct")
+    rewritten = rewrite_flow(flow, untied, f64_math_in_f32=cpu)
+    report(f"  made {rewritten.untied} repeated dispatch workload sizes distinct")
+    if rewritten.narrowed:
+        report(f"  computed {rewritten.narrowed} float64 math ops IREE's CPU code lacks in "
+               f"float32")
+    if rewritten.guarded:
+        report(f"  kept {rewritten.guarded} integer divisions from dividing by 0 past a "
+               f"partial vector's end")
     flow.unlink()
     _run_iree_compile(untied, [*flags, "--compile-from=flow"], vmfb, dump_ir_dir, report,
                       repro_stem=untied.stem)

@@ -30,3 +30,12 @@ class DataTilingFallback(UserWarning):
     """Automatic data tiling (``data_tiling=None``) was dropped for a module
     because IREE failed to compile it with data tiling; the module was
     compiled without it."""
+
+
+class RunError(RuntimeError):
+    """A compiled module failed while it ran: the message names the function,
+    the inputs' shapes and IREE's own message (``iree_message``)."""
+
+    def __init__(self, message: str, iree_message: str):
+        self.iree_message = iree_message
+        super().__init__(message)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 import warnings
 from typing import Any
@@ -11,7 +12,12 @@ import numpy as np
 import torch
 import torch.export
 
+from anyshape import export_diagnostics
+from anyshape.errors import CompileError
 from anyshape.mlir import ir, new_context
+from anyshape.signature import output_roles
+from anyshape.symbolic_scalars import lower_symbolic_scalars, scalar_as_tensor
+from anyshape.unsigned_casts import cast_floats_to_unsigned_through_int64
 
 # Ops kept whole through import, and why (everything else decomposes to core ATen,
 # which is what torch-mlir's lowering to linalg covers best):
@@ -100,28 +106,23 @@ def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
             stacklevel=3,
         )
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
-    with torch.no_grad():
-        program = torch.export.export(model, args, kwargs or {}, dynamic_shapes=dynamic_shapes,
-                                      strict=False)
-    program = program.run_decompositions(decomposition_table())
-    _check_no_mutation(program)
+    with torch.no_grad(), export_diagnostics.listening() as shape_log:
+        try:
+            program = torch.export.export(model, args, kwargs or {},
+                                          dynamic_shapes=dynamic_shapes, strict=False)
+        except Exception as error:
+            names = list(inspect.signature(model.forward).parameters)
+            raise export_diagnostics.export_error(error, shape_log, dynamic_shapes,
+                                                  names) from error
+    try:
+        program = program.run_decompositions(decomposition_table())
+    except Exception as error:
+        first = next((line for line in str(error).splitlines() if line.strip()), "")
+        raise CompileError("export", f"decomposing the exported program to core ATen ops "
+                                     f"failed ({type(error).__name__}): {first[:300]}",
+                           None, None) from error
+    output_roles(program)  # refuses state updated in place before the slow stages
     return program
-
-
-def _check_no_mutation(program: torch.export.ExportedProgram) -> None:
-    """A compiled module is a function of its inputs: state that ``forward`` updates
-    in place (a buffer, a parameter, an input) would come back as extra outputs
-    ahead of the model's own, so it is refused."""
-    sig = program.graph_signature
-    updated = [f"{kind} '{name}'" for kind, names in (
-        ("buffer", sig.buffers_to_mutate.values()),
-        ("parameter", getattr(sig, "parameters_to_mutate", {}).values()),
-        ("input", sig.user_inputs_to_mutate.values())) for name in names]
-    if updated:
-        raise ValueError(f"model: expected a forward that updates no state in place (a compiled "
-                         f"module keeps none), got in-place updates of {', '.join(updated)}; "
-                         f"in training mode, batch norm updates its running statistics: call "
-                         f"model.eval() first")
 
 
 def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None = None,
@@ -134,19 +135,76 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     ctx = ctx or new_context()
     names: dict[int, str] = {}
     graph = _inline_state(program, names)
+    lower_symbolic_scalars(graph)
+    cast_floats_to_unsigned_through_int64(graph)
+    _return_module_results(program, graph)
     hooks = _WeightLiterals(names)
     importer = FxImporter(context=ctx, hooks=hooks)
     importer._cc.set_symbolic_guards(program)
-    with ctx, _floor_division_in_shape_expressions():
-        importer.import_stateless_graph(graph, func_name=func_name,
-                                        import_symbolic_shape_expressions=True)
+    with ctx, _shape_expressions_as_affine_maps(), _node_being_imported() as current:
+        try:
+            importer.import_stateless_graph(graph, func_name=func_name,
+                                            import_symbolic_shape_expressions=True)
+        except Exception as error:
+            raise _import_error(error, current[-1] if current else None) from error
     if weights is not None:
         weights.update(hooks.blobs)
     return importer.module
 
 
+def _return_module_results(program: torch.export.ExportedProgram, graph: torch.fx.Graph) -> None:
+    """What the module returns (``signature.output_roles``): the new values of
+    inputs updated in place, then each output that is not a constant, a Python
+    scalar as a 0-d tensor."""
+    output = next(n for n in graph.nodes if n.op == "output")
+    results = []
+    for returned in output_roles(program):
+        if returned.role == "scalar":
+            results.append(scalar_as_tensor(graph, returned.value, output))
+        elif returned.role != "constant":
+            results.append(returned.value)
+    output.args = (tuple(results),)
+
+
 @contextlib.contextmanager
-def _floor_division_in_shape_expressions():
+def _node_being_imported():
+    """The FX node torch-mlir's importer is at, for its failures: it asks each
+    node's location first (``ContextCache.get_node_location``) and names
+    neither node nor line when it fails."""
+    from torch_mlir.extras import fx_importer
+
+    seen: list[torch.fx.Node] = []
+    locate = fx_importer.ContextCache.get_node_location
+
+    def remember(cache, node):
+        seen.append(node)
+        return locate(cache, node)
+
+    fx_importer.ContextCache.get_node_location = remember
+    try:
+        yield seen
+    finally:
+        fx_importer.ContextCache.get_node_location = locate
+
+
+def _import_error(error: Exception, node: torch.fx.Node | None) -> CompileError:
+    text = str(error)
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    if first.startswith("FIX ME: Unimplemented call_function"):
+        first = "no import for this call"  # the rest is the node's whole metadata
+    reason = f"{type(error).__name__}: {first[:300]}"
+    if node is None:
+        return CompileError("import", f"torch-mlir's FX importer failed ({reason})", None, None)
+    frames = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
+    at = f" at {frames[-1][0]}:{frames[-1][1]}" if frames else ""
+    target = str(node.target) if isinstance(node.target, torch._ops.OpOverload) else \
+        getattr(node.target, "__name__", str(node.target))
+    return CompileError("import", f"torch-mlir's FX importer cannot import {node.op} "
+                                  f"{target}{at} ({reason})", None, None)
+
+
+@contextlib.contextmanager
+def _shape_expressions_as_affine_maps():
     """torch-mlir's importer writes each value's symbolic shape as an affine map,
     and has no translation for sympy's ``FloorDiv``: a strided slice of the length
     (``x[:, ::2]``, size ``(L + 1) // 2``) failed the import with
@@ -155,13 +213,16 @@ def _floor_division_in_shape_expressions():
     positive constant they are an affine ``floordiv`` and ``mod``; for the
     length of this import the module's translation function is wrapped to
     produce them (torch-mlir's recursion goes through the module's name, so a
-    term inside a sum reaches the wrapper too; a symbolic divisor is still
-    refused, by torch-mlir's own error)."""
+    term inside a sum reaches the wrapper too). A shape no affine map can
+    state (``x.reshape(-1, 4)``: ``(B*L) // ((B*L) // 4)`` columns, a symbolic
+    divisor) failed the whole import; such a value is imported without its
+    binding, which only states facts: its type still has the dynamic dims."""
     import sympy
     from torch.utils._sympy.functions import FloorDiv, PythonMod
     from torch_mlir.extras import fx_importer
 
     original = fx_importer.sympy_expr_to_semi_affine_expr
+    bind = fx_importer.GraphNodeImporter._create_bind_symbolic_shape_ops
 
     def translate(expr, symbols_map):
         divisor = expr.args[1] if isinstance(expr, (FloorDiv, PythonMod)) else None
@@ -172,11 +233,19 @@ def _floor_division_in_shape_expressions():
                             ir.AffineConstantExpr.get(int(divisor)))
         return original(expr, symbols_map)
 
+    def bind_if_affine(importer, loc, node):
+        try:
+            return bind(importer, loc, node)
+        except NotImplementedError:
+            return None  # no binding: torch-mlir raised before creating any op
+
     fx_importer.sympy_expr_to_semi_affine_expr = translate
+    fx_importer.GraphNodeImporter._create_bind_symbolic_shape_ops = bind_if_affine
     try:
         yield
     finally:
         fx_importer.sympy_expr_to_semi_affine_expr = original
+        fx_importer.GraphNodeImporter._create_bind_symbolic_shape_ops = bind
 
 
 def import_torch(model: torch.nn.Module, args, kwargs: dict | None = None, *,

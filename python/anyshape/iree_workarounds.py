@@ -51,7 +51,9 @@ block of the slice-hoisted last layer, one row per sequence (``[B, 1, H]``).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import NamedTuple
 
 from anyshape.dialects import builtin_tensor_text, vtensor_shape
 from anyshape.mlir import iree_bindings
@@ -179,18 +181,34 @@ def separate_dynamic_operand_packing(in_file: Path, out_file: Path,
     return len(barriers)
 
 
-def untie_duplicate_workloads(flow_file: Path, out_file: Path) -> int:
-    """Rewrite ``flow_file`` (flow-phase IR) into ``out_file``; returns how many
-    workload operands were made distinct."""
+# Float64 math that IREE 3.13's CPU backend lowers to C library calls its
+# linker does not have ("iree-lld: error: undefined symbol: tanh"; arith.remf
+# too, "fmod"), or not at all (math.erf: "failed to legalize operation"):
+# exp, log, pow, sqrt, expm1, log1p, sinh, cosh and the rest have float64 code
+# of their own.
+F64_MATH_IN_F32 = ("math.tanh", "math.sin", "math.cos", "math.tan", "math.asin", "math.acos",
+                   "math.atan", "math.atan2", "math.erf", "math.erfc")
+# ... and float64 logarithms to a base, which become the natural one (float64
+# code) times a constant; in float32 IREE lacks log10f too.
+_LOG_BASES = {"math.log2": 2.0, "math.log10": 10.0}
+
+
+def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool) -> "FlowRewrite":
+    """Rewrite ``flow_file`` (flow-phase IR) into ``out_file``: repeated dispatch
+    workload values made distinct (the module docstring) and, with
+    ``f64_math_in_f32`` (the CPU), the float64 math of ``F64_MATH_IN_F32``
+    computed in float32 and widened back: what IREE's default demotion of
+    float64 did to every value, here only to those ops (everything else
+    float64 stays float64); and, in dispatches, integer divisions by a
+    divisor that is never 0 (``_INTEGER_DIVISIONS``)."""
     ir = iree_bindings()
     with ir.Context():
         module = ir.Module.parse(Path(flow_file).read_bytes())
-        count = 0
+        f64, f32 = ir.F64Type.get(), ir.F32Type.get()
+        untied = narrowed = 0
 
-        def visit(op):
-            nonlocal count
-            if op.name != "flow.dispatch":
-                return ir.WalkResult.ADVANCE
+        def untie(op):
+            nonlocal untied
             workload_size = ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])[0]
             seen = []
             for i in range(workload_size):
@@ -200,12 +218,110 @@ def untie_duplicate_workloads(flow_file: Path, out_file: Path) -> int:
                         distinct = ir.Operation.create("util.optimization_barrier",
                                                        results=[value.type], operands=[value])
                     op.operands[i] = distinct.result
-                    count += 1
+                    untied += 1
                 else:
                     seen.append(value)
+
+        def narrow(op):
+            nonlocal narrowed
+            with ir.InsertionPoint(op), op.location:
+                operands = [ir.Operation.create("arith.truncf", results=[f32],
+                                                operands=[v]).result for v in op.operands]
+                attributes = {op.attributes[i].name: op.attributes[i].attr
+                              for i in range(len(op.attributes))}
+                result = ir.Operation.create(op.name, results=[f32], operands=operands,
+                                             attributes=attributes)
+                wide = ir.Operation.create("arith.extf", results=[f64],
+                                           operands=[result.result]).result
+            op.results[0].replace_all_uses_with(wide)
+            op.erase()
+            narrowed += 1
+
+        def remainder(op):
+            """fmod as a - b * trunc(a / b), in float64: narrowed to float32 it
+            would lose the dividend's low bits."""
+            nonlocal narrowed
+            a, b = op.operands
+            with ir.InsertionPoint(op), op.location:
+                quotient = ir.Operation.create("arith.divf", results=[f64], operands=[a, b]).result
+                whole = ir.Operation.create("math.trunc", results=[f64], operands=[quotient]).result
+                product = ir.Operation.create("arith.mulf", results=[f64], operands=[b, whole]).result
+                rest = ir.Operation.create("arith.subf", results=[f64], operands=[a, product]).result
+            op.results[0].replace_all_uses_with(rest)
+            op.erase()
+            narrowed += 1
+
+        def logarithm(op):
+            nonlocal narrowed
+            with ir.InsertionPoint(op), op.location:
+                natural = ir.Operation.create("math.log", results=[f64],
+                                              operands=[op.operands[0]]).result
+                scale = ir.Operation.create("arith.constant", results=[f64], attributes={
+                    "value": ir.FloatAttr.get(f64, 1 / math.log(_LOG_BASES[op.name]))}).result
+                scaled = ir.Operation.create("arith.mulf", results=[f64],
+                                             operands=[natural, scale]).result
+            op.results[0].replace_all_uses_with(scaled)
+            op.erase()
+            narrowed += 1
+
+        rewrites = {"arith.remf": remainder, **dict.fromkeys(F64_MATH_IN_F32, narrow),
+                    **dict.fromkeys(_LOG_BASES, logarithm)}
+        found = []
+        divides = []
+
+        def visit(op):
+            if op.name in _INTEGER_DIVISIONS and _in_loop_body(ir, op):
+                divides.append(op)
+            if op.name == "flow.dispatch":
+                untie(op)
+            elif f64_math_in_f32 and op.name in rewrites and len(op.results) == 1 and \
+                    op.results[0].type == f64:
+                found.append(op)
             return ir.WalkResult.ADVANCE
 
         module.operation.walk(visit)
+        for op in found:  # erased after the walk, not during it
+            rewrites[op.name](op)
+        for op in divides:
+            divisor = op.operands[1]
+            with ir.InsertionPoint(op), op.location:
+                zero, one = (ir.Operation.create(
+                    "arith.constant", results=[divisor.type],
+                    attributes={"value": ir.IntegerAttr.get(divisor.type, v)}).result
+                    for v in (0, 1))
+                is_zero = ir.Operation.create(
+                    "arith.cmpi", results=[ir.IntegerType.get_signless(1)],
+                    operands=[divisor, zero],
+                    attributes={"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                                0)}).result
+                op.operands[1] = ir.Operation.create("arith.select", results=[divisor.type],
+                                                     operands=[is_zero, one, divisor]).result
         with open(out_file, "wb") as f:
             module.operation.write_bytecode(f)
-    return count
+    return FlowRewrite(untied, narrowed, len(divides))
+
+
+class FlowRewrite(NamedTuple):
+    untied: int    # dispatch workload operands made distinct
+    narrowed: int  # float64 math ops rewritten
+    guarded: int   # integer divisions given a divisor that is never 0
+
+
+# Elementwise integer division in a dispatch. With dynamic dims IREE 3.13's
+# CPU code divides the lanes past the end of a partial vector too, by what is
+# there (zeros), and the process dies of SIGFPE (int64
+# ``div(rounding_mode='trunc')`` of two [5, 10, 5] tensors with dynamic dims,
+# no divisor 0; with or without peeling; static shapes run). A divisor of 0
+# becomes 1 before each such division, which leaves every real element as it
+# was unless its divisor really is 0: eager raises ZeroDivisionError there,
+# and the module gives the dividend.
+_INTEGER_DIVISIONS = ("arith.divsi", "arith.divui", "arith.remsi", "arith.remui",
+                      "arith.floordivsi", "arith.ceildivsi", "arith.ceildivui")
+
+
+def _in_loop_body(ir, op) -> bool:
+    """Whether ``op`` computes elements (in a ``linalg`` op's body), not an
+    index or a size."""
+    parent = op.parent
+    return parent is not None and parent.name.startswith("linalg.") and \
+        not isinstance(op.results[0].type, ir.IndexType)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Sequence
@@ -15,6 +16,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from anyshape import size_conditions
+from anyshape.errors import RunError
 from anyshape.signature import SCHEMA_VERSION, ModuleSignature, TensorSpec, decode_tree
 from anyshape.targets import Target
 
@@ -87,20 +90,40 @@ class CompiledModule:
 
     # -- running -------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        arrays = check_arguments(self.signature, args, kwargs)
+        given = bind_arguments(self.signature, args, kwargs)
+        arrays = check_arguments(self.signature, given)
         function = self._load_function()
-        results = function(*arrays)
-        if not isinstance(results, (tuple, list)):
+        try:
+            results = function(*arrays)
+        except (RuntimeError, ValueError, IndexError, OSError) as error:
+            raise _run_error(f"@{self._entry}", self.signature, arrays, error) from None
+        if results is None:
+            results = ()
+        elif not isinstance(results, (tuple, list)):
             results = (results,)
-        tensors = [torch.from_numpy(np.array(r.to_host() if hasattr(r, "to_host") else r))
-                   for r in results]
+        writes = self.signature.input_writes
+        inputs = {spec.name: spec for spec in self.signature.inputs}
+        dtypes = [inputs[name].dtype for name in writes] + \
+            [spec.dtype for spec in self.signature.outputs if spec.python != "constant"]
+        tensors = [host_tensor(np.array(r.to_host() if hasattr(r, "to_host") else r), dtype)
+                   for r, dtype in zip(results, dtypes)]
+        for name, value in zip(writes, tensors):
+            _write_back(given[name], value)
         # Outputs where the inputs were: on the (first) device of the torch tensors
         # passed, on the host for host tensors and numpy arrays.
         device = next((v.device for v in (*args, *kwargs.values())
                        if isinstance(v, torch.Tensor) and v.device.type != "cpu"), None)
-        if device is not None:
-            tensors = [t.to(device) for t in tensors]
-        return decode_tree(self.signature.output_tree, tensors)
+        computed = iter(tensors[len(writes):])
+        leaves = []
+        for spec in self.signature.outputs:
+            if spec.python == "constant":
+                leaves.append(spec.value)
+            elif spec.python:
+                leaves.append(next(computed).item())  # int, float or bool, as eager returns
+            else:
+                tensor = next(computed)
+                leaves.append(tensor.to(device) if device is not None else tensor)
+        return decode_tree(self.signature.output_tree, leaves)
 
     def _load_function(self):
         if self._function is None:
@@ -315,8 +338,38 @@ def cuda_available() -> bool:
 
 # -- argument checks ---------------------------------------------------------
 
-def check_arguments(signature: ModuleSignature, args: tuple, kwargs: dict) -> list[np.ndarray]:
-    """Match call arguments to the signature and check them; return host arrays in order."""
+def _run_error(function: str, signature: ModuleSignature, arrays: list[np.ndarray],
+               error: Exception) -> RunError:
+    """What failed, on what: IREE's message reads "Error invoking function:
+    c/runtime/src/...c:47: OUT_OF_RANGE; ...; while calling import;" and a
+    VM stack ("[ 0] bytecode module@1:64 -") that names nothing of the model."""
+    iree = iree_message(str(error))
+    shapes = ", ".join(f"{spec.name} {array.dtype} {tuple(array.shape)}"
+                       for spec, array in zip(signature.inputs, arrays))
+    hint = ""
+    mismatch = re.search(r"actual shape `([\dx]+)`", iree)
+    if mismatch:
+        actual = tuple(int(d) for d in mismatch.group(1).split("x"))
+        named = [spec.name for spec, array in zip(signature.inputs, arrays)
+                 if tuple(array.shape) == actual]
+        if named:
+            hint = f" (the shape of argument '{named[0]}' against what the module was compiled for)"
+    return RunError(f"{function} failed at run time with inputs {shapes or 'none'}: "
+                    f"{iree}{hint}", iree)
+
+
+def iree_message(text: str) -> str:
+    """IREE's own words of a run-time failure: its status and message, less the
+    source paths, the native-function trail and the VM stack."""
+    text = text.split("\n[", 1)[0].strip()
+    text = re.sub(r"^Error invoking function:\s*", "", text)
+    text = re.sub(r"(^|;\s*)(c/[\w/.-]+\.c:\d+|<vm>:\d+):\s*", r"\1", text)
+    text = re.sub(r";\s*while (invoking native function|calling import)[^;]*", "", text)
+    return text.strip().rstrip(";").strip()
+
+
+def bind_arguments(signature: ModuleSignature, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """Call arguments by input name, all of them given once."""
     specs = signature.inputs
     names = [s.name for s in specs]
     if len(args) > len(specs):
@@ -333,16 +386,45 @@ def check_arguments(signature: ModuleSignature, args: tuple, kwargs: dict) -> li
     if missing:
         raise ValueError(f"missing argument(s) {', '.join(missing)}: this module takes "
                          f"{', '.join(names)}")
+    return given
 
+
+def _write_back(target, value: torch.Tensor) -> None:
+    """An input the model updates in place gets its new value, as in eager."""
+    if isinstance(target, torch.Tensor):
+        with torch.no_grad():
+            target.copy_(value)
+    else:
+        np.copyto(target, value.numpy())
+
+
+def check_arguments(signature: ModuleSignature, given: dict[str, Any]) -> list[np.ndarray]:
+    """Check the arguments ``bind_arguments`` matched to the signature; return
+    host arrays in order."""
+    specs = signature.inputs
     arrays = [_to_array(spec, given[spec.name]) for spec in specs]
     _check_shapes(signature, specs, arrays)
     return arrays
 
 
+def host_tensor(array: np.ndarray, dtype: str) -> torch.Tensor:
+    """A result as the torch dtype the signature says: IREE's buffers are
+    signless (a uint8 result reads back as int8), and torch takes no numpy
+    bfloat16 (ml_dtypes')."""
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    tensor = torch.from_numpy(array)
+    want = getattr(torch, dtype, None)
+    if isinstance(want, torch.dtype) and tensor.dtype != want and \
+            tensor.element_size() == want.itemsize:
+        tensor = tensor.view(want)
+    return tensor
+
+
 def _to_array(spec: TensorSpec, value) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         received = str(value.dtype).removeprefix("torch.")
-        array = value.detach().cpu().contiguous().numpy() if received == spec.dtype else None
+        array = _host_array(value) if received == spec.dtype else None
     elif isinstance(value, np.ndarray):
         received = value.dtype.name
         array = np.ascontiguousarray(value) if received == spec.dtype else None
@@ -355,6 +437,15 @@ def _to_array(spec: TensorSpec, value) -> np.ndarray:
         raise ValueError(f"argument '{spec.name}': expected rank {len(spec.dims)} "
                          f"{spec.render_shape()}, got rank {array.ndim} {tuple(array.shape)}")
     return array
+
+
+def _host_array(tensor: torch.Tensor) -> np.ndarray:
+    tensor = tensor.detach().cpu().contiguous()
+    if tensor.dtype == torch.bfloat16:  # numpy's bfloat16 is ml_dtypes', which IREE reads
+        import ml_dtypes
+
+        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
 
 
 def _check_shapes(signature: ModuleSignature, specs: list[TensorSpec], arrays: list[np.ndarray]) -> None:
@@ -373,7 +464,12 @@ def _check_shapes(signature: ModuleSignature, specs: list[TensorSpec], arrays: l
                 derived.append((where, dim, size))
                 continue
             if symbol.min is not None and size < symbol.min or symbol.max is not None and size > symbol.max:
-                raise ValueError(f"{where}: expected a size with {symbol.describe()}, got {size}")
+                hint = ("; torch.export gives Dim.AUTO and Dim.DYNAMIC dims a minimum of 2 "
+                        "(it assumes sizes 0 and 1 away): export with a named Dim, "
+                        "Dim('seq'), to accept 1") if symbol.label is None and \
+                    symbol.min == 2 and size < 2 else ""
+                raise ValueError(f"{where}: expected a size with {symbol.describe()}, got "
+                                 f"{size}{hint}")
             if dim in bound and bound[dim][0] != size:
                 value, other, other_axis = bound[dim]
                 raise ValueError(f"{where}: must equal argument '{other}' dim {other_axis} "
@@ -383,6 +479,16 @@ def _check_shapes(signature: ModuleSignature, specs: list[TensorSpec], arrays: l
         expected = _evaluate(expr, {k: v[0] for k, v in bound.items()})
         if expected is not None and expected != size:
             raise ValueError(f"{where}: expected size {expr} = {expected}, got {size}")
+    values = {k: v[0] for k, v in bound.items()}
+    for condition in signature.conditions:
+        if size_conditions.holds(condition, values) is False:
+            sizes = ", ".join(f"argument '{bound[s][1]}' dim {bound[s][2]} = {bound[s][0]}"
+                              for s in bound if re.search(rf"\b{s}\b", condition))
+            labels = {name: s.label for name, s in signature.symbols.items() if s.label}
+            raise ValueError(f"arguments: expected sizes with "
+                             f"{size_conditions.readable(condition, labels)} "
+                             f"(a condition of the model: torch._check or a size relation "
+                             f"torch.export recorded), got {sizes}")
 
 
 def _evaluate(expr: str, values: dict[str, int]) -> int | None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+
+from anyshape import size_conditions
 
 SCHEMA_VERSION = 1
 
@@ -36,9 +38,22 @@ class TensorSpec:
     name: str
     dtype: str                     # torch dtype name: float32, int64, bool, ...
     dims: list[int | str]          # int: static; str: a symbol or an expression over symbols
+    # Outputs only. A Python scalar the model returns (a size, an ``.item()``):
+    # "int", "float" or "bool", carried by the module as a 0-d tensor; or
+    # "constant": a value fixed at export (``value``), which the module does
+    # not compute.
+    python: str | None = None
+    value: Any = None
 
     def render_shape(self) -> str:
         return "(" + ", ".join(str(d) for d in self.dims) + ")"
+
+    def describe(self) -> str:
+        if self.python == "constant":
+            return f"the constant {self.value!r}"
+        if self.python:
+            return f"a Python {self.python}"
+        return f"{self.dtype} {self.render_shape()}"
 
 
 @dataclasses.dataclass
@@ -47,13 +62,23 @@ class ModuleSignature:
     outputs: list[TensorSpec]
     symbols: dict[str, Symbol]
     output_tree: dict[str, Any]
+    # Inputs the model updates in place (``x.add_(y)``, ``x[i] = v``): the
+    # module's first results are their new values, in this order, which the
+    # runtime writes back into the caller's tensors.
+    input_writes: list[str] = dataclasses.field(default_factory=list)
+    # Relations between input dims the model requires beyond their ranges
+    # (``torch._check(x.shape[0] <= y.shape[0])``), over the symbols, in Python
+    # syntax; the runtime checks them as eager does.
+    conditions: list[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict:
         return {
             "inputs": [dataclasses.asdict(t) for t in self.inputs],
-            "outputs": [dataclasses.asdict(t) for t in self.outputs],
+            "outputs": [_output_json(t) for t in self.outputs],
             "symbols": {k: dataclasses.asdict(s) for k, s in self.symbols.items()},
             "output_tree": self.output_tree,
+            "input_writes": list(self.input_writes),
+            "conditions": list(self.conditions),
         }
 
     @classmethod
@@ -63,7 +88,17 @@ class ModuleSignature:
             outputs=[TensorSpec(**t) for t in data["outputs"]],
             symbols={k: Symbol(**s) for k, s in data["symbols"].items()},
             output_tree=data["output_tree"],
+            input_writes=list(data.get("input_writes", [])),
+            conditions=list(data.get("conditions", [])),
         )
+
+
+def _output_json(spec: TensorSpec) -> dict:
+    """A tensor output as before Python values were outputs (no python/value keys)."""
+    data = dataclasses.asdict(spec)
+    if spec.python is None:
+        del data["python"], data["value"]
+    return data
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -106,20 +141,89 @@ def signature_from_program(program: torch.export.ExportedProgram,
                 f"{type(val).__name__}; pass Python values through a wrapper module")
         inputs.append(TensorSpec(node.name, dtype_name(val.dtype), [_dim_entry(d) for d in val.shape]))
 
-    output_node = next(n for n in program.graph.nodes if n.op == "output")
-    outputs = []
-    for i, arg in enumerate(output_node.args[0]):
-        val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
-        if not isinstance(val, torch.Tensor):
-            raise TypeError(f"output {i}: only tensor outputs are supported, got {type(val).__name__}")
-        outputs.append(TensorSpec(f"output_{i}", dtype_name(val.dtype), [_dim_entry(d) for d in val.shape]))
+    outputs, writes = [], []
+    for role, value, written in output_roles(program):
+        if role == "write":
+            writes.append(written)
+            continue
+        name = f"output_{len(outputs)}"
+        if role == "constant":
+            outputs.append(TensorSpec(name, "", [], python="constant", value=value))
+        elif role == "scalar":
+            scalar = scalar_kind(value.meta["val"])
+            outputs.append(TensorSpec(name, SCALAR_DTYPES[scalar], [], python=scalar))
+        else:
+            val = value.meta["val"]
+            outputs.append(TensorSpec(name, dtype_name(val.dtype), [_dim_entry(d) for d in val.shape]))
 
     labels = dim_labels or {}
     symbols = {}
     for sym, rng in program.range_constraints.items():
         name = str(sym)
         symbols[name] = Symbol(name, _bound(rng.lower), _bound(rng.upper), labels.get(name))
-    return ModuleSignature(inputs, outputs, symbols, encode_tree(program.call_spec.out_spec))
+    dims = {(spec.name, axis): dim for spec in inputs for axis, dim in enumerate(spec.dims)}
+    conditions = size_conditions.from_guards(getattr(program, "_guards_code", None) or [],
+                                             dims, list(symbols))
+    return ModuleSignature(inputs, outputs, symbols, encode_tree(program.call_spec.out_spec),
+                           writes, conditions)
+
+
+# The 0-d tensor that carries a Python scalar output through the module.
+SCALAR_DTYPES = {"int": "int64", "float": "float64", "bool": "bool"}
+_CONSTANT_TYPES = (int, float, bool, str, type(None))
+
+
+def scalar_kind(value) -> str | None:
+    """'int', 'float' or 'bool' for a (symbolic) Python scalar, else None."""
+    from anyshape.symbolic_scalars import kind
+
+    return kind(value)
+
+
+class Returned(NamedTuple):
+    role: str              # "write", "tensor", "scalar" or "constant"
+    value: Any             # the graph's node, or the constant
+    input: str | None = None  # "write": the input updated in place
+
+
+def output_roles(program: torch.export.ExportedProgram) -> list[Returned]:
+    """What each value the exported graph returns is, in order: "write" for the
+    new value of an input updated in place, "tensor", "scalar" for a Python
+    int, float or bool computed at run time, "constant" for one fixed at
+    export. State updated in place (a buffer, a parameter) is refused: a
+    compiled module's weights are constants."""
+    from torch.export.graph_signature import OutputKind
+
+    output_node = next(n for n in program.graph.nodes if n.op == "output")
+    state = {OutputKind.BUFFER_MUTATION: "buffer", OutputKind.PARAMETER_MUTATION: "parameter"}
+    updated = [f"{state[spec.kind]} '{spec.target}'" for spec in
+               program.graph_signature.output_specs if spec.kind in state]
+    if updated:
+        raise ValueError(
+            f"model: expected a forward that updates no state in place (a compiled module "
+            f"holds its weights and buffers as constants, with no state across calls), got "
+            f"in-place updates of {', '.join(updated)}; in training mode, batch norm updates "
+            f"its running statistics: call model.eval() first (or pass such state as an "
+            f"input, which the module updates as eager does)")
+    roles = []
+    for number, (spec, arg) in enumerate(zip(program.graph_signature.output_specs,
+                                             output_node.args[0])):
+        if spec.kind == OutputKind.USER_INPUT_MUTATION:
+            roles.append(Returned("write", arg, spec.target))
+        elif spec.kind != OutputKind.USER_OUTPUT:
+            raise ValueError(f"model: expected outputs and in-place updates of inputs, got "
+                             f"output {number} of kind {spec.kind.name}")
+        elif isinstance(arg, torch.fx.Node) and isinstance(arg.meta.get("val"), torch.Tensor):
+            roles.append(Returned("tensor", arg))
+        elif isinstance(arg, torch.fx.Node) and scalar_kind(arg.meta.get("val")):
+            roles.append(Returned("scalar", arg))
+        elif not isinstance(arg, torch.fx.Node) and isinstance(arg, _CONSTANT_TYPES):
+            roles.append(Returned("constant", arg))
+        else:
+            got = type(arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg).__name__
+            raise TypeError(f"output {number - sum(r.role == 'write' for r in roles)}: expected a "
+                            f"tensor, a Python int, float, bool, str or None, got {got}")
+    return roles
 
 
 def dim_labels_from(program: torch.export.ExportedProgram, dynamic_shapes: Any) -> dict[str, str]:
@@ -176,6 +280,10 @@ def encode_tree(spec) -> dict[str, Any]:
     if isinstance(keys, (list, tuple)) and all(isinstance(k, str) for k in keys):
         return {"kind": "class", "module": spec.type.__module__,
                 "qualname": spec.type.__qualname__, "keys": list(keys), "children": children}
+    if isinstance(spec.type, type) and issubclass(spec.type, tuple) and \
+            hasattr(spec.type, "n_fields"):  # a structseq: torch.return_types.topk, ...
+        return {"kind": "structseq", "module": spec.type.__module__,
+                "qualname": spec.type.__qualname__, "children": children}
     if hasattr(spec.type, "_fields"):  # namedtuple
         return {"kind": "class", "module": spec.type.__module__,
                 "qualname": spec.type.__qualname__, "keys": list(spec.type._fields),
@@ -191,7 +299,7 @@ def leaf_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:
     kind = tree["kind"]
     if kind == "leaf":
         return [prefix]
-    if kind in ("tuple", "list"):
+    if kind in ("tuple", "list", "structseq"):
         steps = [f"[{i}]" for i in range(len(tree["children"]))]
     elif kind == "dict":
         steps = [f"[{key!r}]" for key in tree["keys"]]
@@ -215,6 +323,9 @@ def _decode(tree, it):
         return tuple(values)
     if kind == "list":
         return values
+    if kind == "structseq":  # built from one sequence of its fields
+        cls = _import_class(tree["module"], tree["qualname"])
+        return tuple(values) if cls is None else cls(values)
     fields = dict(zip(tree["keys"], values))
     if kind == "dict":
         return fields

@@ -85,6 +85,14 @@ Why each option:
   external parameters anyway) and the artifact is 214.4 MB; the run time is
   unchanged, and iree-compile takes less time and memory (16.4 s and 0.87 GB
   against 17.9 s and 1.29 GB on that model).
+- ``--iree-input-demote-f64-to-f32=false``: IREE's default computes float64
+  in float32 and then fails at run time on any float64 input or output
+  ("buffer view byte length 120 exceeds backing buffer byte length 60":
+  ``x.to(torch.float64)``, ``softmax(dtype=torch.float64)``, a Python float
+  the model returns). Off, float64 is float64; the float32 models' f64 scalar
+  constants and comparisons are folded to float32 in the generated code all
+  the same (roberta's dispatches have no double arithmetic either way).
+  ``test_float64_is_computed_in_float64`` guards it.
 - cuda: ``--iree-hal-target-device=cuda --iree-cuda-target=<arch>``; compiling
   needs no GPU, running needs IREE's cuda driver and a device. IREE 3.13 has
   no GPU target details for ``sm_90`` (Hopper: "missing GPU target in
@@ -104,7 +112,8 @@ PEELING_FAILURE = "expected no unbounded stack allocations"
 DEFAULT_CUDA_ARCH = "sm_80"
 
 _COMMON = ["--iree-input-type=torch", "--iree-dispatch-creation-fuse-multi-use=false",
-           "--iree-opt-const-eval=false"]
+           "--iree-opt-const-eval=false", "--iree-input-demote-f64-to-f32=false",
+           "--iree-opt-strip-assertions=false"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,11 +50,12 @@ def first_line(error: BaseException | str, limit: int = 300) -> str:
 
 def is_clear(error: BaseException) -> bool:
     """What a user of ``anyshape.compile`` should get for a module it cannot
-    compile or an input it cannot run: its CompileError, or a ValueError or
-    TypeError that says something."""
-    from anyshape.errors import CompileError
+    compile or an input it cannot run: its CompileError or RunError (what IREE
+    said when the module ran, with the call), or a ValueError or TypeError
+    that says something."""
+    from anyshape.errors import CompileError, RunError
 
-    if isinstance(error, CompileError):
+    if isinstance(error, (CompileError, RunError)):
         return True
     return type(error) in (ValueError, TypeError) and bool(str(error).strip())
 
@@ -71,7 +72,9 @@ def anyshape_compile_failure(error: BaseException) -> tuple[str, str]:
     if isinstance(error, CompileError):
         if error.stage == IREE_COMPILE_STAGE:
             return error.stage, iree_compile_cause(error.diagnostic)
-        return error.stage, OURS  # an anyshape pass, or the facts handed to IREE
+        # torch.export's and torch-mlir's importer's failures, in anyshape's words
+        upstream = {"export": EXPORT, "import": TORCH_MLIR}
+        return error.stage, upstream.get(error.stage, OURS)  # else an anyshape pass
     names = [name for _, name in frames(error)]
     ours = raised_in_anyshape(error)
     if "export_program" in names:
@@ -89,8 +92,11 @@ def anyshape_compile_failure(error: BaseException) -> tuple[str, str]:
 
 
 def call_failure(error: BaseException) -> str:
-    """Cause of an exception out of calling a compiled module."""
-    return OURS if raised_in_anyshape(error) else IREE
+    """Cause of an exception out of calling a compiled module: a RunError is
+    IREE's failure, reported by anyshape."""
+    from anyshape.errors import RunError
+
+    return IREE if isinstance(error, RunError) or not raised_in_anyshape(error) else OURS
 
 
 def across_stacks(record: dict) -> dict:

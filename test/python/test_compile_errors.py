@@ -63,6 +63,23 @@ def test_iree_failure_names_stage_and_replays():
     assert replay.returncode != 0 and "torch.aten.erfinv" in replay.stderr
 
 
+class ComplexScale(torch.nn.Module):
+    def forward(self, x):
+        return torch.view_as_real(x.to(torch.complex64) * 1j)
+
+
+def test_import_failure_names_the_op_and_line():
+    """torch-mlir's importer has no literal for a complex scalar; it said only
+    "'NoneType' object is not callable"."""
+    with pytest.raises(anyshape.CompileError) as info:
+        anyshape.compile(ComplexScale(), (torch.randn(3),))
+    assert info.value.stage == "import"
+    assert info.value.diagnostic.startswith(
+        "torch-mlir's FX importer cannot import call_function aten.mul.Tensor at "
+        f"{__file__}:")
+    assert "(TypeError: 'NoneType' object is not callable)" in info.value.diagnostic
+
+
 def test_unknown_pass_fails_before_export():
     with pytest.raises(KeyError, match="unknown anyshape pass 'anyshape-nope'"):
         anyshape.compile(TanhNeg(), (torch.randn(3),), passes=["anyshape-nope"])

@@ -141,16 +141,6 @@ def test_compile_non_tensor_input():
                          dynamic_shapes={"x": None, "n": Dim.DYNAMIC})
 
 
-class WithCount(torch.nn.Module):
-    def forward(self, x):
-        return x + 1, 3
-
-
-def test_compile_non_tensor_output():
-    with pytest.raises(TypeError, match="output 1: only tensor outputs are supported, got int"):
-        anyshape.compile(WithCount().eval(), x3())
-
-
 class Box:
     def __init__(self, tensor):
         self.tensor = tensor

@@ -34,52 +34,27 @@ SAMPLE_OPS = 50
 WORKERS = 2
 TIMEOUT = 120.0
 
-# One case per cause of a known failure that the seeded sample misses (from
-# `make coverage`), so that each fix shows here.
+# Cases of causes the seeded sample misses (from `make coverage`), each fixed
+# once; pinned so that the fix stays.
 PINNED = [
-    "topk-float32-0",                  # torch.return_types output
-    "nonzero-float32-12",              # data-dependent output size
+    "topk-float32-0",                  # a torch.return_types output
+    "nonzero-float32-12",              # a data-dependent output size
     "uniform-float32-2",               # updates its input in place
     "item-float32-0",                  # a Python number as output
-    "cumulative_trapezoid-float32-0",  # anyshape-lower's IR fails in IREE
-    "softmax.with_dtype-float32-4",    # float64 output
-    "byte-float32-4",                  # uint8 output
+    "cumulative_trapezoid-float32-0",  # IREE fails with the argument dim ranges
+    "softmax.with_dtype-float32-4",    # a float64 output
+    "byte-float32-4",                  # a uint8 output of values from 128 up
+    "meshgrid.variadic_tensors-float32-6",  # a 0-d tensor viewed as [1, 1, 1]
+    "div.trunc_rounding-int64-5",      # integer division with dynamic dims (SIGFPE)
+    "reshape-float32-0",               # dynamic dims reshaped to static sizes
+    "logcumsumexp-float32-0",
 ]
 
 # Known failures, each a strict xfail whose reason names the cause: a fix
 # turns it into an XPASS, which fails until it is removed here.
-_STRUCTSEQ = ("anyshape: signature.encode_tree refuses torch.return_types structseq outputs "
-              "(TypeError 'a pytree node without field names'); the plain stack passes")
 KNOWN = {
-    "topk-float32-0": _STRUCTSEQ,
-    "nonzero-float32-12": "anyshape: canonicalize_shapes size_int compares builder.root(u0) = None "
-                          "with an MLIR value (TypeError __eq__) for a data-dependent size; the "
-                          "plain stack passes",
-    "uniform-float32-2": "anyshape: refuses a forward that updates its input in place "
-                         "(ValueError); the plain stack passes",
-    "item-float32-0": "anyshape: refuses a non-tensor output (TypeError 'only tensor outputs'); "
-                      "the plain stack passes",
-    "cumulative_trapezoid-float32-0": "anyshape: with anyshape-lower's facts IREE fails "
-                                      "('linalg.generic' op write affecting operations on "
-                                      "global resources ...); the plain stack passes",
-    "softmax.with_dtype-float32-4": "anyshape: float64 output demoted to f32 by IREE; the call "
-                                    "raises IREE's IndexError (buffer view byte length), not a "
-                                    "clear error (the plain stack fails the same way)",
-    "byte-float32-4": "anyshape: a uint8 output comes back int8 (IREE's signless i8); the plain "
-                      "stack too",
-    "meshgrid.variadic_tensors-float32-6": "anyshape: structural_reshapes casts a 0-d view "
-                                           "input to [1,1,1] (tensor_static_info_cast rank "
-                                           "mismatch); the plain stack passes",
-    "meshgrid.variadic_tensors-int64-6": "anyshape: structural_reshapes casts a 0-d view input "
-                                         "to [1,1,1] (tensor_static_info_cast rank mismatch); "
-                                         "the plain stack passes",
-    "linalg.svdvals-float32-18": "anyshape: torch-mlir's import error (NotImplementedError: "
-                                 "sympy Min) comes out of compile unwrapped, not a CompileError",
-    "div.trunc_rounding-int64-5": "IREE: SIGFPE running int64 division with dynamic dims under "
-                                  "--iree-llvmcpu-vector-pproc-strategy=peel (anyshape's flag; "
-                                  "both stacks; runs without it)",
-    "logcumsumexp-float32-0": "torch-mlir/IREE: inf where eager gives 10000 (exp overflows), "
-                              "both stacks",
+    "logcumsumexp-float32-0": "torch-mlir/IREE: inf where eager gives 10000 (log(cumsum(exp(x))) "
+                              "overflows), both stacks",
 }
 
 

@@ -1,0 +1,244 @@
+"""torch.export's failures, explained: above all a dynamic dim it fixed to its example value.
+
+``x * math.sqrt(x.shape[-1])`` exports with the size read once, as a plain
+number: torch.export then refuses the dim the user marked dynamic with a bare
+"Constraints violated (n)!". Which line did it is in torch's shape-environment
+log ("guard added" records carry the user's frame); this module listens to
+that log during the export and names the line, the dim and what to write
+instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import logging
+import os
+import re
+import traceback
+from dataclasses import dataclass, field
+
+from anyshape.errors import CompileError
+
+_SHAPE_LOG = "torch.fx.experimental.symbolic_shapes"
+_SYMBOL = re.compile(r"\b[su]\d+\b")
+# "L['x'].size()[1]" -> ("x", "1"); a keyword argument is "L['kwargs']['mask']".
+_SIZE_SOURCE = re.compile(r"L(?:\['\w+'\])*\['(\w+)'\]\.size\(\)\[(\d+)\]")
+
+ADVICE = ("Python code there used the size as a plain number (math.sqrt and the other "
+          "math functions, float(), int(), or a branch on its value), so torch.export "
+          "read it once. Keep it symbolic: size ** 0.5 or torch.sym_sqrt(size) for "
+          "math.sqrt(size), torch.sym_float(size) for float(size), size // k or "
+          "torch.sym_int(value) for int(value), torch.sym_max / torch.sym_min for "
+          "max / min; or leave that dim static (no Dim) if it never changes.")
+
+
+@dataclass
+class Guard:
+    expr: str                             # the condition torch.export recorded (sympy)
+    frame: traceback.FrameSummary | None  # where in the user's code
+
+
+@dataclass
+class ShapeLog:
+    """What the shape environment said during one export."""
+    sources: dict[str, tuple[str, int]] = field(default_factory=dict)  # symbol -> (source, hint)
+    guards: list[Guard] = field(default_factory=list)
+
+
+class _Listener(logging.Handler):
+    def __init__(self, log: ShapeLog):
+        super().__init__(logging.INFO)
+        self.log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if str(record.msg).startswith("create_symbol") and len(args) >= 3:
+            try:
+                self.log.sources[str(args[0])] = (str(args[2]), int(args[1]))
+            except (TypeError, ValueError):
+                pass
+        elif "[guard added]" in str(record.msg) and len(args) >= 3:
+            frame = getattr(args[2], "framework_loc", None)
+            if not isinstance(frame, traceback.FrameSummary) or _inside_torch(frame):
+                frame = _user_frame()  # a guard an op's implementation added
+            self.log.guards.append(Guard(str(args[1]), frame))
+
+
+def _inside_torch(frame: traceback.FrameSummary) -> bool:
+    import torch
+
+    return frame.filename.startswith(os.path.dirname(torch.__file__))
+
+
+def _user_frame() -> traceback.FrameSummary | None:
+    """The innermost frame of the running stack in the user's code: not in
+    torch, anyshape or Python's own library."""
+    import sysconfig
+
+    import torch
+
+    skip = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)),
+            sysconfig.get_paths()["stdlib"])
+    for frame in reversed(traceback.extract_stack()):
+        if not frame.filename.startswith(skip) and not frame.filename.startswith("<"):
+            return frame
+    return None
+
+
+@contextlib.contextmanager
+def listening():
+    """Record the shape log of the export inside, without printing it (torch
+    attaches its own stderr handler to that logger: set aside meanwhile)."""
+    logger = logging.getLogger(_SHAPE_LOG)
+    log = ShapeLog()
+    saved = (logger.level, list(logger.handlers))
+    for handler in saved[1]:
+        logger.removeHandler(handler)
+    listener = _Listener(log)
+    logger.addHandler(listener)
+    logger.setLevel(logging.INFO)
+    try:
+        yield log
+    finally:
+        logger.removeHandler(listener)
+        logger.setLevel(saved[0])
+        for handler in saved[1]:
+            logger.addHandler(handler)
+
+
+def export_error(error: Exception, log: ShapeLog, dynamic_shapes=None,
+                 input_names: list[str] | None = None) -> CompileError:
+    """A ``CompileError`` of stage 'export' for torch.export's ``error``;
+    ``input_names``: forward's parameters, for a ``dynamic_shapes`` tuple."""
+    text = str(error)
+    if "Constraints violated" in text:
+        explained = _explain_specializations(text, log,
+                                             _dim_labels(dynamic_shapes, input_names or []))
+        if explained:
+            return CompileError("export", explained, None, None)
+    first = next((line for line in text.splitlines() if line.strip()), type(error).__name__)
+    return CompileError("export", f"torch.export could not export the model "
+                                  f"({type(error).__name__}): {first}", None, None)
+
+
+def _dim_labels(dynamic_shapes, input_names: list[str]) -> dict[tuple[str, int], str]:
+    """(input name, axis) -> the name of the user's Dim there."""
+    if isinstance(dynamic_shapes, dict):
+        per_input = dynamic_shapes.items()
+    elif isinstance(dynamic_shapes, (list, tuple)):
+        per_input = zip(input_names, dynamic_shapes)
+    else:
+        return {}
+    labels = {}
+    for name, axes in per_input:
+        if isinstance(axes, dict):
+            for axis, dim in axes.items():
+                label = getattr(dim, "__name__", None)
+                if isinstance(axis, int) and label:
+                    labels[(name, axis)] = label
+    return labels
+
+
+def _explain_specializations(text: str, log: ShapeLog,
+                             labels: dict[tuple[str, int], str]) -> str | None:
+    pinned, conditions = [], {}  # conditions: (guard, its text) -> the dims it holds back
+    for symbol, (source, hint) in log.sources.items():
+        guard = _restricting_guard(symbol, log)
+        if guard is None:
+            continue
+        match = _SIZE_SOURCE.fullmatch(source)
+        where_dim = f"{match.group(1)}.size()[{match.group(2)}]" if match else source
+        label = labels.get((match.group(1), int(match.group(2)))) if match else None
+        named = f"'{label}' ({where_dim})" if label else where_dim
+        if _pins(guard.expr, symbol):
+            pinned.append(f"torch.export fixed dim {named} to its example value {hint} "
+                          f"{_at(guard)}")
+        elif any(conversion in guard.expr for conversion in _CONVERSIONS):
+            pinned.append(f"torch.export could not keep dim {named} dynamic: a Python "
+                          f"conversion of it made the condition {_with_sources(guard.expr, log)}"
+                          f", true at the example size {hint} and not at others, {_at(guard)}")
+        else:
+            conditions.setdefault((id(guard), _with_sources(guard.expr, log)), (guard, []))[1] \
+                .append(named)
+    if not pinned and not conditions:
+        return None
+    parts = list(pinned)
+    for (_, condition), (guard, dims) in conditions.items():
+        parts.append(f"torch.export could not keep dim{'s' if len(dims) > 1 else ''} "
+                     f"{' and '.join(dims)} dynamic: the condition {condition} holds only "
+                     f"for some sizes, added {_at(guard)}")
+    advice = ADVICE if pinned else ""
+    if conditions:
+        fixes = text[text.index("Suggested fixes:"):].split("\n\n")[0].strip() \
+            if "Suggested fixes:" in text else ""
+        advice += (("\n" if advice else "") +
+                   "The model's code needs that condition (a branch on a size, torch._check, or "
+                   "an op whose operands' sizes must match): declare the dims so that it always "
+                   "holds (one Dim for dims that must be equal, a min or max, a multiple of a "
+                   f"Dim){', as torch suggests:' if fixes else '.'}" + (f"\n{fixes}" if fixes else ""))
+    return "".join(parts) + advice
+
+
+def _at(guard: Guard) -> str:
+    frame = guard.frame
+    if frame is None:
+        return "(where, torch did not record)\n"
+    line = (frame.line or linecache.getline(frame.filename, frame.lineno)).strip()
+    return f"at {frame.filename}:{frame.lineno}" + (f":\n    {line}\n" if line else "\n")
+
+
+def _restricting_guard(symbol: str, log: ShapeLog) -> Guard | None:
+    """The first guard on ``symbol`` that some other size would fail: the one
+    that took the dim's freedom away (a guard every size passes, ``L != 1``
+    for a broadcast, is not it)."""
+    import sympy
+
+    values = {name: hint for name, (_, hint) in log.sources.items()}
+    hint = values.get(symbol)
+    if hint is None:
+        return None
+    for guard in log.guards:
+        expr = _parse(guard.expr)
+        free = {str(s): s for s in getattr(expr, "free_symbols", ())}
+        if symbol not in free:
+            continue
+        for other in (hint + 1, hint + 2, 2 * hint + 7, 100003):
+            point = {s: values.get(name, 0) for name, s in free.items()}
+            point[free[symbol]] = other
+            try:
+                holds = expr.subs(point)
+            except (TypeError, ValueError, ArithmeticError):
+                continue
+            if holds in (sympy.false, False):
+                return guard
+    return None
+
+
+def _parse(text: str):
+    """A guard's text as sympy, with torch's own functions (``TruncToInt``,
+    ``PythonMod``, ...) evaluable; None when it does not parse."""
+    import sympy
+    from torch.utils._sympy import functions
+
+    names = {name: getattr(functions, name) for name in dir(functions)
+             if isinstance(getattr(functions, name), type)}
+    try:
+        return sympy.sympify(text, locals=names)
+    except (sympy.SympifyError, SyntaxError, TypeError, ValueError):
+        return None
+
+
+# torch's names for Python's conversions of a size (float(), int(), math.floor,
+# round, math.sqrt, ...) inside a guard: a plain-number use, not a condition.
+_CONVERSIONS = ("ToFloat(", "TruncToInt(", "FloorToInt(", "CeilToInt(", "RoundToInt(",
+                "OpaqueUnaryFn")
+
+
+def _pins(expr, symbol: str) -> bool:
+    """Whether ``expr`` is ``Eq(symbol, number)``."""
+    return re.fullmatch(rf"Eq\({symbol}, -?\d+\)", str(expr)) is not None
+
+
+def _with_sources(expr, log: ShapeLog) -> str:
+    return _SYMBOL.sub(lambda m: log.sources.get(m.group(0), (m.group(0),))[0], str(expr))

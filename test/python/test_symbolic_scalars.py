@@ -1,0 +1,153 @@
+"""Scalars computed from sizes (``x * x.shape[-1] ** 0.5``, ``L % 8``, ``torch.sym_max``),
+compiled with unbounded dims and run exactly at every size; and the error that
+names the line where torch.export itself fixed a dim (``math.sqrt(L)``)."""
+
+import math
+
+import pytest
+import torch
+from torch.export import Dim
+
+import anyshape
+from anyshape.errors import CompileError
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return x * self.scale(x)
+
+
+def n(x):
+    return x.shape[-1]
+
+
+def b(x):
+    return x.shape[0]
+
+
+# Each is multiplied into x, so a wrong scalar shows as a wrong tensor.
+SCALES = {
+    # The BERT pattern that made encoders unexportable at variable length.
+    "pow-half": lambda x: n(x) ** 0.5,
+    "pow-minus-half": lambda x: n(x) ** -0.5,
+    "pow-int": lambda x: n(x) ** 2,
+    "pow-float": lambda x: (n(x) / 3) ** 1.5,
+    "sym-sqrt": lambda x: torch.sym_sqrt(n(x)),
+    "sym-sqrt-of-float": lambda x: torch.sym_sqrt(n(x) / 2),
+    "sym-float": lambda x: 1 / torch.sym_float(n(x)),
+    "truediv": lambda x: n(x) / 4,
+    "floordiv": lambda x: n(x) // 3,
+    # Python's % rounds toward -inf; torch-mlir's remainder.int truncates.
+    "mod": lambda x: n(x) % 3,
+    "mod-of-negative": lambda x: (-n(x)) % 4,
+    "sym-max-int": lambda x: torch.sym_max(n(x), 4),
+    "sym-min-int": lambda x: torch.sym_min(n(x), b(x)),
+    "sym-max-float": lambda x: torch.sym_max(n(x) / 2, 1.5),
+    "floor": lambda x: math.floor(n(x) / 3),
+    "ceil": lambda x: math.ceil(n(x) / 3),
+    "trunc": lambda x: torch.sym_int(n(x) / 3),
+    "round": lambda x: round(n(x) / 4),
+    "abs": lambda x: abs(b(x) - n(x)),
+    "sym-sum": lambda x: torch.sym_sum([b(x), n(x), 3]),
+    "less-than-float": lambda x: torch.sym_ite(n(x) / 2 < 3, 1.0, -1.0),
+    "not-equal-float": lambda x: torch.sym_ite(n(x) / 2 != 2.5, 2, -1),
+    "sym-not": lambda x: torch.sym_ite(torch.sym_not(n(x) > 3), 2.0, 3.0),
+}
+
+# Odd sizes and 1 on both dims, including sizes the comparisons flip at.
+SIZES = [(1, 1), (2, 5), (3, 6), (1, 7), (4, 17), (2, 33), (1, 65)]
+
+
+@pytest.mark.parametrize("name", sorted(SCALES))
+def test_scalar_from_sizes_is_exact_at_every_size(name):
+    model = Scaled(SCALES[name]).eval()
+    compiled = anyshape.compile(model, (torch.randn(3, 5),),
+                                dynamic_shapes={"x": {0: Dim("batch"), 1: Dim("n")}})
+    for size in SIZES:
+        x = torch.randn(*size)
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-6, rtol=1e-6,
+                                   msg=lambda m: f"{name} at {size}: {m}")
+
+
+class ScaledEncoderInput(torch.nn.Module):
+    """Embeddings scaled by sqrt(hidden) and positions by an arange of the length:
+    a size read into a float and into a tensor in one model."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(50, 8)
+
+    def forward(self, ids):
+        h = self.embed(ids) * h_scale(self.embed.weight.shape[-1])
+        positions = torch.arange(ids.shape[1]) / ids.shape[1] ** 0.5
+        return h + positions[None, :, None]
+
+
+def h_scale(hidden):
+    return hidden ** 0.5
+
+
+def test_length_scaled_positions_at_odd_lengths():
+    model = ScaledEncoderInput().eval()
+    compiled = anyshape.compile(model, (torch.randint(0, 50, (2, 9)),),
+                                dynamic_shapes={"ids": {0: Dim("batch"), 1: Dim("seq")}})
+    for batch, length in [(1, 1), (1, 17), (3, 33), (2, 333)]:
+        ids = torch.randint(0, 50, (batch, length))
+        torch.testing.assert_close(compiled(ids), model(ids), atol=1e-6, rtol=1e-6)
+
+
+def test_import_leaves_no_python_scalar_call_to_torch_mlir():
+    """Every rewritten scalar is a torch op IREE lowers, not an opaque operator."""
+    model = Scaled(lambda x: torch.sym_max(n(x) % 3, 1) * n(x) ** 0.5).eval()
+    text = str(anyshape.import_torch(model, (torch.randn(2, 5),),
+                                     dynamic_shapes={"x": {1: Dim("n")}}))
+    assert "torch.operator" not in text
+    assert "torch.aten.sqrt.int" in text and "torch.prim.max.int" in text
+    assert "torch.aten.floordiv.int" in text  # Python's %, built from floor division
+
+
+class MathSqrt(torch.nn.Module):
+    def forward(self, x):
+        return x * math.sqrt(x.shape[-1])
+
+
+def test_dim_fixed_by_math_sqrt_names_line_dim_and_fix():
+    with pytest.raises(CompileError) as caught:
+        anyshape.compile(MathSqrt().eval(), (torch.randn(2, 5),),
+                         dynamic_shapes={"x": {1: Dim("n")}})
+    message = str(caught.value)
+    assert caught.value.stage == "export"
+    assert "torch.export fixed dim 'n' (x.size()[1]) to its example value 5" in message
+    assert f"{__file__}:" in message and "return x * math.sqrt(x.shape[-1])" in message
+    assert "size ** 0.5 or torch.sym_sqrt(size) for math.sqrt(size)" in message
+
+
+class BranchOnLength(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 if x.shape[-1] < 10 else x
+
+
+def test_dim_restricted_by_a_branch_names_the_condition_and_torchs_fix():
+    with pytest.raises(CompileError) as caught:
+        anyshape.compile(BranchOnLength().eval(), (torch.randn(2, 5),),
+                         dynamic_shapes={"x": {1: Dim("n")}})
+    message = str(caught.value)
+    assert "could not keep dim 'n' (x.size()[1]) dynamic: the condition " \
+           "L['x'].size()[1] < 10 holds only for some sizes" in message
+    assert "return x * 2 if x.shape[-1] < 10 else x" in message
+    assert "n = Dim('n', max=9)" in message
+
+
+def test_other_export_failures_are_compile_errors_of_stage_export():
+    class Unexportable(torch.nn.Module):
+        def forward(self, x):
+            return x + 1, torch.float32  # a dtype is no output torch.export can return
+
+    with pytest.raises(CompileError, match=r"stage 'export' failed: torch.export could not "
+                                           r"export the model \(.*\): Found <class "
+                                           r"'torch.dtype'> in output"):
+        anyshape.compile(Unexportable().eval(), (torch.randn(3),))
