@@ -86,13 +86,24 @@ Why each option:
   unchanged, and iree-compile takes less time and memory (16.4 s and 0.87 GB
   against 17.9 s and 1.29 GB on that model).
 - ``--iree-input-demote-f64-to-f32=false``: IREE's default computes float64
-  in float32 and then fails at run time on any float64 input or output
-  ("buffer view byte length 120 exceeds backing buffer byte length 60":
+  in float32 and then fails at run time on any float64 output ("buffer view
+  byte length 120 exceeds backing buffer byte length 60":
   ``x.to(torch.float64)``, ``softmax(dtype=torch.float64)``, a Python float
-  the model returns). Off, float64 is float64; the float32 models' f64 scalar
-  constants and comparisons are folded to float32 in the generated code all
-  the same (roberta's dispatches have no double arithmetic either way).
-  ``test_float64_is_computed_in_float64`` guards it.
+  the model returns) and reads float64 inputs as garbage. Off, float64 is
+  float64 (``test_float64_is_computed_in_float64``), but for the float64
+  math IREE's CPU code lacks (``iree_workarounds.rewrite_flow``). The
+  float32 models' f64 scalar constants and comparisons fold to float32 in
+  the generated code all the same: roberta-base ran as fast either way
+  (``bench/interleave.py``, demoted / not: 1.00 / 0.99 at batch 1, L = 33
+  and 128).
+- ``--iree-opt-strip-assertions=false``: from O1 on, IREE drops the
+  program's assertions, so a check in it (the element count of a view
+  anyshape rewrites, torch-mlir's own size checks) never fired and a call
+  with sizes the program cannot hold computed something. Kept, it fails as
+  an ``anyshape.RunError`` naming the check. Roberta-base (batch 1..8, L
+  1..512) ran as fast either way (``bench/interleave.py``, stripped / kept:
+  1.00 / 0.98 at batch 1 L = 17, 1.00 / 1.02 at L = 128, 1.00 / 0.99 at
+  batch 4 L = 65).
 - cuda: ``--iree-hal-target-device=cuda --iree-cuda-target=<arch>``; compiling
   needs no GPU, running needs IREE's cuda driver and a device. IREE 3.13 has
   no GPU target details for ``sm_90`` (Hopper: "missing GPU target in
