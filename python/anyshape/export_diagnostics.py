@@ -19,6 +19,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from anyshape.errors import CompileError
+from anyshape.signature import declared_dims
 
 _SHAPE_LOG = "torch.fx.experimental.symbolic_shapes"
 _SYMBOL = re.compile(r"\b[su]\d+\b")
@@ -114,30 +115,12 @@ def export_error(error: Exception, log: ShapeLog, dynamic_shapes=None,
     text = str(error)
     if "Constraints violated" in text:
         explained = _explain_specializations(text, log,
-                                             _dim_labels(dynamic_shapes, input_names or []))
+                                             declared_dims(dynamic_shapes, input_names or []))
         if explained:
             return CompileError("export", explained, None, None)
     first = next((line for line in text.splitlines() if line.strip()), type(error).__name__)
     return CompileError("export", f"torch.export could not export the model "
                                   f"({type(error).__name__}): {first}", None, None)
-
-
-def _dim_labels(dynamic_shapes, input_names: list[str]) -> dict[tuple[str, int], str]:
-    """(input name, axis) -> the name of the user's Dim there."""
-    if isinstance(dynamic_shapes, dict):
-        per_input = dynamic_shapes.items()
-    elif isinstance(dynamic_shapes, (list, tuple)):
-        per_input = zip(input_names, dynamic_shapes)
-    else:
-        return {}
-    labels = {}
-    for name, axes in per_input:
-        if isinstance(axes, dict):
-            for axis, dim in axes.items():
-                label = getattr(dim, "__name__", None)
-                if isinstance(axis, int) and label:
-                    labels[(name, axis)] = label
-    return labels
 
 
 def _explain_specializations(text: str, log: ShapeLog,

@@ -226,33 +226,39 @@ def output_roles(program: torch.export.ExportedProgram) -> list[Returned]:
     return roles
 
 
-def dim_labels_from(program: torch.export.ExportedProgram, dynamic_shapes: Any) -> dict[str, str]:
-    """Map export symbols to the user's ``Dim`` names, where ``dynamic_shapes`` says them.
+def declared_dims(dynamic_shapes: Any, input_names: list[str]) -> dict[tuple[str, int], str]:
+    """(input name, axis) -> the name of the user's ``Dim`` there.
 
     Handles the usual forms: a dict keyed by input name, or a tuple/list in
-    input order, each entry a ``{axis: Dim}`` dict or a list of per-axis Dims.
+    input order (``input_names``), each entry a ``{axis: Dim}`` dict or a list
+    of per-axis Dims (``Dim.AUTO`` and ``Dim.DYNAMIC`` have no name).
     """
-    if dynamic_shapes is None:
-        return {}
-    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    names = list(program.graph_signature.user_inputs)
     if isinstance(dynamic_shapes, dict):
         per_input = dynamic_shapes.items()
     elif isinstance(dynamic_shapes, (list, tuple)):
-        per_input = zip(names, dynamic_shapes)
+        per_input = zip(input_names, dynamic_shapes)
     else:
         return {}
-    labels = {}
+    declared = {}
     for input_name, axes in per_input:
-        node = placeholders.get(input_name)
-        if node is None or not isinstance(axes, (dict, list, tuple)):
+        if not isinstance(axes, (dict, list, tuple)):
             continue  # None, or a Dim or hint for a non-tensor input
-        items = axes.items() if isinstance(axes, dict) else enumerate(axes)
-        shape = node.meta["val"].shape
-        for axis, dim in items:
+        for axis, dim in (axes.items() if isinstance(axes, dict) else enumerate(axes)):
             label = getattr(dim, "__name__", None)
-            if label is None or not isinstance(axis, int) or axis >= len(shape):
-                continue
+            if label is not None and isinstance(axis, int):
+                declared[(input_name, axis)] = label
+    return declared
+
+
+def dim_labels_from(program: torch.export.ExportedProgram, dynamic_shapes: Any) -> dict[str, str]:
+    """Map export symbols to the user's ``Dim`` names, where ``dynamic_shapes`` says them."""
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    labels = {}
+    names = list(program.graph_signature.user_inputs)
+    for (input_name, axis), label in declared_dims(dynamic_shapes, names).items():
+        node = placeholders.get(input_name)
+        shape = node.meta["val"].shape if node is not None else ()
+        if axis < len(shape):
             entry = _dim_entry(shape[axis])
             if isinstance(entry, str) and entry.isidentifier():
                 labels.setdefault(entry, label)

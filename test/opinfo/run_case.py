@@ -218,20 +218,15 @@ def plain_compile(bytecode: bytes, kinds: list, flags: list | None):
     tries = [flags] if flags is not None else \
         [make_target("cpu", data_tiling=tiled).iree_flags() for tiled in (True, False)]
     for attempt in tries:
-        try:
-            return plain.compile_bytecode(bytecode, kinds, attempt), attempt
-        except plain.StageError as failure:
-            error = failure
-            if failure.stage != plain.IREE_COMPILE:
-                raise
-        if PEELING_FAILURE in str(error) and PEELING_FLAG in attempt:
-            attempt = [f for f in attempt if f != PEELING_FLAG]
+        for flags_tried in (attempt, [f for f in attempt if f != PEELING_FLAG]):
             try:
-                return plain.compile_bytecode(bytecode, kinds, attempt), attempt
+                return plain.compile_bytecode(bytecode, kinds, flags_tried), flags_tried
             except plain.StageError as failure:
                 error = failure
                 if failure.stage != plain.IREE_COMPILE:
                     raise
+                if PEELING_FAILURE not in str(failure) or PEELING_FLAG not in flags_tried:
+                    break  # not peeling's failure: the next data-tiling try
     raise error
 
 
