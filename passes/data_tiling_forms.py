@@ -296,7 +296,12 @@ class _Rewrites:
     def few_rows_projection(self, op, rewriter) -> bool:
         """linear(x, W, b), mm(x, W) or addmm(b, x, W) (unit factors) where x has a
         dynamic row count of at most one data tile (16) -> a broadcast multiply and
-        a sum over K, which IREE does not data-tile."""
+        a sum over K, which IREE does not data-tile. Likewise a static row count
+        of at most a tile, or one vector (a linear of a 1-d x), against a weight
+        of a dynamic column count N (a weight that is an input): IREE 3.13's data
+        tiling of ``[1, K] @ [K, N]`` returned the product padded to 8 columns
+        where it had a second user, and softmax over it read the padding
+        (``linear_cross_entropy`` off by 0.05)."""
         name = op.name
         x = op.operands[1 if name == "torch.aten.addmm" else 0]
         weight = op.operands[2 if name == "torch.aten.addmm" else 1]
@@ -304,30 +309,42 @@ class _Rewrites:
         result = vtensor_shape(op.results[0].type)
         if x_shape is None or w_shape is None or result is None:
             return False
-        if len(x_shape[0]) != 2 or len(w_shape[0]) != 2 or x_shape[1] != result[1]:
+        vector = len(x_shape[0]) == 1 and name == "torch.aten.linear"
+        if len(x_shape[0]) != 2 and not vector or len(w_shape[0]) != 2 or \
+                x_shape[1] != result[1]:
             return False
         if name == "torch.aten.addmm" and any(constant_int(v) != 1 for v in op.operands[3:5]):
             return False
-        rows = self.analysis.dims.get(x)
-        if rows is None or rows[0] is None or rows[0].is_Integer:
-            return False  # static row counts data-tile (and compile) fine
-        largest = self.analysis.max_of(rows[0])
-        if largest is None or largest > _ROWS_PER_TILE:
+        n = result[0][-1]
+        rows = [sympy.Integer(1)] if vector else self.analysis.dims.get(x)
+        if rows is None or rows[0] is None:
             return False
-        (m, k), dtype = x_shape
-        n = result[0][1]
+        if rows[0].is_Integer:
+            if n is not None or int(rows[0]) > _ROWS_PER_TILE:
+                return False  # static rows against static columns data-tile (and compile) fine
+        else:
+            largest = self.analysis.max_of(rows[0])
+            if largest is None or largest > _ROWS_PER_TILE:
+                return False
+        dtype = x_shape[1]
+        k = x_shape[0][-1]
+        m = None if vector else x_shape[0][0]
         transposed = name == "torch.aten.linear"  # W is [N, K]
         with ir.InsertionPoint(op), op.location:
-            if transposed:  # [M, 1, K] * [N, K] -> [M, N, K], summed over K (axis 2)
+            if vector:  # [1, K] * [N, K] -> [N, K], summed over K (axis 1)
+                column = _unsqueeze(x, 0, [1, k], dtype)
+                products = _binary("torch.aten.mul.Tensor", [n, k], dtype, column, weight)
+                axis, summed_sizes = 1, [n]
+            elif transposed:  # [M, 1, K] * [N, K] -> [M, N, K], summed over K (axis 2)
                 column = _unsqueeze(x, 1, [m, 1, k], dtype)
                 products = _binary("torch.aten.mul.Tensor", [m, n, k], dtype, column, weight)
-                axis = 2
+                axis, summed_sizes = 2, [m, n]
             else:  # [M, K, 1] * [K, N] -> [M, K, N], summed over K (axis 1)
                 column = _unsqueeze(x, 2, [m, k, 1], dtype)
                 products = _binary("torch.aten.mul.Tensor", [m, k, n], dtype, column, weight)
-                axis = 1
+                axis, summed_sizes = 1, [m, n]
             summed = ir.Operation.create(
-                "torch.aten.sum.dim_IntList", results=[vtensor_type([m, n], dtype)],
+                "torch.aten.sum.dim_IntList", results=[vtensor_type(summed_sizes, dtype)],
                 operands=[products, _list_construct([int_constant(axis)]), bool_constant(False),
                           none_constant()]).result
             bias = op.operands[0] if name == "torch.aten.addmm" else (

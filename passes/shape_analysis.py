@@ -289,6 +289,8 @@ class ShapeAnalysis:
         if dims is None:
             return None
         axis = constant_int(operands[1]) if len(operands) > 1 else None
+        if not dims and axis is not None:
+            return None  # dim 0 of a 0-d tensor (torch reads it as a 1-d one): left to the type
         if name == "torch.aten.flatten.using_ints":
             end = constant_int(operands[2])
             if axis is None or end is None or not dims:

@@ -37,10 +37,6 @@ from anyshape.signature import ModuleSignature
 from anyshape.targets import PEELING_FAILURE, PEELING_FLAG, Target, make_target
 
 IMPORT_STAGE = "import"
-# What IREE 3.13 says of some modules with argument dim ranges that it
-# compiles without them (see _compile_stages).
-FACTS_FAILURE = ("write affecting operations on global resources are restricted to workgroup "
-                 "distributed contexts")
 IREE_INPUT_STAGE = "iree-input"
 IREE_COMPILE_STAGE = "iree-compile"
 
@@ -236,7 +232,7 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
     passes_output = stages.last_file
     facts = has_dim_facts(module)
     iree_input = _write_iree_input(stages, module, dump_ir_dir, report, weights, archive,
-                                   bool(target.data_tiling))
+                                   bool(target.data_tiling), source=passes_output)
     del module
     report(f"compiling with IREE for {target.name} ({target.opt_level}"
            f"{', data tiling' if target.data_tiling else ''})")
@@ -261,21 +257,32 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
     try:
         vmfb_path = build(iree_input)
     except CompileError as error:
-        if not facts or target.data_tiling or FACTS_FAILURE not in error.diagnostic:
+        if not facts or target.data_tiling or error.stage != IREE_COMPILE_STAGE:
             raise
         # The dim facts are for speed without data tiling, and IREE 3.13 fails
-        # on some modules with them that it compiles without (FACTS_FAILURE:
-        # torch.cumulative_trapezoid's slices).
+        # on some modules with them that it compiles without ("'linalg.generic'
+        # op write affecting operations on global resources are restricted to
+        # workgroup distributed contexts": torch.cumulative_trapezoid's slices;
+        # "offset 0 is out-of-bounds": bincount). Where it fails without them
+        # too, the first failure is the one reported.
         report("compiling again without the argument dim ranges: " +
                error.diagnostic.splitlines()[0])
-        _discard_reproducer(error.reproducer, dump_ir_dir)
-        stages.files = {name: path for name, path in stages.files.items()
-                        if name != IREE_INPUT_STAGE}
+        first = Path(error.reproducer)
+        kept = first.rename(first.with_name(first.name + ".first"))  # the retry's may take its name
         module = parse_module(passes_output.read_bytes(), new_context())
-        iree_input = _write_iree_input(stages, module, dump_ir_dir, report, weights, archive,
-                                       False, dim_facts=False)
+        retry = _write_iree_input(stages, module, dump_ir_dir, report, weights, archive,
+                                  False, source=passes_output, dim_facts=False)
         del module
-        vmfb_path = build(iree_input)
+        try:
+            vmfb_path = build(retry)
+        except CompileError as second:
+            _discard_reproducer(second.reproducer, dump_ir_dir)
+            stages.forget_last()
+            kept.replace(first)
+            raise error from None
+        kept.replace(first)
+        _discard_reproducer(error.reproducer, dump_ir_dir)
+        stages.files[IREE_INPUT_STAGE] = stages.files.pop(stages.last_stage)
     seconds = {**stages.seconds, IREE_COMPILE_STAGE: time.monotonic() - started}
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
                           stage_files=stages.files, workdir=workdir, entry=entry,
@@ -289,15 +296,16 @@ def _dynamic(signature: ModuleSignature) -> bool:
 
 def _write_iree_input(stages: "_StageWriter", module: ir.Module, dump_ir_dir,
                       report: Callable[[str], None], weights: dict | None,
-                      archive: Path | None, data_tiling: bool, dim_facts: bool = True) -> Path:
-    """The last stage, with its ``anyshape.dims`` facts stated in IREE's own ops
-    (unless ``dim_facts`` is False), with data tiling the product operands that
-    IREE 3.13 must pack on their own behind a barrier (``iree_workarounds.py``)
-    and, with ``weights``, those read from parameters written to ``archive``."""
+                      archive: Path | None, data_tiling: bool, source: Path,
+                      dim_facts: bool = True) -> Path:
+    """The last pass stage (``module``, stored as ``source``), with its
+    ``anyshape.dims`` facts stated in IREE's own ops (unless ``dim_facts`` is
+    False), with data tiling the product operands that IREE 3.13 must pack on
+    their own behind a barrier (``iree_workarounds.py``) and, with
+    ``weights``, those read from parameters written to ``archive``."""
     facts = dim_facts and has_dim_facts(module)
-    source = stages.last_file
     if not facts and weights is None and not data_tiling:
-        return stages.write(IREE_INPUT_STAGE, module, same_as_last=True)
+        return stages.write(IREE_INPUT_STAGE, module, same_as=source)
 
     def produce(bytecode: Path, text: Path | None) -> None:
         current = source
@@ -349,12 +357,22 @@ class _StageWriter:
     def last_file(self) -> Path:
         return list(self.files.values())[-1]
 
-    def write(self, stage: str, module: ir.Module, same_as_last: bool = False) -> Path:
-        """Record ``module`` as ``stage``; ``same_as_last``: it is unchanged since the
-        last stage, whose bytecode (500 MB for roberta-base) is reused, not rewritten."""
+    @property
+    def last_stage(self) -> str:
+        return list(self.files)[-1]
+
+    def forget_last(self) -> None:
+        """Drop the last stage, and its dumped text (an abandoned attempt's)."""
+        self.files.pop(self.last_stage)
+        if self.dump_dir and self.dumped:
+            self.dumped.pop().unlink(missing_ok=True)
+
+    def write(self, stage: str, module: ir.Module, same_as: Path | None = None) -> Path:
+        """Record ``module`` as ``stage``; ``same_as``: the stage file it is the same
+        module as, whose bytecode (500 MB for roberta-base) is reused, not rewritten."""
         stage, stem = self._name(stage)
-        if same_as_last:
-            path = self.last_file
+        if same_as is not None:
+            path = same_as
         else:
             path = self.workdir / f"{stem}.mlirbc"
             path.write_bytes(module_to_bytecode(module))

@@ -18,6 +18,7 @@ from anyshape.mlir import ir, new_context
 from anyshape.signature import output_roles
 from anyshape.symbolic_scalars import lower_symbolic_scalars, scalar_as_tensor
 from anyshape.unsigned_casts import cast_floats_to_unsigned_through_int64
+from anyshape.wrong_lowerings import refuse_wrong_lowerings
 
 # Ops kept whole through import, and why (everything else decomposes to core ATen,
 # which is what torch-mlir's lowering to linalg covers best):
@@ -135,6 +136,7 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     ctx = ctx or new_context()
     names: dict[int, str] = {}
     graph = _inline_state(program, names)
+    refuse_wrong_lowerings(graph)
     lower_symbolic_scalars(graph)
     cast_floats_to_unsigned_through_int64(graph)
     _return_module_results(program, graph)

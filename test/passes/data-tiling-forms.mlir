@@ -509,6 +509,50 @@ func.func @negative_many_or_static_rows(%arg0: !torch.vtensor<[?,8],f32>, %arg1:
 
 // -----
 
+/// A vector, and one static row, against a weight whose column count N is
+/// dynamic (a weight that is an input): IREE 3.13's data tiling returned such
+/// a product padded to 8 columns where it had a second user, and a softmax
+/// over it read the padding; they become a broadcast multiply and a sum.
+// CHECK-LABEL: func.func @one_row_dynamic_columns
+// CHECK-SAME: (%[[V:.*]]: !torch.vtensor<[8],f32>, %[[R:.*]]: !torch.vtensor<[1,8],f32>, %[[W:.*]]: !torch.vtensor<[?,8],f32>, %[[WT:.*]]: !torch.vtensor<[8,?],f32>)
+// CHECK: %[[ROW:.*]] = torch.aten.unsqueeze %[[V]], %{{.*}} -> !torch.vtensor<[1,8],f32>
+// CHECK: %[[P:.*]] = torch.aten.mul.Tensor %[[ROW]], %[[W]] : !torch.vtensor<[1,8],f32>, !torch.vtensor<[?,8],f32> -> !torch.vtensor<[?,8],f32>
+// CHECK: %[[LIN:.*]] = torch.aten.sum.dim_IntList %[[P]], %{{.*}}, %false, %none {{.*}} -> !torch.vtensor<[?],f32>
+// CHECK: %[[COL:.*]] = torch.aten.unsqueeze %[[R]], %{{.*}} -> !torch.vtensor<[1,8,1],f32>
+// CHECK: %[[Q:.*]] = torch.aten.mul.Tensor %[[COL]], %[[WT]] : !torch.vtensor<[1,8,1],f32>, !torch.vtensor<[8,?],f32> -> !torch.vtensor<[1,8,?],f32>
+// CHECK: %[[MM:.*]] = torch.aten.sum.dim_IntList %[[Q]], %{{.*}}, %false, %none {{.*}} -> !torch.vtensor<[1,?],f32>
+// CHECK-NOT: torch.aten.linear
+// CHECK-NOT: torch.aten.mm
+// CHECK: return %[[LIN]], %[[MM]]
+func.func @one_row_dynamic_columns(%arg0: !torch.vtensor<[8],f32>, %arg1: !torch.vtensor<[1,8],f32>, %arg2: !torch.vtensor<[?,8],f32>, %arg3: !torch.vtensor<[8,?],f32>) -> (!torch.vtensor<[?],f32>, !torch.vtensor<[1,?],f32>) {
+  %0 = torch.symbolic_int "s0" {min_val = 2, max_val = 9223372036854775807} : !torch.int
+  torch.bind_symbolic_shape %arg2, [%0], affine_map<()[s0] -> (s0, 8)> : !torch.vtensor<[?,8],f32>
+  torch.bind_symbolic_shape %arg3, [%0], affine_map<()[s0] -> (8, s0)> : !torch.vtensor<[8,?],f32>
+  %none = torch.constant.none
+  %lin = torch.aten.linear %arg0, %arg2, %none : !torch.vtensor<[8],f32>, !torch.vtensor<[?,8],f32>, !torch.none -> !torch.vtensor<[?],f32>
+  %mm = torch.aten.mm %arg1, %arg3 : !torch.vtensor<[1,8],f32>, !torch.vtensor<[8,?],f32> -> !torch.vtensor<[1,?],f32>
+  return %lin, %mm : !torch.vtensor<[?],f32>, !torch.vtensor<[1,?],f32>
+}
+
+// -----
+
+/// A vector or one static row against a weight of static columns: IREE's data
+/// tiling handles them (a one-row LM head with the batch fixed); left alone.
+// CHECK-LABEL: func.func @negative_one_row_static_columns
+// CHECK: torch.aten.linear
+// CHECK: torch.aten.mm
+// CHECK-NOT: torch.aten.sum.dim_IntList
+func.func @negative_one_row_static_columns(%arg0: !torch.vtensor<[8],f32>, %arg1: !torch.vtensor<[1,8],f32>) -> (!torch.vtensor<[4],f32>, !torch.vtensor<[1,4],f32>) {
+  %none = torch.constant.none
+  %w = torch.vtensor.literal(dense<1.0> : tensor<4x8xf32>) : !torch.vtensor<[4,8],f32>
+  %wt = torch.vtensor.literal(dense<2.0> : tensor<8x4xf32>) : !torch.vtensor<[8,4],f32>
+  %lin = torch.aten.linear %arg0, %w, %none : !torch.vtensor<[8],f32>, !torch.vtensor<[4,8],f32>, !torch.none -> !torch.vtensor<[4],f32>
+  %mm = torch.aten.mm %arg1, %wt : !torch.vtensor<[1,8],f32>, !torch.vtensor<[8,4],f32> -> !torch.vtensor<[1,4],f32>
+  return %lin, %mm : !torch.vtensor<[4],f32>, !torch.vtensor<[1,4],f32>
+}
+
+// -----
+
 /// Attention scores plus a padding mask of one row per sequence: IREE cannot
 /// fuse the unpacking of the data-tiled scores with the addition when the
 /// length is dynamic, so the mask becomes one more contraction step of the

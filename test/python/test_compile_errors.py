@@ -80,6 +80,23 @@ def test_import_failure_names_the_op_and_line():
     assert "(TypeError: 'NoneType' object is not callable)" in info.value.diagnostic
 
 
+class WeightedBags(torch.nn.Module):
+    def forward(self, table, ids, weights):
+        return torch.nn.functional.embedding_bag(ids, table, mode="sum",
+                                                 per_sample_weights=weights)
+
+
+def test_op_torch_mlir_lowers_wrong_is_refused_by_name():
+    """torch-mlir's embedding_bag ignored the weights: a plain sum per bag."""
+    args = (torch.randn(10, 4), torch.randint(0, 10, (3, 5)), torch.rand(3, 5))
+    with pytest.raises(anyshape.CompileError) as info:
+        anyshape.compile(WeightedBags(), args)
+    assert info.value.stage == "import"
+    assert info.value.diagnostic.startswith("embedding_bag with per_sample_weights: "
+                                            "torch-mlir's lowering ignores the weights")
+    assert f"{__file__}:" in info.value.diagnostic
+
+
 def test_unknown_pass_fails_before_export():
     with pytest.raises(KeyError, match="unknown anyshape pass 'anyshape-nope'"):
         anyshape.compile(TanhNeg(), (torch.randn(3),), passes=["anyshape-nope"])

@@ -47,6 +47,11 @@ PINNED = [
     "meshgrid.variadic_tensors-float32-6",  # a 0-d tensor viewed as [1, 1, 1]
     "div.trunc_rounding-int64-5",      # integer division with dynamic dims (SIGFPE)
     "reshape-float32-0",               # dynamic dims reshaped to static sizes
+    "bincount-int64-0",                # IREE fails with the argument dim ranges
+    "index_select-float32-0",          # dim 0 of a 0-d tensor
+    "nn.functional.linear_cross_entropy-float32-0",  # data tiling of [1, K] @ [K, N]
+    "nn.functional.embedding_bag-float32-3",  # torch-mlir drops per_sample_weights
+    "scatter_reduce.mean-int64-1",     # torch-mlir's integer mean rounds toward 0
     "logcumsumexp-float32-0",
 ]
 
