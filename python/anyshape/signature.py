@@ -210,6 +210,11 @@ def output_roles(program: torch.export.ExportedProgram) -> list[Returned]:
                                              output_node.args[0])):
         if spec.kind == OutputKind.USER_INPUT_MUTATION:
             roles.append(Returned("write", arg, spec.target))
+        elif spec.kind == OutputKind.TOKEN:
+            raise ValueError("model: expected a forward without side effects, got ops torch.export "
+                             "orders by effect tokens (with_effects: error checks such as "
+                             "linalg's, prints), which neither torch-mlir nor a compiled module "
+                             "keeps")
         elif spec.kind != OutputKind.USER_OUTPUT:
             raise ValueError(f"model: expected outputs and in-place updates of inputs, got "
                              f"output {number} of kind {spec.kind.name}")

@@ -96,6 +96,8 @@ def call_failure(error: BaseException) -> str:
     IREE's failure, reported by anyshape."""
     from anyshape.errors import RunError
 
+    if isinstance(error, ValueError) and str(error).startswith("arguments: expected sizes with"):
+        return EXPORT  # a guard torch.export recorded: its program is not valid at those sizes
     return IREE if isinstance(error, RunError) or not raised_in_anyshape(error) else OURS
 
 

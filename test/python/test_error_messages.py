@@ -141,6 +141,18 @@ def test_compile_non_tensor_input():
                          dynamic_shapes={"x": None, "n": Dim.DYNAMIC})
 
 
+class Cholesky(torch.nn.Module):
+    def forward(self, x):
+        return torch.linalg.cholesky(x)  # its error check is an effect torch.export orders by token
+
+
+def test_compile_refuses_effectful_forward():
+    x = torch.eye(3) * 2
+    with pytest.raises(ValueError, match="model: expected a forward without side effects, got ops "
+                                         "torch.export orders by effect tokens"):
+        anyshape.compile(Cholesky().eval(), (x,))
+
+
 class Box:
     def __init__(self, tensor):
         self.tensor = tensor
