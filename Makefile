@@ -8,7 +8,7 @@ STAMP := $(VENV)/.anyshape-installed
 BENCH_STAMP := $(VENV)/.anyshape-bench-installed
 BENCH_ARGS ?=
 
-.PHONY: test lit pytest demo bench bench-hoist-slices zoo fuzz coverage clean
+.PHONY: test lit pytest demo bench bench-sweep bench-served bench-hoist-slices zoo fuzz coverage clean
 
 # PIP_CONSTRAINT, not only -c: it also pins what pip installs to build anyshape
 # itself (setuptools, in pip's isolated build environment).
@@ -45,10 +45,26 @@ bench-hoist-slices: $(STAMP)
 
 # Not a test: anyshape against IREE static, eager, inductor and onnxruntime, both
 # models, batch 1 and 8, L 16..512 (long: hours on 2 cores). Results in
-# bench/results/compare.{md,json,png}. A smoke test of the script:
+# bench/results/compare.{md,json,png}. Then, on the CPU (not with --target cuda),
+# the length sweep and the served workload below. A smoke test of the script:
 #   make bench BENCH_ARGS='--tiny --lengths 16 32 --batches 1 --out /tmp/compare-tiny'
 bench: $(BENCH_STAMP)
 	$(PY) bench/compare.py $(BENCH_ARGS)
+	$(if $(findstring --target,$(BENCH_ARGS)),,$(MAKE) bench-sweep bench-served)
+
+# Not a test: roberta-base at every L from 1 to 160 and by 32 to 512, batch 1 and 8,
+# anyshape against onnxruntime, eager, inductor and IREE static at a few L (about
+# an hour and a half on 2 cores). Writes bench/results/sweep.{md,json,png}.
+#   make bench-sweep SWEEP_ARGS='--tiny --lengths 1 2 17 --static-lengths 17 --out /tmp/sweep-tiny'
+SWEEP_ARGS ?=
+bench-sweep: $(BENCH_STAMP)
+	$(PY) bench/sweep.py $(SWEEP_ARGS)
+
+# Not a test: 300 requests of long-tailed lengths, one at a time and in padded
+# groups of 8, requests/s per system (about 10 minutes). Writes bench/results/served.{md,json}.
+SERVED_ARGS ?=
+bench-served: $(BENCH_STAMP)
+	$(PY) bench/served.py $(SERVED_ARGS)
 
 # Not a test: every HuggingFace family at its default size, compiled once (dynamic
 # batch and sequence), max error and latency against eager at L = 128 (tens of

@@ -379,11 +379,14 @@ def _max_abs_diff(output, expected) -> float:
     return float((output.float() - expected.float()).abs().max())
 
 
-def bench_model(model_key: str, args, workdir: Path, compiles: list, cells: list,
-                memory: list) -> None:
+def model_setup(model_key: str, args, workdir: Path):
+    """The benchmark process's model, its longest length, and the task fields every child shares.
+
+    The weights are saved for the compile children, which load them: every
+    system runs the same weights.
+    """
     import torch
 
-    name = MODEL_KEYS[model_key]
     # Inductor's cache, empty for each model: the compile child's first call is cold; the
     # benchmark process and the run-memory child then find what it compiled.
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / f"inductor-cache-{model_key}")
@@ -391,32 +394,26 @@ def bench_model(model_key: str, args, workdir: Path, compiles: list, cells: list
     model, max_len = build_model(model_key, args.tiny)
     state_dict = workdir / f"{model_key}.pt"
     torch.save(model.state_dict(), state_dict)
-    max_batch = max(8, *args.batches)
     base_task = {"model": model_key, "tiny": args.tiny, "state_dict": str(state_dict),
-                 "threads": args.threads, "max_batch": max_batch}
+                 "threads": args.threads, "max_batch": max(8, *args.batches)}
+    return model, max_len, base_task
 
-    def log(text):
-        print(f"[{time.strftime('%H:%M:%S')}] {name}: {text}", flush=True)
 
-    def record_compile(system, built_for, result, note=""):
-        compiles.append({"model": name, "system": SYSTEMS[system], "built_for": built_for,
-                         "seconds": result.get("seconds"), "self_mb": result.get("self_mb"),
-                         "sub_mb": result.get("sub_mb"), "tree_mb": result.get("tree_mb"),
-                         "error": result.get("error"), "note": note})
+def build_systems(model_key: str, model, args, workdir: Path, base_task: dict, record_compile, log,
+                  first_shape: tuple[int, int]):
+    """The systems built once per model: ``(runners, failed, artifacts)``.
 
-    def run_memory(cell, systems, artifacts):
-        """Peak RSS of a fresh process per system that loads it and runs this cell's shape."""
-        for system in systems:
-            log(f"batch {cell.batch}, L {cell.length}: run memory of {SYSTEMS[system]} (child process)")
-            result = run_child({**base_task, "kind": "run", "system": system,
-                                "artifact": str(artifacts.get(system, "")),
-                                "shape": [cell.batch, cell.length]},
-                               workdir, f"{model_key}-run-{system}-{cell.batch}x{cell.length}")
-            memory.append({"model": name, "batch": cell.batch, "L": cell.length, "system": SYSTEMS[system],
-                           **{k: result.get(k) for k in ("baseline_mb", "loaded_mb", "peak_mb",
-                                                         "exact", "sub_mb", "error")}})
+    ``runners[system](ids, mask)`` calls it; ``failed[system]`` is why one could
+    not be built (reported in every cell); ``artifacts[system]`` its saved build.
+    Each compile runs in a child process (``run_child``); inductor's first call
+    there is at ``first_shape``.
+    """
+    import torch
 
-    # Systems built once per model (failures: the error, for every cell).
+    from models import MODELS
+
+    max_len = MODELS[MODEL_KEYS[model_key]][1]
+    max_batch = base_task["max_batch"]
     runners: dict[str, object] = {}
     failed: dict[str, str] = {}
     artifacts: dict[str, Path] = {}
@@ -460,16 +457,63 @@ def bench_model(model_key: str, args, workdir: Path, compiles: list, cells: list
             except Exception as error:  # noqa: BLE001
                 failed["onnxruntime"] = _brief(error)
     if "inductor" in args.systems:
-        first = (args.batches[0], next((n for n in args.lengths if n <= max_len), 1))
         log("inductor: first call, cold (empty cache), in a child process (compile time and memory)")
-        result = run_child({**base_task, "kind": "inductor", "shape": list(first)}, workdir,
+        result = run_child({**base_task, "kind": "inductor", "shape": list(first_shape)}, workdir,
                            f"{model_key}-inductor")
-        record_compile("inductor", f"dynamic=True, first call at {first[0]}x{first[1]}", result,
+        record_compile("inductor", f"dynamic=True, first call at {first_shape[0]}x{first_shape[1]}", result,
                        "first-call time; later recompiles below")
         compiled = torch.compile(model, dynamic=True)
         runners["inductor"] = lambda ids, mask: compiled(ids, mask)
     if "eager" in args.systems:
         runners["eager"] = lambda ids, mask: model(ids, mask)
+    return runners, failed, artifacts
+
+
+def build_static(model_key: str, batch: int, length: int, args, workdir: Path, base_task: dict,
+                 record_compile, out: Path):
+    """IREE static for one shape (a child process compiles it): ``(runner, None)`` or ``(None, error)``."""
+    result = run_child({**base_task, "kind": "anyshape", "dynamic": False, "passes": None,
+                        "data_tiling": args.data_tiling, "shape": [batch, length], "out": str(out)},
+                       workdir, f"{model_key}-static-{batch}x{length}")
+    record_compile("iree-static", f"{batch}x{length} only", result)
+    if result.get("error"):
+        return None, f"failed: {result['error']}"
+    try:
+        static = load_anyshape(out, args.threads)
+    except Exception as error:  # noqa: BLE001
+        return None, f"failed: {_brief(error)}"
+    return (lambda ids, mask: static(ids, attention_mask=mask)), None
+
+
+def bench_model(model_key: str, args, workdir: Path, compiles: list, cells: list,
+                memory: list) -> None:
+    name = MODEL_KEYS[model_key]
+    model, max_len, base_task = model_setup(model_key, args, workdir)
+
+    def log(text):
+        print(f"[{time.strftime('%H:%M:%S')}] {name}: {text}", flush=True)
+
+    def record_compile(system, built_for, result, note=""):
+        compiles.append({"model": name, "system": SYSTEMS[system], "built_for": built_for,
+                         "seconds": result.get("seconds"), "self_mb": result.get("self_mb"),
+                         "sub_mb": result.get("sub_mb"), "tree_mb": result.get("tree_mb"),
+                         "error": result.get("error"), "note": note})
+
+    def run_memory(cell, systems, artifacts):
+        """Peak RSS of a fresh process per system that loads it and runs this cell's shape."""
+        for system in systems:
+            log(f"batch {cell.batch}, L {cell.length}: run memory of {SYSTEMS[system]} (child process)")
+            result = run_child({**base_task, "kind": "run", "system": system,
+                                "artifact": str(artifacts.get(system, "")),
+                                "shape": [cell.batch, cell.length]},
+                               workdir, f"{model_key}-run-{system}-{cell.batch}x{cell.length}")
+            memory.append({"model": name, "batch": cell.batch, "L": cell.length, "system": SYSTEMS[system],
+                           **{k: result.get(k) for k in ("baseline_mb", "loaded_mb", "peak_mb",
+                                                         "exact", "sub_mb", "error")}})
+
+    first = (args.batches[0], next((n for n in args.lengths if n <= max_len), 1))
+    runners, failed, artifacts = build_systems(model_key, model, args, workdir, base_task,
+                                               record_compile, log, first)
 
     # Run memory at each batch's longest length (a child process per system).
     longest = max((length for length in args.lengths if length <= max_len), default=None)
@@ -487,20 +531,12 @@ def bench_model(model_key: str, args, workdir: Path, compiles: list, cells: list
             static_dir = workdir / f"{model_key}-static-{batch}x{length}"
             if "iree-static" in args.systems:
                 log(f"batch {batch}, L {length}: compiling IREE static (child process)")
-                result = run_child({**base_task, "kind": "anyshape", "dynamic": False, "passes": None,
-                                    "data_tiling": args.data_tiling,
-                                    "shape": [batch, length], "out": str(static_dir)},
-                                   workdir, f"{model_key}-static-{batch}x{length}")
-                record_compile("iree-static", f"{batch}x{length} only", result)
-                if result.get("error"):
-                    cell.errors["iree-static"] = f"failed: {result['error']}"
+                static, error = build_static(model_key, batch, length, args, workdir, base_task,
+                                             record_compile, static_dir)
+                if error:
+                    cell.errors["iree-static"] = error
                 else:
-                    try:
-                        static = load_anyshape(static_dir, args.threads)
-                        cell_runners["iree-static"] = lambda ids, mask, static=static: static(
-                            ids, attention_mask=mask)
-                    except Exception as error:  # noqa: BLE001
-                        cell.errors["iree-static"] = f"failed: {_brief(error)}"
+                    cell_runners["iree-static"] = static
             log(f"batch {batch}, L {length}: warm-up and {args.runs} round-robin runs")
             _measure(cell, model, cell_runners, args, record_compile)
             cell_runners = static = None  # unmaps this shape's static build
