@@ -79,7 +79,7 @@ fuzz: $(STAMP)
 	ANYSHAPE_FUZZ_COUNT=500 $(PY) -m pytest -q test/python/test_fuzz.py
 
 # Not a test: the floor on PyTorch's whole OpInfo database (every OpInfo, float32
-# and int64, two samples each: 2,128 cases, about 50 minutes on 2 cores) through
+# and int64, two samples each: 2,128 cases, about 30 minutes on 2 cores) through
 # anyshape and the plain stack (torch.export + torch-mlir's importer + IREE with
 # anyshape's flags, no anyshape passes). Writes bench/results/opinfo.{jsonl,md}.
 # Smaller: make coverage COVERAGE_ARGS='--ops "nn.functional.*" --max-samples-per-op 1'
