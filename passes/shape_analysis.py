@@ -361,6 +361,8 @@ class ShapeAnalysis:
         keepdim = _constant_bool(operands[keepdim_at]) if keepdim_at < len(operands) else None
         if reduced is None or keepdim is None:
             return None
+        if not dims:  # torch takes dim 0 or -1 of a 0-d tensor as the tensor itself
+            return []
         reduced = {r % len(dims) for r in reduced} if reduced else set(range(len(dims)))
         if keepdim:
             return [sympy.Integer(1) if i in reduced else d for i, d in enumerate(dims)]

@@ -16,7 +16,8 @@ from anyshape import export_diagnostics
 from anyshape.errors import CompileError
 from anyshape.mlir import ir, new_context
 from anyshape.signature import output_roles
-from anyshape.symbolic_scalars import lower_symbolic_scalars, scalar_as_tensor
+from anyshape.symbolic_scalars import (lower_symbolic_scalars, scalar_as_tensor,
+                                       wrap_scalars_at_tensor_operands)
 from anyshape.unsigned_casts import cast_floats_to_unsigned_through_int64
 from anyshape.wrong_lowerings import refuse_wrong_lowerings
 
@@ -138,6 +139,7 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     graph = _inline_state(program, names)
     refuse_wrong_lowerings(graph)
     lower_symbolic_scalars(graph)
+    wrap_scalars_at_tensor_operands(graph)
     cast_floats_to_unsigned_through_int64(graph)
     _return_module_results(program, graph)
     hooks = _WeightLiterals(names)

@@ -300,6 +300,46 @@ def lower_symbolic_scalars(graph: Graph) -> int:
     return rewritten
 
 
+def wrap_scalars_at_tensor_operands(graph: Graph) -> int:
+    """Give each aten op a 0-d tensor where its schema takes a Tensor and the
+    graph passes a shape-derived scalar; returns how many were wrapped.
+
+    torch.export keeps ``aten.sub.Tensor(L - 1, index)`` (reflection padding's
+    decomposition) with the SymInt where the schema says Tensor, which eager
+    accepts as a wrapped number; torch-mlir imports it as is, an op its
+    verifier then rejects ("operand #0 must be Any Torch tensor type"). The
+    0-d tensor takes the dtype eager computes in (``torch.result_type`` of the
+    scalar with the op's tensor operands), so the result's dtype is eager's.
+    """
+    from torch._guards import detect_fake_mode
+
+    fake_mode = detect_fake_mode([n.meta.get("val") for n in graph.nodes])
+    wrapped = 0
+    for node in list(graph.nodes):
+        schema = getattr(node.target, "_schema", None)
+        if node.op != "call_function" or schema is None:
+            continue
+        tensors = [a.meta["val"] for a in node.args
+                   if isinstance(a, Node) and isinstance(a.meta.get("val"), torch.Tensor)]
+        if not tensors:
+            continue
+        for position, (arg, formal) in enumerate(zip(node.args, schema.arguments)):
+            if (not isinstance(arg, Node) or _arg_kind(arg) is None
+                    or not isinstance(formal.type, torch.TensorType)):
+                continue
+            dtype = torch.result_type(tensors[0], _TYPE_OF[_arg_kind(arg)])
+            with graph.inserting_before(node):
+                tensor = graph.call_function(aten.scalar_tensor.default, (arg,), {"dtype": dtype})
+            # The op's location, not its type: the importer reads tensor_meta first.
+            tensor.meta.update({k: v for k, v in node.meta.items()
+                                if k not in ("val", "tensor_meta")})
+            with fake_mode:
+                tensor.meta["val"] = torch.empty((), dtype=dtype)
+            node.update_arg(position, tensor)
+            wrapped += 1
+    return wrapped
+
+
 def scalar_as_tensor(graph: Graph, node: Node, before: Node) -> Node:
     """A 0-d tensor of the scalar ``node`` (int64, float64 or bool), inserted
     before ``before``: how a Python scalar the model returns leaves the module."""

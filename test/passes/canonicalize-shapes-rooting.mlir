@@ -189,3 +189,25 @@ func.func @root_above_identity_expand_binding(%arg0: !torch.vtensor<[?,?],f32>, 
   torch.bind_symbolic_shape %6, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],f32>
   return %2, %6 : !torch.int, !torch.vtensor<[?,?],f32>
 }
+
+// -----
+
+/// torch reads dim 0 (or -1) of a 0-d tensor as the tensor itself: a reduction
+/// over it has a 0-d result, which the shape analysis derives (it once took
+/// the axis modulo the rank, 0, and crashed the pass).
+
+// CHECK-LABEL: func.func @reduction_of_a_0d_tensor
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?],f32>, %[[S:.*]]: !torch.vtensor<[],f32>)
+// CHECK: %[[R:.*]] = torch.aten.logsumexp %[[S]], %{{.*}}, %{{.*}} : !torch.vtensor<[],f32>, !torch.list<int>, !torch.bool -> !torch.vtensor<[],f32>
+// CHECK: torch.aten.add.Tensor %[[X]], %[[R]]
+func.func @reduction_of_a_0d_tensor(%arg0: !torch.vtensor<[?],f32>, %arg1: !torch.vtensor<[],f32>) -> !torch.vtensor<[?],f32> {
+  %s0 = torch.symbolic_int "s0" {min_val = 2, max_val = 512} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%s0], affine_map<()[s0] -> (s0)> : !torch.vtensor<[?],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %true = torch.constant.bool true
+  %dims = torch.prim.ListConstruct %int0 : (!torch.int) -> !torch.list<int>
+  %0 = torch.aten.logsumexp %arg1, %dims, %true : !torch.vtensor<[],f32>, !torch.list<int>, !torch.bool -> !torch.vtensor<[],f32>
+  %1 = torch.aten.add.Tensor %arg0, %0, %int1 : !torch.vtensor<[?],f32>, !torch.vtensor<[],f32>, !torch.int -> !torch.vtensor<[?],f32>
+  return %1 : !torch.vtensor<[?],f32>
+}

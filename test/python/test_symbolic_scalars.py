@@ -151,3 +151,40 @@ def test_other_export_failures_are_compile_errors_of_stage_export():
                                            r"export the model \(.*\): Found <class "
                                            r"'torch.dtype'> in output"):
         anyshape.compile(Unexportable().eval(), (torch.randn(3),))
+
+
+class ReflectPad(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.pad(x, (2, 3), mode="reflect")
+
+
+class ScalarAtTensorOperand(torch.nn.Module):
+    """Sizes where the op's schema takes a Tensor: an int (reflection padding's
+    decomposition has ``aten.sub.Tensor(L - 1, index)``) and a float against an
+    integer tensor, whose result eager computes in float32."""
+
+    def forward(self, x, ids):
+        left = torch.ops.aten.sub.Tensor(x.shape[1] - 1, ids)
+        right = torch.ops.aten.mul.Tensor(x.shape[1] / 2, ids)
+        return left, right
+
+
+def test_reflection_padding_at_odd_sizes():
+    model = ReflectPad().eval()
+    compiled = anyshape.compile(model, (torch.randn(3, 10),),
+                                dynamic_shapes={"x": {0: Dim.AUTO, 1: Dim.AUTO}})
+    for size in [(2, 4), (3, 10), (2, 17), (5, 65)]:
+        x = torch.randn(*size)
+        torch.testing.assert_close(compiled(x), model(x), atol=0, rtol=0)
+
+
+def test_size_at_a_tensor_operand_keeps_eagers_dtype():
+    model = ScalarAtTensorOperand().eval()
+    compiled = anyshape.compile(model, (torch.randn(2, 9), torch.arange(6).reshape(2, 3)),
+                                dynamic_shapes={"x": {0: Dim("b"), 1: Dim("n")},
+                                                "ids": {0: Dim("b"), 1: Dim("m")}})
+    for n_, m in [(5, 1), (7, 4), (33, 17)]:
+        x, ids = torch.randn(3, n_), torch.randint(-50, 50, (3, m))
+        for got, expected in zip(compiled(x, ids), model(x, ids)):
+            assert got.dtype == expected.dtype
+            torch.testing.assert_close(got, expected, atol=0, rtol=0)
