@@ -16,6 +16,7 @@ from anyshape import export_diagnostics
 from anyshape.errors import CompileError
 from anyshape.mlir import ir, new_context
 from anyshape.signature import output_roles
+from anyshape.edge_value_math import rewrite_edge_value_math
 from anyshape.symbolic_scalars import (lower_symbolic_scalars, scalar_as_tensor,
                                        wrap_scalars_at_tensor_operands)
 from anyshape.unsigned_casts import cast_floats_to_unsigned_through_int64
@@ -140,6 +141,7 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     refuse_wrong_lowerings(graph)
     lower_symbolic_scalars(graph)
     wrap_scalars_at_tensor_operands(graph)
+    rewrite_edge_value_math(graph)
     cast_floats_to_unsigned_through_int64(graph)
     _return_module_results(program, graph)
     hooks = _WeightLiterals(names)

@@ -1,0 +1,64 @@
+"""pow and atan2 at signed zeros, infinities, NaN and negative bases, exactly as eager.
+
+IREE 3.13's float math expansions are right only for finite positive inputs
+(``(-2.0) ** x`` gave 0, ``0 ** 0`` NaN, ``atan2(0, 0)`` NaN);
+``anyshape.edge_value_math`` rewrites the ops around them."""
+
+import math
+
+import pytest
+import torch
+from torch.export import Dim
+
+import anyshape
+
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -1.5, 2.0, -2.0, 3.0, -3.0,
+           math.inf, -math.inf, math.nan]
+
+
+class PowForms(torch.nn.Module):
+    def forward(self, y, x):
+        return (y ** 2, y ** 3, y ** 0.5, y ** -0.5, y ** -1, y ** -2, y ** 1.5, y ** -1.5,
+                2.0 ** x, (-2.0) ** x, 0.0 ** x, torch.pow(y, x), torch.float_power(y, x),
+                torch.atan2(y, x), torch.atan2(x, y))
+
+
+def grid(dtype):
+    values = torch.tensor(SPECIAL, dtype=dtype)
+    y, x = torch.meshgrid(values, values, indexing="ij")
+    return y.flatten(), x.flatten()
+
+
+def assert_same_values(got, expected, what):
+    assert got.dtype == expected.dtype, what
+    same = (got == expected) | (got.isnan() & expected.isnan())
+    close = (got - expected).abs() <= 1e-6 * expected.abs()
+    zero_sign = (got == 0) & (expected == 0) & (torch.signbit(got) != torch.signbit(expected))
+    wrong = (~(same | close)) | zero_sign
+    assert not wrong.any(), f"{what}: {int(wrong.sum())} values differ, first at index " \
+                            f"{int(wrong.nonzero()[0])}: {got[wrong][:4].tolist()} against eager " \
+                            f"{expected[wrong][:4].tolist()}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_pow_and_atan2_at_edge_values_as_eager(dtype):
+    model = PowForms().eval()
+    y, x = grid(dtype)
+    compiled = anyshape.compile(model, (y, x), dynamic_shapes={"y": {0: Dim("n")}, "x": {0: Dim("n")}})
+    for got, expected, index in zip(compiled(y, x), model(y, x), range(100)):
+        assert_same_values(got, expected, f"output {index}")
+    # Another length: the rewrite is elementwise, at any size.
+    y, x = y[:7], x[:7].flip(0)
+    for got, expected, index in zip(compiled(y, x), model(y, x), range(100)):
+        assert_same_values(got, expected, f"output {index} at length 7")
+
+
+def test_atan2_of_integers_at_the_origin():
+    """The OpInfo case that found it: integer inputs, computed in float32."""
+    class Atan2(torch.nn.Module):
+        def forward(self, y, x):
+            return torch.atan2(y, x)
+
+    y, x = torch.tensor([[0, 1, -3], [0, 0, 2]]), torch.tensor([[0, 0, 0], [-4, 5, 0]])
+    compiled = anyshape.compile(Atan2(), (y, x), dynamic_shapes={"y": {1: Dim("n")}, "x": {1: Dim("n")}})
+    assert_same_values(compiled(y, x), Atan2()(y, x), "atan2")
