@@ -10,9 +10,9 @@ cannot lower. ``lower_symbolic_scalars`` rewrites each such node, before the
 import, into torch ops that IREE's torch input turns into arith on
 ``tensor.dim`` values (torch-mlir's TorchToArith): a scalar op where one
 exists (``aten.Float.Scalar``, ``aten.sqrt.int``, ``prim.max.int``,
-``aten.ceil.float``, ``aten.floordiv.int``), otherwise the same math on a 0-d
-float64/int64 tensor read back with ``aten.Float.Tensor``/``aten.Int.Tensor``
-(exact too; IREE computes it in a dispatch of its own).
+``aten.floordiv.int``), otherwise the same math on a 0-d float64/int64
+tensor read back with ``aten.Float.Tensor``/``aten.Int.Tensor`` (exact too;
+IREE computes it in a dispatch of its own): so are floats rounded to ints.
 """
 
 from __future__ import annotations
@@ -104,20 +104,20 @@ def _sym_float(b: _Builder, x):
     return x if _arg_kind(x) == _FLOAT else b.call(aten.Float.Scalar, x)
 
 
+# A float size rounded to an int (``math.floor(L * 1.7)``, interpolation's
+# output size) often sizes a tensor, so IREE computes it on the host, where its
+# VM has no float64 -> int conversion (arith.fptosi "explicitly marked
+# illegal"); a 0-d tensor op converts it in a dispatch, and the int is read back.
 def _trunc(b: _Builder, x):
-    return x if _arg_kind(x) == _INT else b.call(aten.Int.Scalar, x)
+    return x if _arg_kind(x) == _INT else b.via_tensor(aten.trunc.default, b.as_float(x))
 
 
 def _floor(b: _Builder, x):
-    if _arg_kind(x) == _INT:
-        return x
-    # floor(x) = -ceil(-x): both ops are in TorchToArith, floor.float is not.
-    negated = b.call(aten.neg.float, x, result=_FLOAT)
-    return b.call(aten.neg.int, b.call(aten.ceil.float, negated, result=_INT))
+    return x if _arg_kind(x) == _INT else b.via_tensor(aten.floor.default, b.as_float(x))
 
 
 def _ceil(b: _Builder, x):
-    return x if _arg_kind(x) == _INT else b.call(aten.ceil.float, x)
+    return x if _arg_kind(x) == _INT else b.via_tensor(aten.ceil.default, b.as_float(x))
 
 
 def _integer_under_float(x):

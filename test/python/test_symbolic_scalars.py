@@ -188,3 +188,19 @@ def test_size_at_a_tensor_operand_keeps_eagers_dtype():
         for got, expected in zip(compiled(x, ids), model(x, ids)):
             assert got.dtype == expected.dtype
             torch.testing.assert_close(got, expected, atol=0, rtol=0)
+
+
+class NearestByFraction(torch.nn.Module):
+    """The output length is floor(L * 1.7): a float size rounded to an int, on the host."""
+
+    def forward(self, x):
+        return torch.nn.functional.interpolate(x, scale_factor=1.7, mode="nearest")
+
+
+def test_interpolation_by_a_fractional_scale_at_odd_lengths():
+    model = NearestByFraction().eval()
+    compiled = anyshape.compile(model, (torch.randn(2, 3, 4),),
+                                dynamic_shapes={"x": {0: Dim("batch"), 2: Dim("length")}})
+    for batch, length in [(1, 1), (2, 7), (3, 10), (1, 33), (2, 333)]:
+        x = torch.randn(batch, 3, length)
+        torch.testing.assert_close(compiled(x), model(x), atol=0, rtol=0)
