@@ -62,3 +62,19 @@ def test_atan2_of_integers_at_the_origin():
     y, x = torch.tensor([[0, 1, -3], [0, 0, 2]]), torch.tensor([[0, 0, 0], [-4, 5, 0]])
     compiled = anyshape.compile(Atan2(), (y, x), dynamic_shapes={"y": {1: Dim("n")}, "x": {1: Dim("n")}})
     assert_same_values(compiled(y, x), Atan2()(y, x), "atan2")
+
+
+class Rank0Softmax(torch.nn.Module):
+    def forward(self, x):
+        return (torch.softmax(x, 0), torch.log_softmax(x, -1),
+                torch.softmax(x, 0, dtype=torch.float64), torch.log_softmax(x, 0, dtype=torch.float64))
+
+
+def test_rank0_softmax_as_eager():
+    """IREE 3.13 never finished compiling softmax of a 0-d tensor."""
+    model = Rank0Softmax().eval()
+    compiled = anyshape.compile(model, (torch.tensor(0.7),))
+    for value in [0.7, -3.0, math.inf, -math.inf, math.nan]:
+        x = torch.tensor(value)
+        for got, expected, index in zip(compiled(x), model(x), range(10)):
+            assert_same_values(got, expected, f"output {index} at {value}")
