@@ -96,8 +96,12 @@ def call_failure(error: BaseException) -> str:
     IREE's failure, reported by anyshape."""
     from anyshape.errors import RunError
 
-    if isinstance(error, ValueError) and str(error).startswith("arguments: expected sizes with"):
-        return EXPORT  # a guard torch.export recorded: its program is not valid at those sizes
+    message = str(error)
+    if isinstance(error, ValueError) and (message.startswith("arguments: expected sizes with")
+                                          or "(static), got" in message.split(";")[0]):
+        # A guard torch.export recorded, or a dim it specialized to the traced
+        # size: its program is not valid at those sizes.
+        return EXPORT
     return IREE if isinstance(error, RunError) or not raised_in_anyshape(error) else OURS
 
 

@@ -78,3 +78,13 @@ def test_a_dead_worker_is_a_crash_and_the_other_stack_still_runs(monkeypatch):
     assert record["anyshape"]["cause"] == classify.CRASH
     assert "SIGABRT" in record["anyshape"]["error"]
     assert record["plain"]["status"] == "pass"
+
+
+def test_a_call_outside_the_exported_sizes_is_torch_exports():
+    """torch.export fixed the dim (or recorded a condition): anyshape's refusal
+    at other sizes is right, and the cause is the export."""
+    specialized = ValueError("argument 'x0' dim 1: expected size 3 (static), got 4; "
+                             "shape (6, 4), expected (s4, 3)")
+    condition = ValueError("arguments: expected sizes with ((s58) // 2) == 1 (a condition)")
+    assert classify.call_failure(specialized) == classify.EXPORT
+    assert classify.call_failure(condition) == classify.EXPORT
