@@ -8,12 +8,16 @@ on anyshape and on the plain stack alike:
   ``pow(a, b)`` NaN for every negative ``a`` (eager: ``a ** 3`` negative)
   and for ``0 ** 0`` (eager: 1); ``0.0 ** x`` NaN at x = 0;
 - ``x ** -1`` at +0 gave -inf (eager: +inf);
-- ``atan2(0, 0)`` gave NaN (eager: 0, or +-pi from -0).
+- ``atan2(0, 0)`` gave NaN (eager: 0, or +-pi from -0);
+- the variance of fewer elements than its correction (an empty dim) gave
+  -0.0, ``0 / (0 - 1)``, where eager divides by ``max(0, N - correction)``
+  and gives NaN.
 
 ``rewrite_edge_value_math`` rewrites each such op of a float dtype, before
 the import, into the magnitude ``|a| ** b`` (where IREE is right) and the
 IEEE rules eager follows for signs, zeros and non-integral exponents of
-negative bases. ``x ** k`` for a constant integer k >= 0 is left alone (it
+negative bases; a variance is NaN where its element count is below the
+correction. ``x ** k`` for a constant integer k >= 0 is left alone (it
 is right, and the common case: ``x.pow(2)`` in T5's layer norm). The
 guarding test is ``test_edge_value_math.py``; remove this when IREE's
 expansions handle these inputs.
@@ -22,6 +26,7 @@ expansions handle these inputs.
 from __future__ import annotations
 
 import math
+import operator
 from numbers import Number
 
 import torch
@@ -139,14 +144,59 @@ def _atan2(e: _Emit, y: Node, x: Node, dtype) -> Node:
     return e(aten.where.self, on_axis, axis_value, inner)
 
 
+_VARIANCES = (aten.var.correction, aten.std.correction,
+              aten.var_mean.correction, aten.std_mean.correction)
+
+
+def _guard_variance(graph: Graph, node: Node, fake_mode) -> bool:
+    """NaN where the reduced element count N < correction, after ``node``."""
+    source = node.args[0]
+    shape = source.meta["val"].shape
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    dims = range(len(shape)) if dims is None else [d % max(len(shape), 1) for d in dims]
+    correction = node.kwargs.get("correction", node.args[2] if len(node.args) > 2 else 1)
+    correction = 1 if correction is None else correction
+    if not isinstance(correction, Number) or correction <= 0:
+        return False
+    sizes = [shape[d] for d in dims]
+    if all(isinstance(size, int) for size in sizes) and math.prod(sizes) >= correction:
+        return False
+    first = node.next
+    e = _Emit(graph, first, fake_mode)
+    count = 1
+    for d, size in zip(dims, sizes):
+        size = size if isinstance(size, int) else e(aten.sym_size.int, source, d)
+        count = size if isinstance(count, int) and count == 1 else (
+            count * size if isinstance(count, int) and isinstance(size, int)
+            else e(operator.mul, count, size))
+    count_tensor = e(aten.scalar_tensor.default, count, dtype=torch.float64)
+    too_few = e(aten.lt.Scalar, count_tensor, correction)
+    if node.target in (aten.var.correction, aten.std.correction):
+        outputs = [node]
+    else:  # a (variance, mean) pair: only the variance
+        outputs = [user for user in node.users
+                   if user.target is operator.getitem and user.args[1] == 0]
+    for output in outputs:
+        # After the output and the count (emitted before node.next, at or before it).
+        e = _Emit(graph, first if output is node else output.next, fake_mode)
+        users = list(output.users)
+        guarded = e.where(too_few, math.nan, output, output.meta["val"].dtype)
+        for user in users:
+            user.replace_input_with(output, guarded)
+    return True
+
+
 def rewrite_edge_value_math(graph: Graph) -> int:
-    """Rewrite float ``pow`` and ``atan2`` as above; returns how many ops."""
+    """Rewrite float ``pow``, ``atan2`` and variances as above; returns how many ops."""
     from torch._guards import detect_fake_mode
 
     fake_mode = detect_fake_mode([n.meta.get("val") for n in graph.nodes])
     rewritten = 0
     for node in list(graph.nodes):
         if node.op != "call_function":
+            continue
+        if node.target in _VARIANCES:
+            rewritten += _guard_variance(graph, node, fake_mode)
             continue
         dtype = _float_dtype(node)
         if dtype is None:

@@ -78,3 +78,21 @@ def test_rank0_softmax_as_eager():
         x = torch.tensor(value)
         for got, expected, index in zip(compiled(x), model(x), range(10)):
             assert_same_values(got, expected, f"output {index} at {value}")
+
+
+class Variances(torch.nn.Module):
+    def forward(self, x):
+        return (torch.var(x, dim=0), torch.std(x), torch.var_mean(x, 1)[0],
+                torch.std_mean(x, 1, correction=2)[0], torch.var(x, dim=0, correction=0))
+
+
+@pytest.mark.parametrize("size", [(0, 3), (3, 0), (1, 3), (2, 1), (2, 5)])
+def test_variance_of_fewer_elements_than_the_correction_is_nan(size):
+    """Eager divides by max(0, N - correction): NaN for an empty dim, where
+    IREE's 0 / (0 - 1) gave -0.0."""
+    model = Variances().eval()
+    compiled = anyshape.compile(model, (torch.randn(3, 4),),
+                                dynamic_shapes={"x": {0: Dim("b"), 1: Dim("n")}})
+    x = torch.randn(*size)
+    for got, expected, index in zip(compiled(x), model(x), range(10)):
+        torch.testing.assert_close(got, expected, equal_nan=True, msg=lambda m: f"output {index}: {m}")
