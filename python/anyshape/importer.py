@@ -18,6 +18,7 @@ from anyshape.mlir import ir, new_context
 from anyshape.signature import output_roles
 from anyshape.edge_value_math import rewrite_edge_value_math
 from anyshape.rank0_softmax import rewrite_rank0_softmax
+from anyshape.stable_logcumsumexp import rewrite_logcumsumexp
 from anyshape.symbolic_scalars import (lower_symbolic_scalars, scalar_as_tensor,
                                        wrap_scalars_at_tensor_operands)
 from anyshape.unsigned_casts import cast_floats_to_unsigned_through_int64
@@ -144,6 +145,7 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     # they were tested (test_symbolic_scalars.py), on IREE's host arithmetic.
     rewrite_edge_value_math(graph)
     rewrite_rank0_softmax(graph)
+    rewrite_logcumsumexp(graph)
     lower_symbolic_scalars(graph)
     wrap_scalars_at_tensor_operands(graph)
     cast_floats_to_unsigned_through_int64(graph)

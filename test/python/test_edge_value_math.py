@@ -96,3 +96,25 @@ def test_variance_of_fewer_elements_than_the_correction_is_nan(size):
     x = torch.randn(*size)
     for got, expected, index in zip(compiled(x), model(x), range(10)):
         torch.testing.assert_close(got, expected, equal_nan=True, msg=lambda m: f"output {index}: {m}")
+
+
+class LogCumSumExp(torch.nn.Module):
+    def forward(self, x):
+        return torch.logcumsumexp(x, 0), torch.logcumsumexp(x, -1)
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_logcumsumexp_beyond_exps_range(bounded):
+    """torch-mlir's log(cumsum(exp(x))) gave inf past exp's range (x = 10000);
+    one subtracted maximum would give -inf for prefixes far below it."""
+    rows = Dim("rows", max=64) if bounded else Dim("rows")
+    model = LogCumSumExp().eval()
+    compiled = anyshape.compile(model, (torch.randn(5, 5),),
+                                dynamic_shapes={"x": {0: rows, 1: Dim("cols")}})
+    for size in [(1, 1), (5, 5), (3, 17), (33, 2)]:
+        x = torch.randn(*size) * 100
+        x[0, 0], x[-1, -1] = 10000.0, -math.inf
+        if size[1] > 2:
+            x[-1, :3] = torch.tensor([-1000.0, 0.0, 1000.0])
+        for got, expected in zip(compiled(x), model(x)):
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4, equal_nan=True)
