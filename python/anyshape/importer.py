@@ -16,6 +16,7 @@ from anyshape import export_diagnostics
 from anyshape.errors import CompileError
 from anyshape.mlir import ir, new_context
 from anyshape.signature import output_roles
+from anyshape.checked_det import check_det
 from anyshape.edge_value_math import rewrite_edge_value_math
 from anyshape.rank0_softmax import rewrite_rank0_softmax
 from anyshape.stable_logcumsumexp import rewrite_logcumsumexp
@@ -146,6 +147,7 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     rewrite_edge_value_math(graph)
     rewrite_rank0_softmax(graph)
     rewrite_logcumsumexp(graph)
+    check_det(graph)
     lower_symbolic_scalars(graph)
     wrap_scalars_at_tensor_operands(graph)
     cast_floats_to_unsigned_through_int64(graph)

@@ -118,3 +118,23 @@ def test_logcumsumexp_beyond_exps_range(bounded):
             x[-1, :3] = torch.tensor([-1000.0, 0.0, 1000.0])
         for got, expected in zip(compiled(x), model(x)):
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4, equal_nan=True)
+
+
+class Det(torch.nn.Module):
+    def forward(self, x):
+        return torch.linalg.det(x)
+
+
+def test_det_with_a_zero_pivot_is_an_error_not_nan():
+    """torch-mlir eliminates without row pivoting: a zero pivot made NaN, for
+    singular matrices (eager 0) and regular ones ([[0, 1], [1, 0]]: eager -1)."""
+    compiled = anyshape.compile(Det(), (torch.randn(3, 5, 5),),
+                                dynamic_shapes={"x": {0: Dim("b"), 1: Dim("n"), 2: Dim("n")}})
+    x = torch.randn(4, 6, 6)
+    torch.testing.assert_close(compiled(x), Det()(x), rtol=1e-4, atol=1e-5)
+    swapped = torch.tensor([[[0.0, 1.0], [1.0, 0.0]]])
+    with pytest.raises(anyshape.RunError, match="linalg.det: a matrix has a zero pivot"):
+        compiled(swapped)
+    # A NaN the matrix holds is the determinant's, as eager's.
+    x[1, 2, 3] = math.nan
+    assert compiled(x)[1].isnan() and Det()(x)[1].isnan()
