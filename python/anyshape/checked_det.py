@@ -15,8 +15,9 @@ that a result is a number wherever its matrix is finite, which IREE keeps
 from __future__ import annotations
 
 import torch
-from torch.fx import Graph, Node
-from torch.fx.node import map_arg
+from torch.fx import Graph
+
+from anyshape.fx_emit import Emitter
 
 aten = torch.ops.aten
 
@@ -41,21 +42,7 @@ def check_det(graph: Graph) -> int:
             result = next((u for u in node.users if u.args[1:] == (0,)), None)
             if result is None:
                 continue
-        anchor = result.next
-
-        def emit(op, *args, **kwargs) -> Node:
-            with graph.inserting_before(anchor):
-                new = graph.call_function(op, args, kwargs)
-            new.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})
-            if op in (aten._assert_scalar.default, aten.Bool.Tensor):
-                # Running them on fake tensors would guard on the data; the importer
-                # takes the scalar's type from a placeholder of it.
-                new.meta["val"] = None if op is aten._assert_scalar.default else False
-                return new
-            values = map_arg(args, lambda a: a.meta["val"])
-            with val.fake_mode:
-                new.meta["val"] = op(*values, **kwargs)
-            return new
+        emit = Emitter(graph, result.next, located_at=node)
 
         def finite(v):  # v - v is 0 but for inf and NaN (torch-mlir has no isfinite)
             return emit(aten.eq.Scalar, emit(aten.sub.Tensor, v, v), 0)
@@ -68,7 +55,8 @@ def check_det(graph: Graph) -> int:
         result_a_number = emit(aten.eq.Tensor, result, result)
         fine = emit(aten.logical_or.default, result_a_number,
                     emit(aten.logical_not.default, matrix_finite))
-        everywhere = emit(aten.Bool.Tensor, emit(aten.all.default, fine))
-        emit(aten._assert_scalar.default, everywhere, MESSAGE)
+        # Typed by placeholders: a fake run of either would guard on the data.
+        everywhere = emit.untyped(aten.Bool.Tensor, emit(aten.all.default, fine), value=False)
+        emit.untyped(aten._assert_scalar.default, everywhere, MESSAGE)
         checked += 1
     return checked

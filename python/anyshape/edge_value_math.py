@@ -32,23 +32,13 @@ from numbers import Number
 import torch
 from torch.fx import Graph, Node
 
+from anyshape.fx_emit import Emitter
+
 aten = torch.ops.aten
 
 
-class _Emit:
-    """Inserts ops before ``anchor``, each typed by running it on the fake values."""
-
-    def __init__(self, graph: Graph, anchor: Node, fake_mode):
-        self.graph, self.anchor, self.fake_mode = graph, anchor, fake_mode
-
-    def __call__(self, op, *args, **kwargs) -> Node:
-        with self.graph.inserting_before(self.anchor):
-            node = self.graph.call_function(op, args, kwargs)
-        node.meta.update({k: v for k, v in self.anchor.meta.items() if k not in ("val", "tensor_meta")})
-        values = [a.meta["val"] if isinstance(a, Node) else a for a in args]
-        with self.fake_mode:
-            node.meta["val"] = op(*values, **kwargs)
-        return node
+class _Emit(Emitter):
+    """An ``Emitter`` with the constants and predicates the rules below use."""
 
     def constant(self, value: float, dtype: torch.dtype) -> Node:
         return self(aten.scalar_tensor.default, value, dtype=dtype)
@@ -144,11 +134,12 @@ def _atan2(e: _Emit, y: Node, x: Node, dtype) -> Node:
     return e(aten.where.self, on_axis, axis_value, inner)
 
 
+_REWRITTEN = (aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar, aten.atan2.default)
 _VARIANCES = (aten.var.correction, aten.std.correction,
               aten.var_mean.correction, aten.std_mean.correction)
 
 
-def _guard_variance(graph: Graph, node: Node, fake_mode) -> bool:
+def _guard_variance(graph: Graph, node: Node) -> bool:
     """NaN where the reduced element count N < correction, after ``node``."""
     source = node.args[0]
     shape = source.meta["val"].shape
@@ -162,7 +153,7 @@ def _guard_variance(graph: Graph, node: Node, fake_mode) -> bool:
     if all(isinstance(size, int) for size in sizes) and math.prod(sizes) >= correction:
         return False
     first = node.next
-    e = _Emit(graph, first, fake_mode)
+    e = _Emit(graph, first)
     count = 1
     for d, size in zip(dims, sizes):
         size = size if isinstance(size, int) else e(aten.sym_size.int, source, d)
@@ -178,7 +169,7 @@ def _guard_variance(graph: Graph, node: Node, fake_mode) -> bool:
                    if user.target is operator.getitem and user.args[1] == 0]
     for output in outputs:
         # After the output and the count (emitted before node.next, at or before it).
-        e = _Emit(graph, first if output is node else output.next, fake_mode)
+        e = _Emit(graph, first if output is node else output.next)
         users = list(output.users)
         guarded = e.where(too_few, math.nan, output, output.meta["val"].dtype)
         for user in users:
@@ -188,20 +179,17 @@ def _guard_variance(graph: Graph, node: Node, fake_mode) -> bool:
 
 def rewrite_edge_value_math(graph: Graph) -> int:
     """Rewrite float ``pow``, ``atan2`` and variances as above; returns how many ops."""
-    from torch._guards import detect_fake_mode
-
-    fake_mode = detect_fake_mode([n.meta.get("val") for n in graph.nodes])
     rewritten = 0
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
         if node.target in _VARIANCES:
-            rewritten += _guard_variance(graph, node, fake_mode)
+            rewritten += _guard_variance(graph, node)
             continue
         dtype = _float_dtype(node)
-        if dtype is None:
+        if dtype is None or node.target not in _REWRITTEN:
             continue
-        e = _Emit(graph, node, fake_mode)
+        e = _Emit(graph, node)
         args = node.args
         if node.target is aten.pow.Tensor_Scalar and isinstance(args[1], Number):
             # Right as they are: integers >= 0 (repeated products) and 0.5 (a square

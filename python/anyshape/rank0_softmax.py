@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch.fx import Graph, Node
 
+from anyshape.fx_emit import Emitter
+
 aten = torch.ops.aten
 
 # op -> (log form?, position of its dtype argument or None)
@@ -37,17 +39,7 @@ def rewrite_rank0_softmax(graph: Graph) -> int:
                 or not isinstance(source, Node):
             continue
         log, _ = form
-        fake_mode = val.fake_mode
-
-        def emit(op, *args, **kwargs):
-            with graph.inserting_before(node):
-                new = graph.call_function(op, args, kwargs)
-            new.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})
-            values = [a.meta["val"] if isinstance(a, Node) else a for a in args]
-            with fake_mode:
-                new.meta["val"] = op(*values, **kwargs)
-            return new
-
+        emit = Emitter(graph, node)
         x = source
         if source.meta["val"].dtype != val.dtype:
             x = emit(aten._to_copy.default, source, dtype=val.dtype)

@@ -21,23 +21,12 @@ import operator
 
 import torch
 from torch.fx import Graph, Node
-from torch.fx.node import map_arg
+
+from anyshape.fx_emit import Emitter
 
 aten = torch.ops.aten
 
 UNBOUNDED_STEPS = 40
-
-
-def _emitter(graph: Graph, anchor: Node, fake_mode):
-    def emit(op, *args, **kwargs) -> Node:
-        with graph.inserting_before(anchor):
-            node = graph.call_function(op, args, kwargs)
-        node.meta.update({k: v for k, v in anchor.meta.items() if k not in ("val", "tensor_meta")})
-        values = map_arg(args, lambda a: a.meta["val"])
-        with fake_mode:
-            node.meta["val"] = op(*values, **kwargs)
-        return node
-    return emit
 
 
 def _logaddexp(emit, a: Node, b: Node) -> Node:
@@ -80,7 +69,7 @@ def rewrite_logcumsumexp(graph: Graph) -> int:
             rewritten += 1
             continue
         dim %= val.dim()
-        emit = _emitter(graph, node, val.fake_mode)
+        emit = Emitter(graph, node)
         size = val.shape[dim]
         n = size if isinstance(size, int) else emit(aten.sym_size.int, x, dim)
         y = x
