@@ -65,3 +65,36 @@ def test_module_that_peeling_cannot_compile_is_compiled_without_it(tmp_path, mon
     assert PEEL not in module.iree_flags
     assert not list(tmp_path.glob("anyshape-repro-*"))
     assert_module_matches(module, program, ((1, 4), (3, 11), (2, 32)))
+
+
+class _FeedForward(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(24, 40), torch.nn.Linear(40, 24)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+@pytest.fixture(scope="module")
+def feed_forward():
+    torch.manual_seed(0)
+    model = _FeedForward().eval()
+    batch, seq = Dim("batch", min=1, max=8), Dim("seq", min=1, max=64)
+    module = anyshape.compile(model, (torch.randn(2, 9, 24),),
+                              dynamic_shapes={"x": {0: batch, 1: seq}})
+    return model, module
+
+
+@pytest.mark.parametrize("batch,seq", [(1, 1), (1, 7), (1, 9), (3, 17), (2, 33), (8, 64)])
+def test_partial_tiles_are_packed_exactly(feed_forward, batch, seq):
+    """The data-tiled products' operands are packed into 8-row tiles by IREE's
+    pack microkernel (``--iree-llvmcpu-enable-ukernels=all``): row counts below,
+    at and above a multiple of the tile leave a partial tile, whose padding
+    must not reach the result."""
+    model, module = feed_forward
+    assert "--iree-llvmcpu-enable-ukernels=all" in module.iree_flags
+    assert "--iree-global-opt-data-tiling" in module.iree_flags
+    x = torch.randn(batch, seq, 24)
+    with torch.no_grad():
+        torch.testing.assert_close(module(x), model(x), atol=1e-5, rtol=1e-5)
