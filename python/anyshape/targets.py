@@ -125,6 +125,7 @@ import re
 
 DEFAULT_OPT_LEVEL = "O2"
 PEELING_FLAG = "--iree-llvmcpu-vector-pproc-strategy=peel"
+MICROKERNELS_FLAG = "--iree-llvmcpu-enable-ukernels=all"
 # IREE's refusal of what peeling can need (see the note above).
 PEELING_FAILURE = "expected no unbounded stack allocations"
 DEFAULT_CUDA_ARCH = "sm_80"
@@ -153,7 +154,7 @@ class Target:
                 "--iree-hal-target-device=local",
                 "--iree-hal-local-target-device-backends=llvm-cpu",
                 "--iree-llvmcpu-target-cpu=host",
-                "--iree-llvmcpu-enable-ukernels=all",
+                MICROKERNELS_FLAG,
                 PEELING_FLAG,
             ]
         else:

@@ -5,6 +5,7 @@ import torch
 from torch.export import Dim
 
 import anyshape
+from anyshape.targets import MICROKERNELS_FLAG
 from anyshape.targets import PEELING_FLAG as PEEL
 from anyshape.targets import make_target
 
@@ -93,7 +94,7 @@ def test_partial_tiles_are_packed_exactly(feed_forward, batch, seq):
     at and above a multiple of the tile leave a partial tile, whose padding
     must not reach the result."""
     model, module = feed_forward
-    assert "--iree-llvmcpu-enable-ukernels=all" in module.iree_flags
+    assert MICROKERNELS_FLAG in module.iree_flags
     assert "--iree-global-opt-data-tiling" in module.iree_flags
     x = torch.randn(batch, seq, 24)
     with torch.no_grad():
