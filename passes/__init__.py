@@ -55,5 +55,5 @@ __all__ = ["ModulePass", "PassFailure", "apply_patterns", "register", "registere
 
 # Each pass module registers its pass on import.
 from anyshape.passes import (canonicalize_shapes, data_tiling_forms,  # noqa: E402,F401
-                             defer_softmax_normalization, hoist_slices, logsumexp_softmax, lower,
-                             print_flops)
+                             defer_softmax_normalization, eliminate_padding, hoist_slices,
+                             logsumexp_softmax, lower, print_flops)

@@ -46,7 +46,7 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
             passes: Sequence[str] | None = None, dump_ir_dir: str | Path | None = None,
             progress: bool | Callable[[str], None] = False,
             threads: int | None = None, data_tiling: bool | None = None,
-            params: str = "inline", dtype=None) -> CompiledModule:
+            params: str = "inline", dtype=None, padding: str | None = None) -> CompiledModule:
     """Export ``model`` with ``torch.export`` (``dynamic_shapes`` as there), run the
     anyshape passes and compile with IREE for ``target`` ("cpu" or "cuda").
 
@@ -67,6 +67,11 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     compile a copy of the model with its floating-point weights and the
     example inputs' floating-point tensors in that dtype (the caller's model
     is left as it is); the module then takes and returns that dtype.
+    ``padding="eliminate"``: the token-wise ops (projections, feed-forward
+    layers, norms) run on the real tokens of the batch only, as the input
+    ``attention_mask`` (0 or 1) marks them (``anyshape-eliminate-padding``);
+    per-token outputs are 0 at padded positions. A model it cannot prove
+    that safe for fails to compile, naming the op.
     """
     from anyshape.importer import export_program, import_program
     from anyshape.signature import dim_labels_from, signature_from_program
@@ -81,6 +86,8 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
         raise TypeError(f"passes: expected a list of pass names (or None: the default "
                         f"pipeline), got the string {passes!r}; write [{passes!r}]")
     pass_names = list(DEFAULT_PIPELINE if passes is None else passes)
+    if padding not in (None, "eliminate"):
+        raise ValueError(f"padding: expected None or 'eliminate', got {padding!r}")
     for name in pass_names:
         make_anyshape_pass(name)  # unknown names and bad options fail before the (slow) export
     report = _progress_printer(progress)
@@ -91,6 +98,8 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     exported = time.monotonic()
     report("importing into the torch dialect")
     signature = signature_from_program(program, dim_labels_from(program, dynamic_shapes))
+    if padding == "eliminate":
+        pass_names = with_padding_elimination(pass_names, signature)
     weights: dict | None = {} if params == "external" else None
     imported = import_program(program, weights=weights)
     import_seconds = time.monotonic() - exported
@@ -128,6 +137,29 @@ def _in_dtype(dtype, model, args, kwargs):
 
 
 DATA_TILING_FORMS = "anyshape-data-tiling-forms"
+ELIMINATE_PADDING = "anyshape-eliminate-padding"
+PADDING_MASK_INPUT = "attention_mask"
+
+
+def with_padding_elimination(pass_names: list[str], signature: ModuleSignature) -> list[str]:
+    """``anyshape-eliminate-padding`` on the input ``attention_mask``, after slice
+    hoisting (whose rows it then leaves alone) or else shape canonicalization;
+    ``signature`` learns to compute its index arguments."""
+    inputs = [spec.name for spec in signature.inputs]
+    if PADDING_MASK_INPUT not in inputs:
+        raise ValueError(f"padding='eliminate': expected an input named "
+                         f"'{PADDING_MASK_INPUT}' ([batch, length], 0 at padding), got inputs "
+                         f"{', '.join(inputs)}")
+    names = [split_pass_element(p)[0] for p in pass_names]
+    anchor = next((n for n in ("anyshape-hoist-slices", "anyshape-canonicalize-shapes")
+                   if n in names), None)
+    if anchor is None:
+        raise ValueError("padding='eliminate' runs after anyshape-canonicalize-shapes (or "
+                         "anyshape-hoist-slices): add it to passes")
+    at = names.index(anchor) + 1
+    signature.padding_mask = PADDING_MASK_INPUT
+    element = f"{ELIMINATE_PADDING}{{mask={inputs.index(PADDING_MASK_INPUT)}}}"
+    return [*pass_names[:at], element, *pass_names[at:]]
 
 
 def with_data_tiling_forms(pass_names: list[str]) -> list[str]:
@@ -138,7 +170,9 @@ def with_data_tiling_forms(pass_names: list[str]) -> list[str]:
     names = [split_pass_element(p)[0] for p in pass_names]
     if DATA_TILING_FORMS in names:
         return list(pass_names)
-    if "anyshape-hoist-slices" in names:
+    if ELIMINATE_PADDING in names:  # it reads the linears as written, before their forms
+        at = names.index(ELIMINATE_PADDING) + 1
+    elif "anyshape-hoist-slices" in names:
         at = names.index("anyshape-hoist-slices") + 1
     elif "anyshape-lower" in names:
         at = names.index("anyshape-lower")

@@ -404,7 +404,33 @@ def check_arguments(signature: ModuleSignature, given: dict[str, Any]) -> list[n
     specs = signature.inputs
     arrays = [_to_array(spec, given[spec.name]) for spec in specs]
     _check_shapes(signature, specs, arrays)
+    if signature.padding_mask is not None:
+        mask = arrays[[spec.name for spec in specs].index(signature.padding_mask)]
+        arrays += padding_indices(signature.padding_mask, mask)
     return arrays
+
+
+def padding_indices(name: str, mask: np.ndarray) -> list[np.ndarray]:
+    """What a module compiled with ``padding="eliminate"`` takes besides the
+    inputs: ``tokens``, the flat positions of the real tokens (mask 1), in
+    order, and ``slots``, each position's row among them (a padded position:
+    the row before it, any row will do). A batch without a real token still
+    computes one row (position 0), which no output reads."""
+    if mask.ndim != 2:
+        raise ValueError(f"argument '{name}': expected a [batch, length] mask, got shape "
+                         f"{tuple(mask.shape)}")
+    real = mask != 0
+    stray = np.argwhere(real & (mask != 1))
+    if stray.size:
+        at = tuple(int(i) for i in stray[0])
+        raise ValueError(f"argument '{name}': padding elimination expects 0 (padding) or 1 "
+                         f"(token) in the attention mask, got {mask[at]!r} at {list(at)}")
+    flat = real.reshape(-1)
+    tokens = np.flatnonzero(flat).astype(np.int64)
+    if tokens.size == 0:
+        tokens = np.zeros(1, dtype=np.int64)
+    slots = np.maximum(np.cumsum(flat, dtype=np.int64) - 1, 0)
+    return [tokens, slots]
 
 
 def host_tensor(array: np.ndarray, dtype: str) -> torch.Tensor:

@@ -70,6 +70,9 @@ class ModuleSignature:
     # (``torch._check(x.shape[0] <= y.shape[0])``), over the symbols, in Python
     # syntax; the runtime checks them as eager does.
     conditions: list[str] = dataclasses.field(default_factory=list)
+    # padding="eliminate": the input whose zeros mark padding; the module takes
+    # two more arguments the runtime computes from it (``padding_indices``).
+    padding_mask: str | None = None
 
     def to_json(self) -> dict:
         return {
@@ -79,6 +82,7 @@ class ModuleSignature:
             "output_tree": self.output_tree,
             "input_writes": list(self.input_writes),
             "conditions": list(self.conditions),
+            **({"padding_mask": self.padding_mask} if self.padding_mask else {}),
         }
 
     @classmethod
@@ -90,6 +94,7 @@ class ModuleSignature:
             output_tree=data["output_tree"],
             input_writes=list(data.get("input_writes", [])),
             conditions=list(data.get("conditions", [])),
+            padding_mask=data.get("padding_mask"),
         )
 
 

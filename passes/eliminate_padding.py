@@ -1,0 +1,524 @@
+"""``anyshape-eliminate-padding``: token-wise ops on the real tokens only.
+
+A batch of sequences padded to its longest costs ``B x L`` token rows in
+every projection, feed-forward layer and normalization, though only the
+``T`` real tokens matter. With the attention mask as argument ``mask``
+(``[B, L]``, 0 at padding), this pass gives the function two more arguments
+that the runtime computes from the mask: ``tokens`` (``[T]``, the flat
+``b * L + l`` positions of the real tokens, in order) and ``slots``
+(``[B * L]``, each position's row among them; a padded position names any
+row). Then:
+
+- a *token-wise* op (elementwise with operands that broadcast over tokens,
+  linear and matmul with a weight, layer norm, softmax and reductions over
+  the feature axes, dropout in eval, reshapes and slices of the feature
+  axes), on values laid out ``[B, L, ...]`` or ``[B * L, ...]``, runs on
+  ``[1, T, ...]`` / ``[T, ...]``: the token rows, gathered once where a
+  connected group of such ops that holds a matmul starts (``index_select``
+  by ``tokens``);
+- where ops that read across positions (attention) need the padded layout,
+  the rows go back by ``index_select`` by ``slots``.
+
+What a padded position holds after that is not what eager computes there:
+``padding_safety.py`` proves that no real token and no per-sequence output
+reads it (attention's additive mask and softmax zero it), and fails with
+the op that would otherwise. Outputs laid out per token get 0 at padded
+positions. The function gets the attribute ``anyshape.padding``: ``mask``,
+``per_token`` (results zeroed at padding) and ``per_row`` (``"result:c"``:
+results exact for the sequences whose position ``c`` is a real token).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+
+from anyshape.dialects import vtensor_shape
+from anyshape.mlir import ir
+from anyshape.passes import ModulePass, PassFailure, register
+from anyshape.passes.canonicalize_shapes import hoist_argument_bindings
+from anyshape.passes.padding_safety import FACTS, PaddingSafety, Poison, is_taint
+from anyshape.passes.scalar_builder import ScalarBuilder
+from anyshape.passes.shape_analysis import _REDUCTIONS as REDUCTION_OPERANDS
+from anyshape.passes.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir import (ELEMENTWISE, constant_int, create, defining_op, functions,
+                                      int_constant, int_type, list_items, users, vtensor_type)
+
+PADDING_ATTR = "anyshape.padding"
+_OLD, _NEW = "anyshape.padded_rows", "anyshape.token_rows"  # marks, while the pass runs
+_UNBOUNDED = 2**63 - 1
+_MATMULS = {"torch.aten.linear", "torch.aten.matmul", "torch.aten.mm", "torch.aten.addmm"}
+_RESHAPES = {"torch.aten.view", "torch.aten.reshape", "torch.aten._unsafe_view",
+             "torch.aten.flatten.using_ints", "torch.aten.unflatten.int"}
+# Ops that only move or select feature entries: a region does not start or end with them.
+_SHAPE_ONLY = _RESHAPES | {"torch.aten.permute", "torch.aten.transpose.int",
+                           "torch.aten.unsqueeze", "torch.aten.squeeze.dim",
+                           "torch.aten.slice.Tensor", "torch.aten.select.int",
+                           "torch.tensor_static_info_cast", "torch.aten.clone",
+                           "torch.aten.contiguous"}
+_NORMS = {"torch.aten.layer_norm", "torch.aten.native_layer_norm"}
+_SOFTMAX = {"torch.aten.softmax.int", "torch.aten._softmax", "torch.aten.log_softmax.int",
+            "torch.aten._log_softmax"}
+
+
+@register
+@dataclasses.dataclass
+class EliminatePaddingPass(ModulePass):
+    argument = "anyshape-eliminate-padding"
+    description = ("Run token-wise ops on the real tokens of a padded batch, gathered by "
+                   "the attention mask (argument 'mask'), and prove the padding unread")
+
+    mask: int = -1
+
+    def apply(self, module_op):
+        if self.mask < 0:
+            raise PassFailure("option mask: expected the position of the attention mask "
+                              "argument ([batch, length], 0 at padding), e.g. "
+                              "--anyshape-eliminate-padding='mask=1'; got none")
+        for func in functions(module_op):
+            _Packer(func, self.mask).run()
+
+
+class _Packer:
+    def __init__(self, func: ir.Operation, mask: int):
+        hoist_argument_bindings(func)
+        self.func = func
+        self.block = func.regions[0].blocks[0]
+        arguments = list(self.block.arguments)
+        if mask >= len(arguments):
+            raise PassFailure(f"option mask: expected an argument position below "
+                              f"{len(arguments)}, got {mask}")
+        self.mask_position = mask
+        self.mask = arguments[mask]
+        self.analysis = ShapeAnalysis(func)
+        self.builder = ScalarBuilder(self.analysis)
+        dims = self.analysis.dims.get(self.mask)
+        if dims is None or len(dims) != 2:
+            raise PassFailure(f"argument {mask} (the attention mask): expected a "
+                              f"[batch, length] tensor, got {self.mask.type}")
+        self.batch, self.length = dims
+        if self.length.is_Integer:
+            raise PassFailure(f"argument {mask} (the attention mask): its length dim is "
+                              f"static ({self.length}); padding elimination needs a dynamic "
+                              f"length")
+        self.order = {op.operation: i for i, op in enumerate(self.block.operations)}
+
+    # -- layouts ----------------------------------------------------------------
+    def layout(self, value: ir.Value) -> str | None:
+        """'BL' for ``[B, L, ...]``, 'F' for ``[B * L, ...]``; None otherwise."""
+        dims = self.analysis.dims.get(value)
+        if dims is None or vtensor_shape(value.type) is None:
+            return None
+        symbols = self.length.free_symbols | self.batch.free_symbols
+
+        def free(rest):
+            return all(d is not None and not (d.free_symbols & symbols) for d in rest)
+
+        if len(dims) >= 2 and _same(dims[0], self.batch) and _same(dims[1], self.length) \
+                and free(dims[2:]):
+            return "BL"
+        if len(dims) >= 1 and _same(dims[0], self.batch * self.length) and free(dims[1:]):
+            return "F"
+        return None
+
+    def token_wise(self, op: ir.Operation) -> bool:
+        name = op.name
+        results = list(op.results)
+        if not results or any(self.layout(r) is None for r in results):
+            return False
+        data = [v for v in op.operands if self.layout(v) is not None]
+        if not data:
+            return False
+        first = op.operands[0]
+        kind = self.layout(first)
+        prefix = 2 if kind == "BL" else 1
+        rank = len(vtensor_shape(results[0].type)[0])
+        if name in _RESHAPES:
+            return kind is not None and all(isinstance(d, sympy.Integer) or d.is_Integer
+                                            for d in self.analysis.dims[results[0]]
+                                            [2 if self.layout(results[0]) == "BL" else 1:])
+        if name == "torch.aten.addmm":
+            return self.layout(op.operands[1]) == "F" and self.layout(results[0]) == "F" and \
+                self._no_token_dims([op.operands[0], op.operands[2]])
+        if kind is None or any(self.layout(r) != kind for r in results):
+            return False
+        if name in ELEMENTWISE or name == "torch.aten.dropout":
+            if name == "torch.aten.dropout" and _truthy(op.operands[2]):
+                return False
+            return all(self._broadcasts_over_tokens(v, kind, rank) for v in op.operands
+                       if vtensor_shape(v.type) is not None)
+        if name in ("torch.aten.linear", "torch.aten.matmul", "torch.aten.mm"):
+            weight = op.operands[1]
+            return self._no_token_dims(list(op.operands)[1:]) and \
+                len(vtensor_shape(weight.type)[0]) <= 2
+        if name in _NORMS:
+            normalized = list_items(op.operands[1])
+            return normalized is not None and len(normalized) <= rank - prefix and \
+                self._no_token_dims(list(op.operands)[2:4])
+        if name in _SOFTMAX:
+            dim = constant_int(op.operands[1])
+            return dim is not None and dim % rank >= prefix
+        if name in REDUCTION_OPERANDS:
+            dims_at, _ = REDUCTION_OPERANDS[name]
+            items = list_items(op.operands[dims_at])
+            dims = [constant_int(v) for v in items] if items is not None else \
+                [constant_int(op.operands[dims_at])]
+            in_rank = len(vtensor_shape(first.type)[0])
+            return None not in dims and all(d % in_rank >= prefix for d in dims)
+        if name == "torch.aten.permute":
+            order = [constant_int(v) for v in list_items(op.operands[1]) or []]
+            return order[:prefix] == list(range(prefix))
+        if name == "torch.aten.transpose.int":
+            axes = [constant_int(v) for v in list(op.operands)[1:3]]
+            return None not in axes and all(a % rank >= prefix for a in axes)
+        if name in ("torch.aten.unsqueeze", "torch.aten.squeeze.dim", "torch.aten.slice.Tensor",
+                    "torch.aten.select.int"):
+            dim = constant_int(op.operands[1])
+            in_rank = len(vtensor_shape(first.type)[0])
+            modulus = in_rank + 1 if name == "torch.aten.unsqueeze" else in_rank
+            return dim is not None and dim % modulus >= prefix
+        return False
+
+    def _broadcasts_over_tokens(self, value, kind, rank) -> bool:
+        """A token operand of the result's layout, or one constant along the token axes."""
+        if self.layout(value) == kind and len(vtensor_shape(value.type)[0]) == rank:
+            return True
+        shape = vtensor_shape(value.type)[0]
+        prefix = 2 if kind == "BL" else 1
+        covered = [i - (rank - len(shape)) for i in range(prefix)]
+        return all(a < 0 or shape[a] == 1 for a in covered)
+
+    def _no_token_dims(self, values) -> bool:
+        symbols = self.length.free_symbols
+        for value in values:
+            dims = self.analysis.dims.get(value)
+            if vtensor_shape(value.type) is None:
+                continue
+            if dims is None or any(d is None or d.free_symbols & symbols for d in dims):
+                return False
+        return True
+
+    # -- regions ----------------------------------------------------------------
+    def regions(self) -> set:
+        members = {op.operation for op in self.block.operations if self.token_wise(op.operation)}
+        changed = True
+        while changed:  # no region starts or ends with a mere reshape or selection
+            changed = False
+            for op in list(members):
+                if op.name not in _SHAPE_ONLY:
+                    continue
+                feeds = any(u in members for r in op.results for u in users(r))
+                fed = any(defining_op(v) in members for v in op.operands)
+                if not feeds or not fed:
+                    members.discard(op)
+                    changed = True
+        # Connected groups (through token values); only those with a matmul pay for
+        # their gathers.
+        parent = {op: op for op in members}
+
+        def find(op):
+            while parent[op] is not op:
+                parent[op] = parent[parent[op]]
+                op = parent[op]
+            return op
+
+        for op in members:
+            for value in op.operands:
+                producer = defining_op(value)
+                if producer in members:
+                    parent[find(op)] = find(producer)
+        heavy = {find(op) for op in members if op.name in _MATMULS}
+        return {op for op in members if find(op) in heavy}
+
+    # -- the rewrite --------------------------------------------------------------
+    def run(self) -> None:
+        region = self.regions()
+        if not region:
+            raise PassFailure("no projection runs on the token rows of the attention mask's "
+                              "[batch, length] layout: nothing to pack")
+        # Python's Operation objects do not stay hashable across rewrites: the
+        # ops are marked by attributes instead (removed below).
+        for op in region:
+            op.attributes[_OLD] = ir.UnitAttr.get()
+        self._add_arguments()
+        packed: dict[ir.Value, ir.Value] = {}
+        gathered: dict[ir.Value, ir.Value] = {}
+        for op in [o.operation for o in self.block.operations]:
+            if _OLD not in op.attributes:
+                continue
+            with ir.InsertionPoint(op), op.location:
+                operands = []
+                for value in op.operands:
+                    if value in packed:
+                        operands.append(packed[value])
+                    elif self.layout(value) is not None and vtensor_shape(value.type) is not None:
+                        if value not in gathered:
+                            gathered[value] = self._pack(value)
+                        operands.append(gathered[value])
+                    else:
+                        operands.append(value)
+                new_results = self._recreate(op, operands)
+            for old, new in zip(op.results, new_results):
+                packed[old] = new
+        unpacked = {}
+        for old, new in packed.items():
+            outside = [u for u in users(old) if _OLD not in u.attributes]
+            if not outside:
+                continue
+            first = next(o.operation for o in self.block.operations
+                         if any(o.operation == u for u in outside))
+            with ir.InsertionPoint(first), first.location:
+                unpacked[old] = self._unpack(new, old.type, self.layout(old))
+        for old in packed:
+            for user in [u.owner for u in old.uses]:
+                if user.name == "torch.bind_symbolic_shape":
+                    user.erase()
+        for old, value in unpacked.items():
+            old.replace_all_uses_with(value)
+        self._prove(unpacked, gathered)
+        for op in reversed([o.operation for o in self.block.operations]):
+            if _OLD in op.attributes:
+                op.erase()
+            elif _NEW in op.attributes:
+                del op.attributes[_NEW]
+
+    def _add_arguments(self) -> None:
+        index = ir.Type.parse("!torch.vtensor<[?],si64>")
+        location = self.func.location
+        self.tokens = self.block.add_argument(index, location)
+        self.slots = self.block.add_argument(index, location)
+        function_type = ir.FunctionType(ir.TypeAttr(self.func.attributes["function_type"]).value)
+        self.func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+            [*function_type.inputs, index, index], function_type.results))
+        if "arg_attrs" in self.func.attributes:
+            attrs = list(ir.ArrayAttr(self.func.attributes["arg_attrs"]))
+            self.func.attributes["arg_attrs"] = ir.ArrayAttr.get(
+                attrs + [ir.DictAttr.get({}), ir.DictAttr.get({})])
+        binding = next((op.operation for op in self.block.operations
+                        if op.operation.name == "torch.bind_symbolic_shape"
+                        and op.operation.operands[0] == self.mask), None)
+        if binding is None:
+            raise PassFailure(f"argument {self.mask_position} (the attention mask) has no "
+                              f"torch.bind_symbolic_shape: its dims' ranges are unknown")
+        high = self.analysis.max_of(self.batch * self.length)
+        with ir.InsertionPoint(binding), binding.location:
+            i64 = ir.IntegerType.get_signless(64)
+            count = ir.Operation.create("torch.symbolic_int", results=[int_type()], attributes={
+                "symbol_name": ir.StringAttr.get("anyshape_tokens"),
+                "min_val": ir.IntegerAttr.get(i64, 1),
+                "max_val": ir.IntegerAttr.get(i64, min(high or _UNBOUNDED, _UNBOUNDED))})
+        with ir.InsertionPoint.after(binding), binding.location:
+            ir.Operation.create("torch.bind_symbolic_shape", results=[],
+                                operands=[self.tokens, count.result], attributes={
+                                    "shape_expressions": ir.AffineMapAttr.get(ir.AffineMap.get(
+                                        0, 1, [ir.AffineSymbolExpr.get(0)]))})
+            mask_map = ir.AffineMapAttr(binding.attributes["shape_expressions"]).value
+            ir.Operation.create("torch.bind_symbolic_shape", results=[],
+                                operands=[self.slots, *list(binding.operands)[1:]], attributes={
+                                    "shape_expressions": ir.AffineMapAttr.get(ir.AffineMap.get(
+                                        0, mask_map.n_symbols,
+                                        [mask_map.results[0] * mask_map.results[1]]))})
+        self.analysis = ShapeAnalysis(self.func)  # the new arguments' dims, rooted
+        self.builder = ScalarBuilder(self.analysis)
+        self.order = {op.operation: i for i, op in enumerate(self.block.operations)}
+        self.token_count = None
+
+    def _count(self) -> ir.Value:
+        return ir.Operation.create("torch.aten.size.int", results=[int_type()],
+                                   operands=[self.tokens, int_constant(0)]).result
+
+    def _pack(self, value: ir.Value) -> ir.Value:
+        sizes, dtype = vtensor_shape(value.type)
+        kind = self.layout(value)
+        flat = value
+        rest = sizes[2:] if kind == "BL" else sizes[1:]
+        if kind == "BL":
+            flat = self._op("torch.aten.flatten.using_ints", [None, *rest], dtype,
+                            value, int_constant(0), int_constant(1))
+        rows = self._op("torch.aten.index_select", [None, *rest], dtype,
+                        flat, int_constant(0), self.tokens)
+        if kind == "BL":
+            rows = self._op("torch.aten.unsqueeze", [1, None, *rest], dtype,
+                            rows, int_constant(0))
+        return rows
+
+    def _unpack(self, rows: ir.Value, old_type: ir.Type, kind: str) -> ir.Value:
+        sizes, dtype = vtensor_shape(old_type)
+        rest = sizes[2:] if kind == "BL" else sizes[1:]
+        if kind == "BL":
+            rows = self._op("torch.aten.squeeze.dim", [None, *rest], dtype, rows,
+                            int_constant(0))
+        grid = self._op("torch.aten.index_select", [sizes[0] if kind == "F" else None, *rest],
+                        dtype, rows, int_constant(0), self.slots)
+        if kind == "BL":
+            split = ir.Operation.create("torch.prim.ListConstruct",
+                                        results=[ir.Type.parse("!torch.list<int>")],
+                                        operands=[self.builder.build(self.batch),
+                                                  self.builder.build(self.length)]).result
+            grid = self._op("torch.aten.unflatten.int", sizes, dtype, grid,
+                            int_constant(0), split)
+        return grid
+
+    def _op(self, name: str, sizes, dtype, *operands) -> ir.Value:
+        op = ir.Operation.create(name, results=[vtensor_type(sizes, dtype)], operands=list(operands))
+        op.attributes[_NEW] = ir.UnitAttr.get()
+        return op.result
+
+    def _recreate(self, op: ir.Operation, operands: list) -> list:
+        if op.name in _RESHAPES:
+            return [self._reshape(operands[0], op.results[0])]
+        types = []
+        for result in op.results:
+            sizes, dtype = vtensor_shape(result.type)
+            kind = self.layout(result)
+            types.append(vtensor_type([1, None, *sizes[2:]] if kind == "BL" else [None, *sizes[1:]],
+                                      dtype))
+        new = ir.Operation.create(op.name, results=types, operands=operands,
+                                  attributes=_attributes(op))
+        new.attributes[_NEW] = ir.UnitAttr.get()
+        return list(new.results)
+
+    def _reshape(self, rows: ir.Value, result: ir.Value) -> ir.Value:
+        """``rows`` (packed) reshaped as ``result`` is, per token: the feature axes
+        flattened and split again, structurally."""
+        sizes_in, dtype = vtensor_shape(rows.type)
+        if sizes_in[0] == 1 and len(sizes_in) >= 2 and sizes_in[1] is None:
+            rows = self._op("torch.aten.squeeze.dim", sizes_in[1:], dtype, rows,
+                            int_constant(0))
+        rest_in = vtensor_shape(rows.type)[0][1:]
+        kind = self.layout(result)
+        sizes_out = vtensor_shape(result.type)[0]
+        rest_out = [int(d) for d in self.analysis.dims[result][2 if kind == "BL" else 1:]]
+        if rest_in != rest_out:
+            if len(rest_in) != 1:
+                rows = self._op("torch.aten.flatten.using_ints" if rest_in else
+                                "torch.aten.unsqueeze", [None, _product(rest_in)], dtype,
+                                *([rows, int_constant(1), int_constant(-1)] if rest_in
+                                  else [rows, int_constant(1)]))
+            if len(rest_out) != 1:
+                if rest_out:
+                    split = ir.Operation.create(
+                        "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
+                        operands=[int_constant(n) for n in rest_out]).result
+                    rows = self._op("torch.aten.unflatten.int", [None, *rest_out], dtype,
+                                    rows, int_constant(1), split)
+                else:
+                    rows = self._op("torch.aten.squeeze.dim", [None], dtype, rows,
+                                    int_constant(1))
+        del sizes_out
+        if kind == "BL":
+            rows = self._op("torch.aten.unsqueeze", [1, None, *rest_out], dtype, rows,
+                            int_constant(0))
+        return rows
+
+    # -- the proof ----------------------------------------------------------------
+    def _prove(self, unpacked, gathered) -> None:
+        safety = PaddingSafety(self.analysis, self.batch, self.length)
+        safety.seed(self.mask, [frozenset({"B"}), frozenset({"keep"})])
+        for old, value in unpacked.items():
+            rank = len(vtensor_shape(value.type)[0])
+            lead = [frozenset({"B"}), frozenset({"L"})] if self.layout(old) == "BL" \
+                else [frozenset({"BL"})]
+            safety.seed(value, lead + [frozenset()] * (rank - len(lead)))
+        safety.run(self.block, skip=(_OLD, _NEW))
+        for value in gathered:
+            roles = safety.of(value)
+            if isinstance(roles, Poison):
+                raise _unsafe(roles, "the token rows gathered after it")
+            if roles is not None and not _packable(roles, self.layout(value)):
+                raise PassFailure(f"a value gathered by token rows carries padded positions on "
+                                  f"axes it is not gathered by (roles {_show(roles)})",
+                                  defining_op(value).location if defining_op(value) else None)
+        self._zero_outputs(safety)
+
+    def _zero_outputs(self, safety: PaddingSafety) -> None:
+        ret = self.block.operations[len(self.block.operations) - 1].operation
+        per_token, per_row = [], []
+        keep = None
+        for position, value in enumerate(ret.operands):
+            roles = safety.of(value)
+            if roles is None:
+                continue
+            if isinstance(roles, Poison):
+                raise _unsafe(roles, f"result {position}")
+            taint = [{r for r in axis if is_taint(r)} for axis in roles]
+            if not any(taint):
+                continue
+            rows = sorted({r.split(":", 1)[1] for axis in taint for r in axis
+                           if r.startswith(("row:", "at:"))})
+            positional = [i for i, t in enumerate(taint) if t - {r for r in t if ":" in r}]
+            if not positional:
+                per_row += [f"{position}:{c}" for c in rows]
+                continue
+            layout = "BL" if taint[:2] == [set(), {"L"}] and "B" in roles[0] else \
+                "F" if taint[0] == {"BL"} else None
+            if layout is None or any(taint[2 if layout == "BL" else 1:]) or rows:
+                raise PassFailure(f"result {position} carries padded positions on axes "
+                                  f"{positional} (roles {_show(roles)}), which no mask zeroes",
+                                  ret.location)
+            with ir.InsertionPoint(ret), ret.location:
+                if keep is None:
+                    keep = create("torch.aten.ne.Scalar",
+                                  vtensor_type(vtensor_shape(self.mask.type)[0], "i1"),
+                                  self.mask, int_constant(0))
+                condition = keep
+                if layout == "F":
+                    condition = create("torch.aten.flatten.using_ints",
+                                       vtensor_type([None], "i1"), keep, int_constant(0),
+                                       int_constant(1))
+                rank = len(vtensor_shape(value.type)[0])
+                sizes = vtensor_shape(condition.type)[0]
+                while len(sizes) < rank:
+                    sizes = [*sizes, 1]
+                    condition = create("torch.aten.unsqueeze", vtensor_type(sizes, "i1"),
+                                       condition, int_constant(len(sizes) - 1))
+                zeroed = create("torch.aten.where.ScalarOther", value.type, condition, value,
+                                int_constant(0))
+            ret.operands[position] = zeroed
+            per_token.append(position)
+        text = (f'{{mask = {self.mask_position} : i64, per_token = [{", ".join(map(str, per_token))}], '
+                f'per_row = [{", ".join(chr(34) + r + chr(34) for r in per_row)}]}}')
+        self.func.attributes[PADDING_ATTR] = ir.Attribute.parse(text)
+
+
+def _attributes(op: ir.Operation) -> dict:
+    named = (op.attributes[i] for i in range(len(op.attributes)))
+    return {a.name: a.attr for a in named if a.name != _OLD}
+
+
+def _packable(roles, kind) -> bool:
+    lead = [{"B"}, {"L", "dead", "zero"}] if kind == "BL" else [{"BL"}]
+    for axis, allowed in zip(roles, lead):
+        if {r for r in axis if is_taint(r)} - allowed:
+            return False
+    return not any(is_taint(r) for axis in roles[len(lead):] for r in axis)
+
+
+def _unsafe(poison: Poison, reader: str) -> PassFailure:
+    return PassFailure(f"'{poison.op.name}' reads across positions ({poison.why}), and "
+                       f"{reader} depend on what it computes: padding elimination cannot prove "
+                       f"the padded positions unread", poison.op.location)
+
+
+def _show(roles) -> str:
+    return "[" + ", ".join("{" + ",".join(sorted(r)) + "}" for r in roles) + "]"
+
+
+def _same(a, b) -> bool:
+    return a is not None and b is not None and sympy.simplify(a - b) == 0
+
+
+def _truthy(value: ir.Value) -> bool:
+    op = defining_op(value)
+    return op is None or op.name != "torch.constant.bool" or ir.BoolAttr(op.attributes["value"]).value
+
+
+def _product(sizes) -> int:
+    out = 1
+    for n in sizes:
+        out *= n
+    return out
+
+
+__all__ = ["EliminatePaddingPass", "PADDING_ATTR", "FACTS"]

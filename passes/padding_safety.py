@@ -1,0 +1,540 @@
+"""Proof that unpacked padding never reaches a real token's value.
+
+``anyshape-eliminate-padding`` computes token-wise ops on the real tokens
+only. Where the ops that read across positions need the padded layout back,
+a padded position holds a copy of some real token's row, not what eager
+computes there: it is *tainted*. This analysis follows the taint through
+the rest of the function, axis by axis, and proves that no real token (and
+no per-sequence output) reads a tainted entry; where it cannot, it names the
+op that mixes positions.
+
+Each axis of a value carries a set of roles:
+- ``B``: the axis indexes sequences (alone or merged with heads);
+- taint: ``L`` (token positions), ``BL`` (sequences x positions, flattened),
+  ``L*`` (positions merged or offset, which no mask lines up with),
+  ``at:c`` (the one position ``c`` of each sequence), ``row:c`` (a
+  sequence axis whose rows are exact where position ``c`` is a real token);
+- facts of untainted values, on a position axis, at padded positions:
+  ``keep`` (0 / false: the attention mask itself), ``pad`` (1 / true),
+  ``add`` (at most -1e30: an additive mask), ``dead`` (the same value
+  <= -1e30 as eager: scores plus an additive mask), ``zero`` (exactly 0:
+  the softmax of dead scores).
+
+A reduction or contraction over a tainted axis is safe only against a
+``zero`` axis (probabilities that ignore padded keys); one over a ``B`` axis
+of a tainted value never is. Ops without a rule poison tainted inputs.
+The runtime guarantees the mask holds 0 and 1 only (what ``keep`` and
+``pad`` assume) and that every sequence row read this way is finite.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from anyshape.dialects import vtensor_shape
+from anyshape.mlir import ir
+from anyshape.passes.shape_analysis import _REDUCTIONS as REDUCTION_OPERANDS
+from anyshape.passes.torch_ir import constant_int, defining_op, list_items
+
+BIG_NEGATIVE = -1e30
+FACTS = frozenset({"keep", "pad", "add", "dead", "zero"})
+_NO_ROLES: frozenset = frozenset()
+
+
+def is_taint(role: str) -> bool:
+    return role in ("L", "BL", "L*") or role.startswith(("at:", "row:"))
+
+
+def tainted(roles: list[frozenset]) -> bool:
+    return any(is_taint(r) for axis in roles for r in axis)
+
+
+class Poison:
+    """Entries anywhere may differ from eager: ``op`` read across padded positions."""
+
+    def __init__(self, op: ir.Operation, why: str):
+        self.op, self.why = op, why
+
+
+_CASTS = {"torch.aten._to_copy", "torch.aten.to.dtype", "torch.prims.convert_element_type",
+          "torch.aten.clone", "torch.aten.contiguous", "torch.aten.detach", "torch.aten.alias",
+          "torch.tensor_static_info_cast", "torch.aten.type_as", "torch.aten.to.dtype_layout"}
+_SOFTMAX = {"torch.aten.softmax.int": True, "torch.aten._softmax": True,
+            "torch.aten.log_softmax.int": False, "torch.aten._log_softmax": False}
+_MATMULS = {"torch.aten.bmm", "torch.aten.matmul", "torch.aten.mm"}
+_ZERO_FILLS = {"torch.aten.zeros_like", "torch.aten.zeros", "torch.aten.new_zeros"}
+
+
+def float_constant(value: ir.Value) -> float | None:
+    """The number a scalar operand, a 0-d tensor or a splat literal holds."""
+    op = defining_op(value)
+    if op is None:
+        return None
+    if op.name in ("torch.constant.float", "torch.constant.int"):
+        attr = op.attributes["value"]
+        return ir.FloatAttr(attr).value if op.name.endswith("float") else ir.IntegerAttr(attr).value
+    if op.name in ("torch.aten.scalar_tensor", "torch.aten.full_like", "torch.aten.new_full",
+                   "torch.aten.full"):
+        return float_constant(op.operands[1] if op.name in ("torch.aten.full_like",
+                                                            "torch.aten.new_full",
+                                                            "torch.aten.full") else op.operands[0])
+    if op.name in _ZERO_FILLS:
+        return 0.0
+    if op.name in _CASTS:
+        return float_constant(op.operands[0])
+    if op.name == "torch.vtensor.literal":
+        attr = op.attributes["value"]
+        if isinstance(attr, ir.DenseElementsAttr) or ir.DenseElementsAttr.isinstance(attr):
+            dense = ir.DenseElementsAttr(attr)
+            if dense.is_splat:
+                splat = dense.get_splat_value()
+                return ir.FloatAttr(splat).value if ir.FloatAttr.isinstance(splat) \
+                    else ir.IntegerAttr(splat).value
+    return None
+
+
+class PaddingSafety:
+    """Roles of every value reached from ``sources`` (value -> per-axis roles)."""
+
+    def __init__(self, analysis, batch, length):
+        self.analysis = analysis
+        self.batch, self.length = batch, length
+        self.roles: dict[ir.Value, list[frozenset] | Poison] = {}
+
+    def seed(self, value: ir.Value, roles: list[frozenset]) -> None:
+        self.roles[value] = roles
+
+    def of(self, value: ir.Value):
+        return self.roles.get(value)
+
+    def run(self, block: ir.Block, skip: tuple = ()) -> None:
+        """Roles through ``block`` in order; ops with an attribute named in ``skip``
+        (those whose results are seeded, or that run on token rows) are not visited."""
+        for op in block.operations:
+            op = op.operation
+            if op.name == "torch.bind_symbolic_shape" or not op.results or \
+                    any(mark in op.attributes for mark in skip):
+                continue
+            states = [self.roles.get(v) for v in op.operands]
+            if all(s is None for s in states):
+                continue
+            poison = next((s for s in states if isinstance(s, Poison)), None)
+            if poison is not None:
+                for result in op.results:
+                    self.roles[result] = poison
+                continue
+            try:
+                results = self._transfer(op, states)
+            except _Unsafe as unsafe:
+                results = [Poison(op, str(unsafe))] * len(op.results)
+            for result, roles in zip(op.results, results):
+                if roles is not None and (isinstance(roles, Poison) or any(roles)):
+                    self.roles[result] = roles
+
+    # -- transfer functions ---------------------------------------------------
+    def _transfer(self, op, states):
+        name = op.name
+        rank = _rank(op.results[0])
+        if rank is None:
+            if any(s is not None and tainted(s) for s in states):
+                raise _Unsafe("a tainted tensor becomes a non-tensor value")
+            return [None] * len(op.results)
+        if name in _SOFTMAX:
+            return [self._softmax(op, states[0], _SOFTMAX[name])]
+        if name in REDUCTION_OPERANDS:
+            return [self._reduction(op, states[0])] * len(op.results)
+        if name in _MATMULS:
+            return [self._matmul(op, states[0], states[1])]
+        if name == "torch.aten.linear":
+            roles = self._need(states[0], op, 0)
+            if roles[-1] & _TAINT_ANY:
+                raise _Unsafe("a linear contracts a position axis")
+            if any(s is not None and tainted(s) for s in states[1:]):
+                raise _Unsafe("a linear's weight depends on padded values")
+            return [_drop_facts(roles[:-1]) + [_NO_ROLES]]
+        if name in ("torch.aten.layer_norm", "torch.aten.native_layer_norm"):
+            return self._layer_norm(op, states)
+        if name == "torch.aten.dropout":
+            train = defining_op(op.operands[2])
+            if train is None or train.name != "torch.constant.bool" or \
+                    ir.BoolAttr(train.attributes["value"]).value:
+                raise _Unsafe("dropout in training mode")
+            return [states[0]]
+        shaped = self._shape_op(op, states)
+        if shaped is not _NOT_SHAPE:
+            return [shaped]
+        if _elementwise(name):
+            return [self._elementwise(op, states, rank)]
+        if any(s is not None and tainted(s) for s in states):
+            raise _Unsafe("no rule says which positions it reads")
+        return [None] * len(op.results)
+
+    def _need(self, state, op, position):
+        if state is None:
+            return [_NO_ROLES] * _rank(op.operands[position])
+        return state
+
+    def _softmax(self, op, state, is_softmax):
+        roles = list(self._need(state, op, 0))
+        dim = constant_int(op.operands[1]) % len(roles)
+        axis = roles[dim]
+        if axis & _TAINT_ANY or (tainted(roles) and "B" in axis):
+            raise _Unsafe("a softmax normalizes over padded positions no mask removes")
+        out = _drop_facts(roles)
+        out[dim] = frozenset({"zero"}) if is_softmax and "dead" in axis else _NO_ROLES
+        return out
+
+    def _reduction(self, op, state):
+        roles = list(self._need(state, op, 0))
+        dims_at, keep_at = REDUCTION_OPERANDS[op.name]
+        items = list_items(op.operands[dims_at])
+        dims = [constant_int(v) for v in items] if items is not None else \
+            [constant_int(op.operands[dims_at])]
+        keep = defining_op(op.operands[keep_at])
+        if None in dims or keep is None or keep.name != "torch.constant.bool":
+            if tainted(roles):
+                raise _Unsafe("a reduction over axes it cannot tell")
+            return None
+        dims = {d % len(roles) for d in dims}
+        for d in dims:
+            if roles[d] & _TAINT_ANY or (tainted(roles) and "B" in roles[d]):
+                raise _Unsafe("a reduction sums over padded positions")
+        out = _drop_facts(roles)
+        if ir.BoolAttr(keep.attributes["value"]).value:
+            return [_NO_ROLES if i in dims else r for i, r in enumerate(out)]
+        return [r for i, r in enumerate(out) if i not in dims]
+
+    def _matmul(self, op, lhs_state, rhs_state):
+        lhs = list(self._need(lhs_state, op, 0))
+        rhs = list(self._need(rhs_state, op, 1))
+        if len(lhs) < 2 or len(rhs) < 2:
+            raise _Unsafe("a matrix-vector product over padded values")
+        k_lhs, k_rhs = lhs[-1], rhs[-2]
+        for mine, other in ((k_lhs, k_rhs), (k_rhs, k_lhs)):
+            if mine & _TAINT_ANY and not (mine <= {"L", "B"} and "zero" in other):
+                raise _Unsafe("a product sums over padded positions that are not zeroed")
+            if "B" in mine and (tainted(lhs) or tainted(rhs)):
+                raise _Unsafe("a product sums over sequences")
+        rank = _rank(op.results[0])
+        batch = _broadcast([lhs[:-2], rhs[:-2]], rank - 2)
+        return _drop_facts(batch + [lhs[-2], rhs[-1]])
+
+    def _layer_norm(self, op, states):
+        roles = self._need(states[0], op, 0)
+        normalized = list_items(op.operands[1])
+        count = len(normalized) if normalized is not None else len(roles)
+        if any(r & _TAINT_ANY or ("B" in r and tainted(roles)) for r in roles[len(roles) - count:]):
+            raise _Unsafe("a normalization over padded positions")
+        if any(s is not None and tainted(s) for s in states[2:]):
+            raise _Unsafe("a normalization's weights depend on padded values")
+        out = _drop_facts(roles)
+        results = [out]
+        for extra in list(op.results)[1:]:
+            extra_rank = _rank(extra)
+            results.append(out[:extra_rank] if extra_rank is not None else None)
+        return results
+
+    # -- shape ops ------------------------------------------------------------
+    def _shape_op(self, op, states):
+        name = op.name
+        if name in ("torch.aten.permute", "torch.aten.transpose.int", "torch.aten.unsqueeze",
+                    "torch.aten.squeeze.dim", "torch.aten.expand", "torch.aten.flatten.using_ints",
+                    "torch.aten.unflatten.int", "torch.aten.view", "torch.aten.reshape",
+                    "torch.aten._unsafe_view", "torch.aten.slice.Tensor", "torch.aten.select.int",
+                    "torch.aten.t", "torch.aten.broadcast_to"):
+            roles = list(self._need(states[0], op, 0))
+            if any(s is not None and tainted(s) for s in states[1:]):
+                raise _Unsafe("a shape computed from padded values")
+            return getattr(self, "_" + name.split(".")[2].lstrip("_"))(op, roles)
+        return _NOT_SHAPE
+
+    def _permute(self, op, roles):
+        order = [constant_int(v) for v in list_items(op.operands[1]) or []]
+        if len(order) != len(roles) or None in order:
+            raise _Unsafe("a permutation it cannot read")
+        return [roles[o % len(roles)] for o in order]
+
+    def _transpose(self, op, roles):
+        a, b = (constant_int(v) for v in list(op.operands)[1:3])
+        if a is None or b is None:
+            raise _Unsafe("a transpose it cannot read")
+        a, b = a % len(roles), b % len(roles)
+        roles[a], roles[b] = roles[b], roles[a]
+        return roles
+
+    def _t(self, op, roles):
+        return list(reversed(roles))
+
+    def _unsqueeze(self, op, roles):
+        dim = constant_int(op.operands[1]) % (len(roles) + 1)
+        return roles[:dim] + [_NO_ROLES] + roles[dim:]
+
+    def _squeeze(self, op, roles):
+        dim = constant_int(op.operands[1]) % len(roles)
+        gone = roles.pop(dim)
+        return self._fold_into_batch(roles, gone)
+
+    def _expand(self, op, roles):
+        rank = _rank(op.results[0])
+        return [_NO_ROLES] * (rank - len(roles)) + roles
+
+    _broadcast_to = _expand
+
+    def _flatten(self, op, roles):
+        start, end = (constant_int(v) % len(roles) for v in list(op.operands)[1:3])
+        return roles[:start] + [_merge(roles[start:end + 1])] + roles[end + 1:]
+
+    def _unflatten(self, op, roles):
+        dim = constant_int(op.operands[1]) % len(roles)
+        sizes = self._dims(op.results[0])[dim:dim + len(list_items(op.operands[2]) or [])]
+        return roles[:dim] + self._split(roles[dim], sizes) + roles[dim + 1:]
+
+    def _view(self, op, roles):
+        source, result = self._dims(op.operands[0]), self._dims(op.results[0])
+        if source is None or result is None or None in source or None in result:
+            if tainted(roles):
+                raise _Unsafe("a reshape of sizes it cannot tell")
+            return [_NO_ROLES] * len(result or [])
+        # Grouped as sizes: the symbols stand for distinct primes, so equal
+        # products are equal expressions.
+        symbols = sorted({s for d in source + result for s in d.free_symbols}, key=str)
+        primes = dict(zip(symbols, sympy.primerange(1009, 10**6)))
+        left_sizes = [int(d.subs(primes)) for d in source]
+        right_sizes = [int(d.subs(primes)) for d in result]
+        out, i, j = [], 0, 0
+        while j < len(right_sizes):
+            group_in, group_out, left, right = [], [j], 1, right_sizes[j]
+            j += 1
+            while i < len(left_sizes) and (left < right or not group_in):
+                left, group_in = left * left_sizes[i], group_in + [i]
+                i += 1
+            while left > right and j < len(right_sizes):
+                right, group_out = right * right_sizes[j], group_out + [j]
+                j += 1
+            if left != right:
+                raise _Unsafe("a reshape it cannot group")
+            out += self._split(_merge([roles[a] for a in group_in]), [result[b] for b in group_out])
+        if i < len(left_sizes) and any(roles[a] for a in range(i, len(left_sizes))):
+            raise _Unsafe("a reshape it cannot group")
+        return out
+
+    _reshape = _view
+    _unsafe_view = _view
+
+    def _slice(self, op, roles):
+        dim = constant_int(op.operands[1]) % len(roles)
+        if not roles[dim] & _TAINT_ANY and not roles[dim] & FACTS:
+            return roles
+        start = constant_int(op.operands[2])
+        size = vtensor_shape(op.results[0].type)[0][dim]
+        if size == 1 and start is not None:
+            roles[dim] = frozenset({f"at:{start}"})
+        elif roles[dim] & _TAINT_ANY:
+            roles[dim] = frozenset({"L*"})
+        else:
+            roles[dim] = _NO_ROLES  # a fact about positions that moved
+        return roles
+
+    def _select(self, op, roles):
+        dim = constant_int(op.operands[1]) % len(roles)
+        index = constant_int(op.operands[2])
+        gone = roles.pop(dim)
+        if gone & _TAINT_ANY:
+            gone = frozenset({f"at:{index if index is not None else '?'}"})
+        return self._fold_into_batch(roles, gone)
+
+    def _fold_into_batch(self, roles, gone):
+        """An axis that goes away (size 1) leaves its taint on the sequence axis."""
+        taint = {r for r in gone if is_taint(r)}
+        if not taint:
+            return roles
+        rows = frozenset(f"row:{r.split(':')[1]}" if r.startswith(("at:", "row:")) else "L*"
+                         for r in taint)
+        if "L*" in rows:
+            raise _Unsafe("positions folded into another axis")
+        for i, axis in enumerate(roles):
+            if "B" in axis:
+                roles[i] = axis | rows
+                return roles
+        raise _Unsafe("a position's value lost its sequence axis")
+
+    def _split(self, roles, sizes):
+        """Roles of the parts an axis splits into (``sizes``: their dims)."""
+        if len(sizes) == 1:
+            return [roles]
+        parts = [set() for _ in sizes]
+        for role in roles:
+            wants = {"B": [self.batch], "BL": [self.batch, self.length], "L": [self.length]}.get(role)
+            if wants is None:
+                if is_taint(role) or role in FACTS:
+                    if is_taint(role):
+                        for part in parts:
+                            part.add("L*")
+                continue
+            hits = [i for i, s in enumerate(sizes) if any(_same(s, w) for w in wants)]
+            if role == "BL" and len(hits) == 2:
+                parts[hits[0]].add("B")
+                parts[hits[1]].add("L")
+            elif role != "BL" and len(hits) == 1:
+                parts[hits[0]].add(role)
+            else:
+                for part in parts:
+                    part.add("B" if role == "B" else "L*")
+        return [frozenset(p) for p in parts]
+
+    def _dims(self, value):
+        dims = self.analysis.dims.get(value)
+        if dims is not None:
+            return dims
+        shape = vtensor_shape(value.type)
+        return None if shape is None else [None if s is None else sympy.Integer(s)
+                                           for s in shape[0]]
+
+    # -- elementwise ----------------------------------------------------------
+    def _elementwise(self, op, states, rank):
+        operands = []
+        for value, state in zip(op.operands, states):
+            shape = vtensor_shape(value.type)
+            if shape is None:
+                continue
+            roles = list(state) if state is not None else [_NO_ROLES] * len(shape[0])
+            # A size-1 axis broadcasts: it says nothing about the result's positions.
+            roles = [r if n != 1 or not (r - {"B"}) else _NO_ROLES if not r & _TAINT_ANY else r
+                     for r, n in zip(roles, shape[0])]
+            operands.append((value, [_NO_ROLES] * (rank - len(roles)) + roles))
+        out = []
+        for axis in range(rank):
+            axis_roles = [roles[axis] for _, roles in operands]
+            out.append(self._combine(op, axis_roles, [v for v, _ in operands], axis))
+        if tainted(out):
+            _check_batches_line_up(op, operands, rank)
+        return out
+
+    def _combine(self, op, axis_roles, values, axis) -> frozenset:
+        name = op.name
+        union = frozenset().union(*axis_roles)
+        taint = {r for r in union if is_taint(r)}
+        batch = {"B"} & union
+        facts = [roles & FACTS for roles in axis_roles]
+        first = facts[0] if facts else _NO_ROLES
+        if name in _CASTS or name == "torch.aten.dropout":
+            return frozenset(taint | batch | first)
+        if name in ("torch.aten.eq.Scalar", "torch.aten.ne.Scalar") \
+                and float_constant(op.operands[1]) == 0:
+            flip = name.endswith("eq.Scalar")
+            return frozenset(taint | batch | _flip(first, flip))
+        if name in ("torch.aten.logical_not", "torch.aten.bitwise_not"):
+            return frozenset(taint | batch | _flip(first, True))
+        if name == "torch.aten.rsub.Scalar" and float_constant(op.operands[1]) == 1:
+            return frozenset(taint | batch | _flip(first, True))
+        if name in ("torch.aten.mul.Scalar", "torch.aten.mul.Tensor"):
+            scale = float_constant(op.operands[1])
+            if "pad" in first and scale is not None and scale <= BIG_NEGATIVE:
+                return frozenset(taint | batch | {"add"})
+            if any("zero" in f for f in facts) and not (taint - {"L"}):
+                return frozenset(batch | {"zero"})
+        if name == "torch.aten.bitwise_and.Tensor" and any("keep" in f for f in facts):
+            return frozenset(taint | batch | {"keep"})
+        if name == "torch.aten.bitwise_or.Tensor" and any("pad" in f for f in facts):
+            return frozenset(taint | batch | {"pad"})
+        if name == "torch.aten.where.self":
+            return self._where(op, facts, taint, batch, axis)
+        if name in ("torch.aten.masked_fill.Scalar", "torch.aten.masked_fill.Tensor"):
+            fill = float_constant(op.operands[2])
+            if "pad" in facts[1] and fill is not None and fill <= BIG_NEGATIVE \
+                    and taint <= {"L"}:
+                return frozenset(batch | {"dead"})
+        if name in ("torch.aten.add.Tensor", "torch.aten.sub.Tensor"):
+            if name.endswith("add.Tensor") and any("add" in f for f in facts):
+                if taint <= {"L"} and len(facts) == 2:
+                    return frozenset(batch | {"dead" if taint or "dead" in union else "add"})
+            if any("dead" in f for f in facts) and not taint:
+                return frozenset(batch | {"dead"})
+        return frozenset(taint | batch)
+
+    def _where(self, op, facts, taint, batch, axis):
+        condition = facts[0] if facts else _NO_ROLES
+        branches = [float_constant(v) for v in list(op.operands)[1:3]]
+        if not taint and len(facts) == 3 or (not taint and condition):
+            if "keep" in condition and branches[1] is not None and branches[1] <= BIG_NEGATIVE \
+                    and branches[0] is not None and branches[0] > BIG_NEGATIVE:
+                return frozenset(batch | {"add"})
+            if "pad" in condition and branches[0] is not None and branches[0] <= BIG_NEGATIVE \
+                    and branches[1] is not None and branches[1] > BIG_NEGATIVE:
+                return frozenset(batch | {"add"})
+        # Both branches zero at padded positions (0 constants count): so is the choice.
+        values = list(op.operands)[1:3]
+        zeros = [("zero" in f) or float_constant(v) == 0.0 for f, v in zip(facts[1:], values)]
+        if len(zeros) == 2 and all(zeros) and any("zero" in f for f in facts[1:]):
+            return frozenset(batch | {"zero"} | (taint - {"L"}))
+        return frozenset(taint | batch)
+
+
+class _Unsafe(Exception):
+    pass
+
+
+_NOT_SHAPE = object()
+_TAINT_ANY = frozenset({"L", "BL", "L*"})
+
+
+def _flip(facts: frozenset, flip: bool) -> frozenset:
+    if not flip:
+        return facts & {"keep", "pad"}
+    return frozenset({"keep": "pad", "pad": "keep"}[f] for f in facts if f in ("keep", "pad"))
+
+
+def _merge(axes: list[frozenset]) -> frozenset:
+    roles = frozenset().union(*axes) if axes else _NO_ROLES
+    taint = {r for r in roles if is_taint(r)}
+    if len(axes) == 1:
+        return roles
+    if {"B", "L"} <= roles and taint == {"L"}:
+        if [("B" in a, "L" in a) for a in axes if a] == [(True, False), (False, True)]:
+            return frozenset({"BL"})
+    if taint:
+        if any(r.startswith(("at:", "row:")) for r in taint):
+            raise _Unsafe("a position's value merged with other axes")
+        return frozenset({"L*"} | ({"B"} & roles))
+    return frozenset({"B"} & roles)
+
+
+def _drop_facts(roles: list[frozenset]) -> list[frozenset]:
+    return [r - FACTS for r in roles]
+
+
+def _broadcast(parts: list[list[frozenset]], rank: int) -> list[frozenset]:
+    out = [set() for _ in range(rank)]
+    for roles in parts:
+        offset = rank - len(roles)
+        for i, r in enumerate(roles):
+            out[offset + i] |= r
+    return [frozenset(r) for r in out]
+
+
+def _check_batches_line_up(op, operands, rank) -> None:
+    """Tainted values combine only with values of the same sequence on every axis."""
+    batch_axes = [i for i in range(rank) if any("B" in roles[i] for _, roles in operands)]
+    for i in batch_axes:
+        for value, roles in operands:
+            shape = vtensor_shape(value.type)[0]
+            aligned = i - (rank - len(shape))
+            if aligned >= 0 and shape[aligned] != 1 and "B" not in roles[i] and roles[i] & _TAINT_ANY:
+                raise _Unsafe("sequences and positions of different axes combine")
+
+
+def _same(a, b) -> bool:
+    return a is not None and b is not None and sympy.simplify(a - b) == 0
+
+
+def _rank(value: ir.Value) -> int | None:
+    shape = vtensor_shape(value.type)
+    return None if shape is None else len(shape[0])
+
+
+def _elementwise(name: str) -> bool:
+    from anyshape.passes.torch_ir import ELEMENTWISE
+
+    return name in ELEMENTWISE or name in ("torch.aten.logical_and", "torch.aten.logical_or",
+                                           "torch.aten.bitwise_and.Tensor",
+                                           "torch.aten.bitwise_or.Tensor")
