@@ -10,6 +10,9 @@ requests per second:
   group's longest (pad token 1, attention mask 0 there), as a server that
   batches without bucketing does.
 
+``anyshape-packed`` is anyshape with ``padding="eliminate"``: the same
+padded calls, its token-wise layers on the real tokens only.
+
 The systems take turns request by request (group by group), each turn
 starting one system later, so drift on the machine hits them alike; a
 system's time is the sum of its calls. IREE static is not a system here: it
@@ -19,7 +22,7 @@ system runs the first few requests and the first group, checked against eager
 batch 1 and the group size.
 
     python bench/served.py [--model roberta] [--requests 300] [--group 8] [--seed 0]
-        [--systems anyshape onnxruntime eager inductor] [--out bench/results]
+        [--systems anyshape anyshape-packed onnxruntime eager inductor] [--out bench/results]
 
 Writes ``served.md`` and ``served.json`` under ``--out``.
 """
@@ -43,7 +46,7 @@ sys.path.insert(0, str(HERE))
 import compare  # noqa: E402  (sets OMP_WAIT_POLICY before torch is imported)
 from compare import MODEL_KEYS, SYSTEMS, TOLERANCE  # noqa: E402
 
-SERVED_SYSTEMS = ["anyshape", "onnxruntime", "eager", "inductor"]
+SERVED_SYSTEMS = ["anyshape", "anyshape-packed", "onnxruntime", "eager", "inductor"]
 PAD_ID = 1
 CHECKED_REQUESTS = 4
 

@@ -51,7 +51,9 @@ _UNBOUNDED = 2**63 - 1
 _MATMULS = {"torch.aten.linear", "torch.aten.matmul", "torch.aten.mm", "torch.aten.addmm"}
 _RESHAPES = {"torch.aten.view", "torch.aten.reshape", "torch.aten._unsafe_view",
              "torch.aten.flatten.using_ints", "torch.aten.unflatten.int"}
-# Ops that only move or select feature entries: a region does not start or end with them.
+# Ops that only move or select feature entries: a region does not start with them. (It may
+# end with them: a projection's head split stays next to it, where
+# anyshape-data-tiling-forms finds the projections to fuse.)
 _SHAPE_ONLY = _RESHAPES | {"torch.aten.permute", "torch.aten.transpose.int",
                            "torch.aten.unsqueeze", "torch.aten.squeeze.dim",
                            "torch.aten.slice.Tensor", "torch.aten.select.int",
@@ -203,14 +205,11 @@ class _Packer:
     def regions(self) -> set:
         members = {op.operation for op in self.block.operations if self.token_wise(op.operation)}
         changed = True
-        while changed:  # no region starts or ends with a mere reshape or selection
+        while changed:  # no region starts with a mere reshape or selection
             changed = False
             for op in list(members):
-                if op.name not in _SHAPE_ONLY:
-                    continue
-                feeds = any(u in members for r in op.results for u in users(r))
-                fed = any(defining_op(v) in members for v in op.operands)
-                if not feeds or not fed:
+                if op.name in _SHAPE_ONLY and not any(defining_op(v) in members
+                                                      for v in op.operands):
                     members.discard(op)
                     changed = True
         # Connected groups (through token values); only those with a matmul pay for
@@ -236,7 +235,7 @@ class _Packer:
         region = self.regions()
         if not region:
             raise PassFailure("no projection runs on the token rows of the attention mask's "
-                              "[batch, length] layout: nothing to pack")
+                              "[batch, length] layout: nothing to pack", self.func.location)
         # Python's Operation objects do not stay hashable across rewrites: the
         # ops are marked by attributes instead (removed below).
         for op in region:
@@ -244,6 +243,7 @@ class _Packer:
         self._add_arguments()
         packed: dict[ir.Value, ir.Value] = {}
         gathered: dict[ir.Value, ir.Value] = {}
+        broadcast: list[ir.Value] = []  # other tensors token rows read (weights, constants)
         for op in [o.operation for o in self.block.operations]:
             if _OLD not in op.attributes:
                 continue
@@ -257,6 +257,8 @@ class _Packer:
                             gathered[value] = self._pack(value)
                         operands.append(gathered[value])
                     else:
+                        if vtensor_shape(value.type) is not None:
+                            broadcast.append(value)
                         operands.append(value)
                 new_results = self._recreate(op, operands)
             for old, new in zip(op.results, new_results):
@@ -276,7 +278,7 @@ class _Packer:
                     user.erase()
         for old, value in unpacked.items():
             old.replace_all_uses_with(value)
-        self._prove(unpacked, gathered)
+        self._prove(unpacked, gathered, broadcast)
         for op in reversed([o.operation for o in self.block.operations]):
             if _OLD in op.attributes:
                 op.erase()
@@ -367,7 +369,7 @@ class _Packer:
 
     def _recreate(self, op: ir.Operation, operands: list) -> list:
         if op.name in _RESHAPES:
-            return [self._reshape(operands[0], op.results[0])]
+            return [self._reshape(operands[0], op.operands[0], op.results[0])]
         types = []
         for result in op.results:
             sizes, dtype = vtensor_shape(result.type)
@@ -379,41 +381,40 @@ class _Packer:
         new.attributes[_NEW] = ir.UnitAttr.get()
         return list(new.results)
 
-    def _reshape(self, rows: ir.Value, result: ir.Value) -> ir.Value:
-        """``rows`` (packed) reshaped as ``result`` is, per token: the feature axes
-        flattened and split again, structurally."""
-        sizes_in, dtype = vtensor_shape(rows.type)
-        if sizes_in[0] == 1 and len(sizes_in) >= 2 and sizes_in[1] is None:
-            rows = self._op("torch.aten.squeeze.dim", sizes_in[1:], dtype, rows,
-                            int_constant(0))
-        rest_in = vtensor_shape(rows.type)[0][1:]
-        kind = self.layout(result)
-        sizes_out = vtensor_shape(result.type)[0]
-        rest_out = [int(d) for d in self.analysis.dims[result][2 if kind == "BL" else 1:]]
+    def _reshape(self, rows: ir.Value, source: ir.Value, result: ir.Value) -> ir.Value:
+        """``rows`` (packed ``source``) reshaped as ``result`` is, per token: the
+        feature axes flattened and split again, in place after the token axes
+        (a head split stays an ``unflatten`` of the projection)."""
+        dtype = vtensor_shape(rows.type)[1]
+        kind_in, kind_out = self.layout(source), self.layout(result)
+        lead = [1, None] if kind_in == "BL" else [None]
+        rest_in = vtensor_shape(rows.type)[0][len(lead):]
+        rest_out = [int(d) for d in self.analysis.dims[result][2 if kind_out == "BL" else 1:]]
         if rest_in != rest_out:
+            axis = len(lead)
             if len(rest_in) != 1:
                 rows = self._op("torch.aten.flatten.using_ints" if rest_in else
-                                "torch.aten.unsqueeze", [None, _product(rest_in)], dtype,
-                                *([rows, int_constant(1), int_constant(-1)] if rest_in
-                                  else [rows, int_constant(1)]))
-            if len(rest_out) != 1:
-                if rest_out:
-                    split = ir.Operation.create(
-                        "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
-                        operands=[int_constant(n) for n in rest_out]).result
-                    rows = self._op("torch.aten.unflatten.int", [None, *rest_out], dtype,
-                                    rows, int_constant(1), split)
-                else:
-                    rows = self._op("torch.aten.squeeze.dim", [None], dtype, rows,
-                                    int_constant(1))
-        del sizes_out
-        if kind == "BL":
+                                "torch.aten.unsqueeze", [*lead, _product(rest_in)], dtype,
+                                *([rows, int_constant(axis), int_constant(-1)] if rest_in
+                                  else [rows, int_constant(axis)]))
+            if len(rest_out) > 1:
+                split = ir.Operation.create(
+                    "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
+                    operands=[int_constant(n) for n in rest_out]).result
+                rows = self._op("torch.aten.unflatten.int", [*lead, *rest_out], dtype,
+                                rows, int_constant(axis), split)
+            elif not rest_out:
+                rows = self._op("torch.aten.squeeze.dim", lead, dtype, rows, int_constant(axis))
+        if kind_in == "BL" and kind_out == "F":
+            rows = self._op("torch.aten.squeeze.dim", [None, *rest_out], dtype, rows,
+                            int_constant(0))
+        elif kind_in == "F" and kind_out == "BL":
             rows = self._op("torch.aten.unsqueeze", [1, None, *rest_out], dtype, rows,
                             int_constant(0))
         return rows
 
     # -- the proof ----------------------------------------------------------------
-    def _prove(self, unpacked, gathered) -> None:
+    def _prove(self, unpacked, gathered, broadcast) -> None:
         safety = PaddingSafety(self.analysis, self.batch, self.length)
         safety.seed(self.mask, [frozenset({"B"}), frozenset({"keep"})])
         for old, value in unpacked.items():
@@ -429,6 +430,14 @@ class _Packer:
             if roles is not None and not _packable(roles, self.layout(value)):
                 raise PassFailure(f"a value gathered by token rows carries padded positions on "
                                   f"axes it is not gathered by (roles {_show(roles)})",
+                                  defining_op(value).location if defining_op(value) else None)
+        for value in broadcast:
+            roles = safety.of(value)
+            if isinstance(roles, Poison):
+                raise _unsafe(roles, "the token rows that read it")
+            if roles is not None and any(is_taint(r) for axis in roles for r in axis):
+                raise PassFailure(f"token rows read a value computed from padded positions "
+                                  f"(roles {_show(roles)})",
                                   defining_op(value).location if defining_op(value) else None)
         self._zero_outputs(safety)
 

@@ -425,7 +425,8 @@ class PaddingSafety:
             return frozenset(taint | batch | _flip(first, flip))
         if name in ("torch.aten.logical_not", "torch.aten.bitwise_not"):
             return frozenset(taint | batch | _flip(first, True))
-        if name == "torch.aten.rsub.Scalar" and float_constant(op.operands[1]) == 1:
+        if name == "torch.aten.rsub.Scalar" and float_constant(op.operands[1]) == 1 \
+                and float_constant(op.operands[2]) == 1:
             return frozenset(taint | batch | _flip(first, True))
         if name in ("torch.aten.mul.Scalar", "torch.aten.mul.Tensor"):
             scale = float_constant(op.operands[1])

@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default) on for cpu, compiled again without it if IREE fails "
                              "with it; 'on' (also a bare --data-tiling): a failure is an "
                              "error; 'off'")
+    parser.add_argument("--eliminate-padding", action="store_true",
+                        help="run the token-wise layers on the real tokens only, as the input "
+                             "attention_mask marks them (anyshape.compile(padding='eliminate'))")
     parser.add_argument("--passes", default=None,
                         help="comma-separated anyshape passes (default: the default pipeline; "
                              "'' for none)")
@@ -210,7 +213,7 @@ def _compile_torch(args, report):
         cuda_arch=args.cuda_arch, opt_level=args.opt_level, passes=_passes(args),
         dump_ir_dir=args.dump_ir_dir, progress=report,
         data_tiling=_data_tiling(args),
-        params=args.params)
+        params=args.params, padding="eliminate" if args.eliminate_padding else None)
     described["unique_bytes"] = hf.unique_parameter_bytes(model)
     return compiled, described
 

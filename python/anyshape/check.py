@@ -5,7 +5,10 @@ reference) and after the given anyshape passes, runs both on the same seeded
 random inputs at random sizes of its dynamic dims (within their ranges), and
 reports the max absolute and relative error of every output. Exits 1 when an
 output differs by more than ``--atol + --rtol * |reference|`` anywhere, or
-when either build fails; 0 otherwise.
+when either build fails; 0 otherwise. With ``anyshape-eliminate-padding``
+the mask argument is 0/1 (random, then all 1, then a row of 0s, in turn), and
+outputs are compared where the pass promises them exact (its
+``anyshape.padding`` attribute); per-token outputs must be 0 at padding.
 
 Sizes are drawn from the dims' ranges (``torch.symbolic_int`` with its
 bindings, as imported, or ``anyshape.dims`` facts), capped at ``--max-size``
@@ -56,7 +59,7 @@ def check(text: str | bytes, passes: list[str], *, trials: int = 3, seed: int = 
     from anyshape.compiler import compile_module
     from anyshape.ir_signature import signature_from_module
     from anyshape.mlir import new_context, parse_module
-    from anyshape.pipeline import split_pass_element
+    from anyshape.pipeline import parse_options, split_pass_element
     from anyshape.targets import make_target
 
     target = make_target("cpu", data_tiling=False)
@@ -64,28 +67,97 @@ def check(text: str | bytes, passes: list[str], *, trials: int = 3, seed: int = 
     for pipeline in ([], list(passes)):
         module = parse_module(text, new_context())
         signature = signature_from_module(module, function)
+        for element in pipeline:
+            name, options = split_pass_element(element)
+            if name == "anyshape-eliminate-padding":
+                position = int(parse_options(options).get("mask", -1))
+                if 0 <= position < len(signature.inputs):
+                    signature.padding_mask = signature.inputs[position].name
         # anyshape ops (in the input, or made by the passes) reach IREE lowered.
         names = [split_pass_element(p)[0] for p in pipeline]
         if LOWER not in names and (pipeline or _has_anyshape_ops(module)):
             pipeline = [*pipeline, LOWER]
         builds.append(compile_module(module, signature, target, pipeline, entry=function))
     reference, candidate = builds
+    padding = _padding_contract(candidate)
     rng = np.random.default_rng(seed)
     out = []
-    for _ in range(trials):
+    for trial in range(trials):
         sizes = _draw_sizes(reference.signature, rng, max_size)
         inputs = _draw_inputs(reference.signature, sizes, rng, int_high)
+        if padding is not None:
+            inputs[padding.mask] = _draw_mask(inputs[padding.mask], trial, rng)
         expected = _flat(reference(*inputs))
         got = _flat(candidate(*inputs))
         errors = []
         for number, (want, have) in enumerate(zip(expected, got)):
             name = reference.signature.outputs[number].name
-            errors.append(_compare(name, want.numpy(), have.numpy(), atol, rtol))
+            want, have = want.numpy(), have.numpy()
+            if padding is not None:
+                want, have, pad_error = padding.real_entries(number, inputs, want, have)
+                if pad_error is not None:
+                    errors.append(pad_error)
+            errors.append(_compare(name, want, have, atol, rtol))
         if len(expected) != len(got):
             errors.append(OutputError(f"{len(got)} outputs, expected {len(expected)}",
                                       float("inf"), float("inf"), False))
         out.append(Trial(sizes, errors))
     return out
+
+
+@dataclass
+class _PaddingContract:
+    """What ``anyshape-eliminate-padding`` promises (its ``anyshape.padding``
+    attribute): results exact at real tokens and 0 at padding (``per_token``),
+    or exact for the sequences whose position ``c`` is a real token (``per_row``)."""
+
+    mask: int
+    per_token: list[int]
+    per_row: dict[int, list[int]]
+
+    def real_entries(self, result: int, inputs, want, have):
+        real = inputs[self.mask] != 0
+        if result in self.per_token:
+            lead = real.reshape(want.shape[:1]) if want.shape[:1] == (real.size,) else real
+            padded = have[~lead]
+            stray = float(np.abs(padded).max()) if padded.size else 0.0
+            error = None if stray == 0 else OutputError(
+                f"result {result} at padded positions (expected 0)", stray, float("inf"), False)
+            return want[lead], have[lead], error
+        if result in self.per_row:
+            rows = np.ones(real.shape[0], dtype=bool)
+            for column in self.per_row[result]:
+                rows &= real[:, column]
+            return want[rows], have[rows], None
+        return want, have, None
+
+
+def _padding_contract(module) -> _PaddingContract | None:
+    import re
+
+    from anyshape.passes.eliminate_padding import PADDING_ATTR
+
+    stage = next((s for s in module.stages if s.startswith("anyshape-eliminate-padding")), None)
+    if stage is None:
+        return None
+    text = module.ir(stage)
+    found = re.search(re.escape(PADDING_ATTR) + r' = \{mask = (\d+) : i64, per_row = \[(.*?)\], '
+                      r'per_token = \[(.*?)\]\}', text)
+    per_row: dict[int, list[int]] = {}
+    for item in re.findall(r'"(\d+):(-?\d+)"', found.group(2)):
+        per_row.setdefault(int(item[0]), []).append(int(item[1]))
+    per_token = [int(n) for n in found.group(3).split(",") if n.strip()]
+    return _PaddingContract(int(found.group(1)), per_token, per_row)
+
+
+def _draw_mask(like: np.ndarray, trial: int, rng) -> np.ndarray:
+    """0/1 masks: random, then every token real, then a row of padding only."""
+    mask = rng.integers(0, 2, like.shape)
+    if trial % 3 == 1:
+        mask[...] = 1
+    elif trial % 3 == 2 and mask.shape[0]:
+        mask[0] = 0
+    return mask.astype(like.dtype)
 
 
 def _has_anyshape_ops(module) -> bool:

@@ -1,0 +1,139 @@
+"""padding="eliminate": exact against eager at every real token of random masks,
+on HF encoders built from their configs, and clear refusals elsewhere."""
+
+import pytest
+import torch
+from torch.export import Dim
+
+import anyshape
+from anyshape.errors import CompileError
+
+transformers = pytest.importorskip("transformers")
+
+SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+             vocab_size=100, max_position_embeddings=514)
+
+
+def _config(family):
+    if family == "bert":
+        return transformers.BertConfig(**SMALL)
+    if family == "roberta":
+        return transformers.RobertaConfig(**SMALL)
+    if family == "electra":
+        return transformers.ElectraConfig(embedding_size=32, **SMALL)
+    return transformers.DistilBertConfig(dim=64, n_layers=2, n_heads=2, hidden_dim=128,
+                                         vocab_size=100, max_position_embeddings=512)
+
+
+def _compile(model, **options):
+    ids = torch.randint(3, 100, (2, 9))
+    mask = torch.ones(2, 9, dtype=torch.long)
+    dims = {0: Dim("batch"), 1: Dim("seq", max=512)}
+    return anyshape.compile(model, (), {"input_ids": ids, "attention_mask": mask},
+                            dynamic_shapes={"input_ids": dims, "attention_mask": dims},
+                            padding="eliminate", **options)
+
+
+def _masks(batch, length, generator):
+    """Random, right-padded (what tokenizers make), a row of padding only, all real."""
+    random = (torch.rand(batch, length, generator=generator) < 0.6).long()
+    lengths = torch.randint(1, length + 1, (batch,), generator=generator)
+    right = (torch.arange(length)[None] < lengths[:, None]).long()
+    empty_row = right.clone()
+    empty_row[-1] = 0
+    return {"random": random, "right": right, "empty row": empty_row,
+            "full": torch.ones(batch, length, dtype=torch.long)}
+
+
+SHAPES = [(1, 1), (1, 7), (3, 17), (2, 33), (8, 65), (4, 333), (2, 512)]
+
+
+@pytest.mark.parametrize("family,task", [("bert", "sequence-classification"),
+                                         ("roberta", "masked-lm"),
+                                         ("distilbert", "sequence-classification"),
+                                         ("electra", "base")])
+def test_exact_at_real_tokens(family, task):
+    torch.manual_seed(0)
+    auto = {"sequence-classification": transformers.AutoModelForSequenceClassification,
+            "masked-lm": transformers.AutoModelForMaskedLM, "base": transformers.AutoModel}[task]
+    model = auto.from_config(_config(family)).eval()
+    compiled = _compile(model)
+    generator = torch.Generator().manual_seed(1)
+    for batch, length in SHAPES:
+        ids = torch.randint(3, 100, (batch, length), generator=generator)
+        for kind, mask in _masks(batch, length, generator).items():
+            with torch.no_grad():
+                want = model(input_ids=ids, attention_mask=mask)[0]
+            got = compiled(input_ids=ids, attention_mask=mask)[0]
+            where = f"{family} {task} batch {batch} L {length} {kind} mask"
+            if task == "sequence-classification":
+                # Per sequence, read at token 0: exact where it is a real token.
+                rows = mask[:, 0].bool()
+                torch.testing.assert_close(got[rows], want[rows], atol=2e-5, rtol=1e-4,
+                                           msg=where)
+            else:
+                real = mask.bool()
+                torch.testing.assert_close(got[real], want[real], atol=2e-5, rtol=1e-4,
+                                           msg=where)
+                assert torch.count_nonzero(got[~real]) == 0, f"{where}: padding not 0"
+
+
+def test_mask_values_other_than_0_and_1_are_refused():
+    model = transformers.AutoModel.from_config(_config("bert")).eval()
+    compiled = _compile(model)
+    ids = torch.randint(3, 100, (2, 5))
+    mask = torch.ones(2, 5, dtype=torch.long)
+    mask[1, 3] = 2
+    with pytest.raises(ValueError, match=r"argument 'attention_mask': padding elimination "
+                                         r"expects 0 \(padding\) or 1 \(token\).*got 2 at \[1, 3\]"):
+        compiled(input_ids=ids, attention_mask=mask)
+
+
+def test_a_model_without_attention_mask_is_refused():
+    class NoMask(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.proj(x)
+
+    with pytest.raises(ValueError, match="expected an input named 'attention_mask'.*got inputs x"):
+        anyshape.compile(NoMask(), (torch.randn(2, 3, 4),),
+                         dynamic_shapes=({1: Dim("seq")},), padding="eliminate")
+
+
+class _CumulativeMix(torch.nn.Module):
+    """A token-wise projection, then a running sum over positions: padding would
+    reach every later real token."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(4, 4)
+        self.second = torch.nn.Linear(4, 4)
+
+    def forward(self, x, attention_mask):
+        return self.second(self.first(x).cumsum(1))
+
+
+def test_a_running_sum_over_positions_is_refused_naming_it():
+    x = torch.randn(2, 6, 4)
+    mask = torch.ones(2, 6, dtype=torch.long)
+    dims = {0: Dim("batch", max=8), 1: Dim("seq", max=64)}
+    with pytest.raises(CompileError, match="'torch.aten.cumsum' reads across positions"):
+        anyshape.compile(_CumulativeMix(), (x, mask), dynamic_shapes=(dims, dims),
+                         padding="eliminate")
+
+
+def test_the_mask_input_survives_save_and_load(tmp_path):
+    model = transformers.AutoModel.from_config(_config("distilbert")).eval()
+    compiled = _compile(model)
+    compiled.save(tmp_path / "packed")
+    loaded = anyshape.load(tmp_path / "packed")
+    ids = torch.randint(3, 100, (3, 11))
+    mask = torch.ones(3, 11, dtype=torch.long)
+    mask[0, 4:] = 0
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask)[0]
+    got = loaded(input_ids=ids, attention_mask=mask)[0]
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=2e-5, rtol=1e-4)
