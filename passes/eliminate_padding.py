@@ -38,7 +38,7 @@ from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, PassFailure, register
 from anyshape.passes.canonicalize_shapes import hoist_argument_bindings
-from anyshape.passes.padding_safety import FACTS, PaddingSafety, Poison, is_taint
+from anyshape.passes.padding_safety import PaddingSafety, Poison, is_taint
 from anyshape.passes.scalar_builder import ScalarBuilder
 from anyshape.passes.shape_analysis import _REDUCTIONS as REDUCTION_OPERANDS
 from anyshape.passes.shape_analysis import ShapeAnalysis
@@ -104,7 +104,6 @@ class _Packer:
             raise PassFailure(f"argument {mask} (the attention mask): its length dim is "
                               f"static ({self.length}); padding elimination needs a dynamic "
                               f"length")
-        self.order = {op.operation: i for i, op in enumerate(self.block.operations)}
 
     # -- layouts ----------------------------------------------------------------
     def layout(self, value: ir.Value) -> str | None:
@@ -323,12 +322,6 @@ class _Packer:
                                         [mask_map.results[0] * mask_map.results[1]]))})
         self.analysis = ShapeAnalysis(self.func)  # the new arguments' dims, rooted
         self.builder = ScalarBuilder(self.analysis)
-        self.order = {op.operation: i for i, op in enumerate(self.block.operations)}
-        self.token_count = None
-
-    def _count(self) -> ir.Value:
-        return ir.Operation.create("torch.aten.size.int", results=[int_type()],
-                                   operands=[self.tokens, int_constant(0)]).result
 
     def _pack(self, value: ir.Value) -> ir.Value:
         sizes, dtype = vtensor_shape(value.type)
@@ -530,4 +523,3 @@ def _product(sizes) -> int:
     return out
 
 
-__all__ = ["EliminatePaddingPass", "PADDING_ATTR", "FACTS"]

@@ -181,7 +181,7 @@ class PaddingSafety:
         if axis & _TAINT_ANY or (tainted(roles) and "B" in axis):
             raise _Unsafe("a softmax normalizes over padded positions no mask removes")
         out = _drop_facts(roles)
-        out[dim] = frozenset({"zero"}) if is_softmax and "dead" in axis else _NO_ROLES
+        out[dim] = frozenset({"zero"}) if is_softmax and axis & {"dead", "add"} else _NO_ROLES
         return out
 
     def _reduction(self, op, state):
@@ -237,15 +237,11 @@ class PaddingSafety:
     # -- shape ops ------------------------------------------------------------
     def _shape_op(self, op, states):
         name = op.name
-        if name in ("torch.aten.permute", "torch.aten.transpose.int", "torch.aten.unsqueeze",
-                    "torch.aten.squeeze.dim", "torch.aten.expand", "torch.aten.flatten.using_ints",
-                    "torch.aten.unflatten.int", "torch.aten.view", "torch.aten.reshape",
-                    "torch.aten._unsafe_view", "torch.aten.slice.Tensor", "torch.aten.select.int",
-                    "torch.aten.t", "torch.aten.broadcast_to"):
+        if name in self._SHAPE_RULES:
             roles = list(self._need(states[0], op, 0))
             if any(s is not None and tainted(s) for s in states[1:]):
                 raise _Unsafe("a shape computed from padded values")
-            return getattr(self, "_" + name.split(".")[2].lstrip("_"))(op, roles)
+            return self._SHAPE_RULES[name](self, op, roles)
         return _NOT_SHAPE
 
     def _permute(self, op, roles):
@@ -277,8 +273,6 @@ class PaddingSafety:
     def _expand(self, op, roles):
         rank = _rank(op.results[0])
         return [_NO_ROLES] * (rank - len(roles)) + roles
-
-    _broadcast_to = _expand
 
     def _flatten(self, op, roles):
         start, end = (constant_int(v) % len(roles) for v in list(op.operands)[1:3])
@@ -318,9 +312,6 @@ class PaddingSafety:
             raise _Unsafe("a reshape it cannot group")
         return out
 
-    _reshape = _view
-    _unsafe_view = _view
-
     def _slice(self, op, roles):
         dim = constant_int(op.operands[1]) % len(roles)
         if not roles[dim] & _TAINT_ANY and not roles[dim] & FACTS:
@@ -357,6 +348,15 @@ class PaddingSafety:
                 roles[i] = axis | rows
                 return roles
         raise _Unsafe("a position's value lost its sequence axis")
+
+    _SHAPE_RULES = {"torch.aten.permute": _permute, "torch.aten.transpose.int": _transpose,
+                    "torch.aten.t": _t, "torch.aten.unsqueeze": _unsqueeze,
+                    "torch.aten.squeeze.dim": _squeeze, "torch.aten.expand": _expand,
+                    "torch.aten.broadcast_to": _expand,
+                    "torch.aten.flatten.using_ints": _flatten,
+                    "torch.aten.unflatten.int": _unflatten, "torch.aten.view": _view,
+                    "torch.aten.reshape": _view, "torch.aten._unsafe_view": _view,
+                    "torch.aten.slice.Tensor": _slice, "torch.aten.select.int": _select}
 
     def _split(self, roles, sizes):
         """Roles of the parts an axis splits into (``sizes``: their dims)."""
@@ -398,16 +398,17 @@ class PaddingSafety:
             if shape is None:
                 continue
             roles = list(state) if state is not None else [_NO_ROLES] * len(shape[0])
-            # A size-1 axis broadcasts: it says nothing about the result's positions.
-            roles = [r if n != 1 or not (r - {"B"}) else _NO_ROLES if not r & _TAINT_ANY else r
+            # A size-1 axis broadcasts: only its taint (one wrong position) carries over.
+            roles = [r if n != 1 else frozenset(x for x in r if is_taint(x))
                      for r, n in zip(roles, shape[0])]
-            operands.append((value, [_NO_ROLES] * (rank - len(roles)) + roles))
+            operands.append([_NO_ROLES] * (rank - len(roles)) + roles)
         out = []
         for axis in range(rank):
-            axis_roles = [roles[axis] for _, roles in operands]
-            out.append(self._combine(op, axis_roles, [v for v, _ in operands], axis))
-        if tainted(out):
-            _check_batches_line_up(op, operands, rank)
+            axis_roles = [roles[axis] for roles in operands]
+            kinds = {_kind(r) for r in axis_roles} - {None}
+            if len(kinds) > 1:
+                raise _Unsafe("sequences and positions of different axes combine")
+            out.append(self._combine(op, axis_roles, op.operands, axis))
         return out
 
     def _combine(self, op, axis_roles, values, axis) -> frozenset:
@@ -417,58 +418,56 @@ class PaddingSafety:
         batch = {"B"} & union
         facts = [roles & FACTS for roles in axis_roles]
         first = facts[0] if facts else _NO_ROLES
+        positions_only = taint <= {"L"}  # padded entries are those of this axis' positions
         if name in _CASTS or name == "torch.aten.dropout":
             return frozenset(taint | batch | first)
-        if name in ("torch.aten.eq.Scalar", "torch.aten.ne.Scalar") \
-                and float_constant(op.operands[1]) == 0:
-            flip = name.endswith("eq.Scalar")
-            return frozenset(taint | batch | _flip(first, flip))
+        compared = _MASK_COMPARISONS.get(name)
+        if compared is not None and first & {"keep", "pad"}:
+            threshold = float_constant(op.operands[1])
+            flip = compared(threshold) if threshold is not None else None
+            if flip is not None:
+                return frozenset(taint | batch | _flip(first, flip))
         if name in ("torch.aten.logical_not", "torch.aten.bitwise_not"):
             return frozenset(taint | batch | _flip(first, True))
         if name == "torch.aten.rsub.Scalar" and float_constant(op.operands[1]) == 1 \
                 and float_constant(op.operands[2]) == 1:
             return frozenset(taint | batch | _flip(first, True))
-        if name in ("torch.aten.mul.Scalar", "torch.aten.mul.Tensor"):
+        if name in ("torch.aten.mul.Scalar", "torch.aten.mul.Tensor") and positions_only:
             scale = float_constant(op.operands[1])
-            if "pad" in first and scale is not None and scale <= BIG_NEGATIVE:
-                return frozenset(taint | batch | {"add"})
-            if any("zero" in f for f in facts) and not (taint - {"L"}):
+            if "pad" in first and scale is not None and scale <= BIG_NEGATIVE and not taint:
+                return frozenset(batch | {"add"})
+            # 0 (the mask's padding, or zeroed probabilities) times a finite value is 0.
+            if name.endswith("Tensor") and any(f & {"zero", "keep"} for f in facts):
                 return frozenset(batch | {"zero"})
         if name == "torch.aten.bitwise_and.Tensor" and any("keep" in f for f in facts):
             return frozenset(taint | batch | {"keep"})
         if name == "torch.aten.bitwise_or.Tensor" and any("pad" in f for f in facts):
             return frozenset(taint | batch | {"pad"})
-        if name == "torch.aten.where.self":
-            return self._where(op, facts, taint, batch, axis)
-        if name in ("torch.aten.masked_fill.Scalar", "torch.aten.masked_fill.Tensor"):
-            fill = float_constant(op.operands[2])
-            if "pad" in facts[1] and fill is not None and fill <= BIG_NEGATIVE \
-                    and taint <= {"L"}:
-                return frozenset(batch | {"dead"})
-        if name in ("torch.aten.add.Tensor", "torch.aten.sub.Tensor"):
-            if name.endswith("add.Tensor") and any("add" in f for f in facts):
-                if taint <= {"L"} and len(facts) == 2:
-                    return frozenset(batch | {"dead" if taint or "dead" in union else "add"})
-            if any("dead" in f for f in facts) and not taint:
-                return frozenset(batch | {"dead"})
+        if name == "torch.aten.where.self" and positions_only:
+            chosen = 1 if "pad" in first else 2 if "keep" in first else None
+            if chosen is not None:  # padded entries are that branch's
+                return frozenset(batch | self._padded_value(op.operands[chosen], facts[chosen],
+                                                            bool(taint)))
+        if name in ("torch.aten.masked_fill.Scalar", "torch.aten.masked_fill.Tensor") \
+                and positions_only and len(facts) > 1 and "pad" in facts[1]:
+            return frozenset(batch | self._padded_value(op.operands[2], _NO_ROLES, bool(taint)))
+        if name == "torch.aten.add.Tensor" and positions_only and len(facts) == 2:
+            if any(f & {"add", "dead"} for f in facts) and float_constant(op.operands[2]) == 1:
+                return frozenset(batch | {"dead" if taint else "add"})
         return frozenset(taint | batch)
 
-    def _where(self, op, facts, taint, batch, axis):
-        condition = facts[0] if facts else _NO_ROLES
-        branches = [float_constant(v) for v in list(op.operands)[1:3]]
-        if not taint and len(facts) == 3 or (not taint and condition):
-            if "keep" in condition and branches[1] is not None and branches[1] <= BIG_NEGATIVE \
-                    and branches[0] is not None and branches[0] > BIG_NEGATIVE:
-                return frozenset(batch | {"add"})
-            if "pad" in condition and branches[0] is not None and branches[0] <= BIG_NEGATIVE \
-                    and branches[1] is not None and branches[1] > BIG_NEGATIVE:
-                return frozenset(batch | {"add"})
-        # Both branches zero at padded positions (0 constants count): so is the choice.
-        values = list(op.operands)[1:3]
-        zeros = [("zero" in f) or float_constant(v) == 0.0 for f, v in zip(facts[1:], values)]
-        if len(zeros) == 2 and all(zeros) and any("zero" in f for f in facts[1:]):
-            return frozenset(batch | {"zero"} | (taint - {"L"}))
-        return frozenset(taint | batch)
+    @staticmethod
+    def _padded_value(value: ir.Value, facts: frozenset, tainted_elsewhere: bool) -> set:
+        """The facts of a result whose padded entries are ``value``'s (its facts
+        there, or a constant): empty when they are merely exact."""
+        constant = float_constant(value)
+        if facts & {"zero"} or constant == 0:
+            return {"zero"}
+        if facts & {"add", "dead"} or (constant is not None and constant <= BIG_NEGATIVE):
+            return {"dead" if tainted_elsewhere else "add"}
+        if constant is None and not facts & {"keep", "pad"}:
+            raise _Unsafe("padded entries take a value it cannot tell")
+        return set()
 
 
 class _Unsafe(Exception):
@@ -476,6 +475,18 @@ class _Unsafe(Exception):
 
 
 _NOT_SHAPE = object()
+
+
+# Comparisons of a 0/1 mask with a threshold between its values: whether the
+# result marks padding as the mask does (False) or the other way (True).
+_MASK_COMPARISONS = {
+    "torch.aten.ne.Scalar": lambda c: False if c == 0 else None,
+    "torch.aten.eq.Scalar": lambda c: True if c == 0 else None,
+    "torch.aten.gt.Scalar": lambda c: False if 0 <= c < 1 else None,
+    "torch.aten.ge.Scalar": lambda c: False if 0 < c <= 1 else None,
+    "torch.aten.lt.Scalar": lambda c: True if 0 < c <= 1 else None,
+    "torch.aten.le.Scalar": lambda c: True if 0 <= c < 1 else None,
+}
 _TAINT_ANY = frozenset({"L", "BL", "L*"})
 
 
@@ -513,15 +524,12 @@ def _broadcast(parts: list[list[frozenset]], rank: int) -> list[frozenset]:
     return [frozenset(r) for r in out]
 
 
-def _check_batches_line_up(op, operands, rank) -> None:
-    """Tainted values combine only with values of the same sequence on every axis."""
-    batch_axes = [i for i in range(rank) if any("B" in roles[i] for _, roles in operands)]
-    for i in batch_axes:
-        for value, roles in operands:
-            shape = vtensor_shape(value.type)[0]
-            aligned = i - (rank - len(shape))
-            if aligned >= 0 and shape[aligned] != 1 and "B" not in roles[i] and roles[i] & _TAINT_ANY:
-                raise _Unsafe("sequences and positions of different axes combine")
+def _kind(roles: frozenset) -> str | None:
+    """What an axis indexes, for lining operands up: sequences, positions, both."""
+    positions = any((is_taint(r) and not r.startswith("row:")) or r in FACTS for r in roles)
+    if "BL" in roles or ("B" in roles and positions):
+        return "both"
+    return "positions" if positions else "sequences" if "B" in roles else None
 
 
 def _same(a, b) -> bool:

@@ -79,7 +79,7 @@ def check(text: str | bytes, passes: list[str], *, trials: int = 3, seed: int = 
             pipeline = [*pipeline, LOWER]
         builds.append(compile_module(module, signature, target, pipeline, entry=function))
     reference, candidate = builds
-    padding = _padding_contract(candidate)
+    padding = padding_contract(candidate)
     rng = np.random.default_rng(seed)
     out = []
     for trial in range(trials):
@@ -106,7 +106,7 @@ def check(text: str | bytes, passes: list[str], *, trials: int = 3, seed: int = 
 
 
 @dataclass
-class _PaddingContract:
+class PaddingContract:
     """What ``anyshape-eliminate-padding`` promises (its ``anyshape.padding``
     attribute): results exact at real tokens and 0 at padding (``per_token``),
     or exact for the sequences whose position ``c`` is a real token (``per_row``)."""
@@ -132,7 +132,7 @@ class _PaddingContract:
         return want, have, None
 
 
-def _padding_contract(module) -> _PaddingContract | None:
+def padding_contract(module) -> PaddingContract | None:
     import re
 
     from anyshape.passes.eliminate_padding import PADDING_ATTR
@@ -147,7 +147,7 @@ def _padding_contract(module) -> _PaddingContract | None:
     for item in re.findall(r'"(\d+):(-?\d+)"', found.group(2)):
         per_row.setdefault(int(item[0]), []).append(int(item[1]))
     per_token = [int(n) for n in found.group(3).split(",") if n.strip()]
-    return _PaddingContract(int(found.group(1)), per_token, per_row)
+    return PaddingContract(int(found.group(1)), per_token, per_row)
 
 
 def _draw_mask(like: np.ndarray, trial: int, rng) -> np.ndarray:

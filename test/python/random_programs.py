@@ -14,6 +14,10 @@ that rebuilds it: ``Program.source`` is a class definition using only ``torch``
 and the two helpers below (``seeded`` and ``seeded_linear``), and its parameters
 come from a generator seeded with the case's seed.
 
+``generate(..., mask_value=...)`` changes what attention adds at masked keys
+(the padding-elimination property test uses transformers' most negative
+float, which it can prove removes the padded keys).
+
 Every selection index is valid for the smallest shapes the test runs:
 ``B >= MIN_BATCH`` and ``L >= MIN_LENGTH``.
 """
@@ -84,7 +88,8 @@ class _Value:
 
 
 class _Builder:
-    def __init__(self, seed: int, hidden: int):
+    def __init__(self, seed: int, hidden: int, mask_value: str = "-30.0"):
+        self.mask_value = mask_value  # what attention adds at masked keys
         self.rng = random.Random(seed)
         self.seed = seed
         self.hidden = hidden
@@ -427,7 +432,8 @@ def _attention(b: _Builder) -> bool:
     s = b.emit(f"{q.name} @ {k.name}.transpose(-1, -2) * {round(1 / d ** 0.5, 4)}", (*q.dims[:-1], "L"))
     masked = b.rng.random() < 0.6
     if masked:
-        bias = "(1.0 - mask)[:, None, :] * -30.0" if heads == 1 else "(1.0 - mask)[:, None, None, :] * -30.0"
+        bias = (f"(1.0 - mask)[:, None, :] * {b.mask_value}" if heads == 1 else
+                f"(1.0 - mask)[:, None, None, :] * {b.mask_value}")
         s = b.emit(f"{s.name} + {bias}", s.dims)
     p = b.emit(f"torch.softmax({s.name}, dim=-1)", s.dims)
     o = b.emit(f"{p.name} @ {v.name}", v.dims)
@@ -445,7 +451,7 @@ def _sdpa(b: _Builder) -> bool:
     width, heads, d, (q, k, v) = projected
     q, k, v = (b.emit(_heads(s, heads, b), ("B", heads, "L", d)) for s in (q, k, v))
     mode = b.rng.choice(["plain", "mask", "causal"])
-    extra = {"plain": "", "mask": ", attn_mask=(1.0 - mask)[:, None, None, :] * -30.0",
+    extra = {"plain": "", "mask": f", attn_mask=(1.0 - mask)[:, None, None, :] * {b.mask_value}",
              "causal": ", is_causal=True"}[mode]
     o = b.emit(f"torch.nn.functional.scaled_dot_product_attention({q.name}, {k.name}, {v.name}{extra})",
                v.dims)
@@ -634,10 +640,12 @@ def _selection(b: _Builder, dims: list, sizes: list,
     return done(f"torch.index_select({{t}}, {axis}, {idx})", "index_select", count)
 
 
-def generate(seed: int, hidden: int) -> Program:
+def generate(seed: int, hidden: int, mask_value: str = "-30.0") -> Program:
     """The program of ``seed``: 3 to 8 ops drawn from the supported families, then
-    one or two selections (sometimes followed by an op on the selected rows)."""
-    b = _Builder(seed, hidden)
+    one or two selections (sometimes followed by an op on the selected rows).
+    ``mask_value``: what attention adds at masked keys (the padding-elimination
+    test uses transformers' ``torch.finfo(torch.float32).min``)."""
+    b = _Builder(seed, hidden, mask_value)
     target = b.rng.randint(3, 8)
     ops, weights = zip(*_OPS)
     attempts = 0
