@@ -68,14 +68,22 @@ def parse_dims(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, i
     return sizes
 
 
-def _inputs(manifest: dict, sizes: dict[str, int]) -> list[str]:
-    flags = []
+def _inputs(manifest: dict, sizes: dict[str, int], tmp: Path) -> list[str]:
+    flags, extra = [], []
     for name, shape, dtype in input_shapes(manifest, sizes):
         element = _IREE_TYPES.get(dtype)
         if element is None:
             raise SystemExit(f"input '{name}': dtype {dtype} not supported here")
         flags.append(f"--input={'x'.join(map(str, shape))}x{element}={FILL.get(name, 1)}")
-    return flags
+        if name == manifest.get("padding_mask"):  # padding="eliminate": every token is real
+            import numpy as np
+
+            from anyshape.runtime import padding_indices
+
+            for index, array in enumerate(padding_indices(name, np.ones(shape, np.int64))):
+                np.save(tmp / f"padding{index}.npy", array)
+                extra.append(f"--input=@{tmp / f'padding{index}.npy'}")
+    return flags + extra
 
 
 def profile(artifact: Path, sizes: dict[str, int], runs: int) -> tuple[float, list[dict]]:
@@ -86,7 +94,7 @@ def profile(artifact: Path, sizes: dict[str, int], runs: int) -> tuple[float, li
         run = subprocess.run(
             [str(_TOOLS / "iree-benchmark-module"), "--device=local-task",
              f"--module={artifact / manifest['vmfb']}", f"--function={manifest['entry']}",
-             *_inputs(manifest, sizes), f"--benchmark_min_time={runs}x",
+             *_inputs(manifest, sizes, Path(tmp)), f"--benchmark_min_time={runs}x",
              "--device_profiling_mode=host-execution", f"--device_profiling_output={bundle}"],
             capture_output=True, text=True, check=True)
         wall_ms = next(float(line.split()[1]) for line in run.stdout.splitlines()

@@ -24,8 +24,9 @@ What a padded position holds after that is not what eager computes there:
 reads it (attention's additive mask and softmax zero it), and fails with
 the op that would otherwise. Outputs laid out per token get 0 at padded
 positions. The function gets the attribute ``anyshape.padding``: ``mask``,
-``per_token`` (results zeroed at padding) and ``per_row`` (``"result:c"``:
-results exact for the sequences whose position ``c`` is a real token).
+``per_token`` (results zeroed at padding) and ``per_row``
+(``"result:axis:c"``: results exact for the sequences, along ``axis``, whose
+position ``c`` is a real token).
 """
 
 from __future__ import annotations
@@ -451,7 +452,12 @@ class _Packer:
                            if r.startswith(("row:", "at:"))})
             positional = [i for i, t in enumerate(taint) if t - {r for r in t if ":" in r}]
             if not positional:
-                per_row += [f"{position}:{c}" for c in rows]
+                batch = next((i for i, axis in enumerate(roles) if "B" in axis), None)
+                if batch is None or "?" in rows:
+                    raise PassFailure(f"result {position} reads positions it cannot tell of "
+                                      f"sequences it cannot tell (roles {_show(roles)})",
+                                      ret.location)
+                per_row += [f"{position}:{batch}:{c}" for c in rows]
                 continue
             layout = "BL" if taint[:2] == [set(), {"L"}] and "B" in roles[0] else \
                 "F" if taint[0] == {"BL"} else None

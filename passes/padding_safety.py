@@ -314,6 +314,8 @@ class PaddingSafety:
 
     def _slice(self, op, roles):
         dim = constant_int(op.operands[1]) % len(roles)
+        if "B" in roles[dim]:
+            return _other_sequences(roles)
         if not roles[dim] & _TAINT_ANY and not roles[dim] & FACTS:
             return roles
         start = constant_int(op.operands[2])
@@ -328,6 +330,10 @@ class PaddingSafety:
 
     def _select(self, op, roles):
         dim = constant_int(op.operands[1]) % len(roles)
+        if "B" in roles[dim]:
+            roles = _other_sequences(roles)
+            roles.pop(dim)
+            return roles
         index = constant_int(op.operands[2])
         gone = roles.pop(dim)
         if gone & _TAINT_ANY:
@@ -448,6 +454,10 @@ class PaddingSafety:
             if chosen is not None:  # padded entries are that branch's
                 return frozenset(batch | self._padded_value(op.operands[chosen], facts[chosen],
                                                             bool(taint)))
+        if name == "torch.aten.where.self" and positions_only and \
+                all("zero" in f or float_constant(v) == 0 for f, v in
+                    zip(facts[1:], list(op.operands)[1:])):
+            return frozenset(batch | {"zero"})  # both choices 0 at padded positions
         if name in ("torch.aten.masked_fill.Scalar", "torch.aten.masked_fill.Tensor") \
                 and positions_only and len(facts) > 1 and "pad" in facts[1]:
             return frozenset(batch | self._padded_value(op.operands[2], _NO_ROLES, bool(taint)))
@@ -509,6 +519,15 @@ def _merge(axes: list[frozenset]) -> frozenset:
             raise _Unsafe("a position's value merged with other axes")
         return frozenset({"L*"} | ({"B"} & roles))
     return frozenset({"B"} & roles)
+
+
+def _other_sequences(roles: list[frozenset]) -> list[frozenset]:
+    """Roles after a selection of sequences: its rows no longer line up with the
+    mask's. Exact values stay exact (and lose their mask facts); taint cannot
+    be told apart any more."""
+    if tainted(roles):
+        raise _Unsafe("a selection of sequences of a value with padded positions")
+    return [r - FACTS - {"B"} for r in roles]
 
 
 def _drop_facts(roles: list[frozenset]) -> list[frozenset]:

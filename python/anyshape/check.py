@@ -109,11 +109,12 @@ def check(text: str | bytes, passes: list[str], *, trials: int = 3, seed: int = 
 class PaddingContract:
     """What ``anyshape-eliminate-padding`` promises (its ``anyshape.padding``
     attribute): results exact at real tokens and 0 at padding (``per_token``),
-    or exact for the sequences whose position ``c`` is a real token (``per_row``)."""
+    or exact for the sequences (along an axis) whose position ``c`` is a real
+    token (``per_row``)."""
 
     mask: int
     per_token: list[int]
-    per_row: dict[int, list[int]]
+    per_row: dict[int, list[tuple[int, int]]]  # result -> (sequence axis, position)
 
     def real_entries(self, result: int, inputs, want, have):
         real = inputs[self.mask] != 0
@@ -126,9 +127,10 @@ class PaddingContract:
             return want[lead], have[lead], error
         if result in self.per_row:
             rows = np.ones(real.shape[0], dtype=bool)
-            for column in self.per_row[result]:
+            axis = 0
+            for axis, column in self.per_row[result]:
                 rows &= real[:, column]
-            return want[rows], have[rows], None
+            return np.compress(rows, want, axis), np.compress(rows, have, axis), None
         return want, have, None
 
 
@@ -143,9 +145,9 @@ def padding_contract(module) -> PaddingContract | None:
     text = module.ir(stage)
     found = re.search(re.escape(PADDING_ATTR) + r' = \{mask = (\d+) : i64, per_row = \[(.*?)\], '
                       r'per_token = \[(.*?)\]\}', text)
-    per_row: dict[int, list[int]] = {}
-    for item in re.findall(r'"(\d+):(-?\d+)"', found.group(2)):
-        per_row.setdefault(int(item[0]), []).append(int(item[1]))
+    per_row: dict[int, list[tuple[int, int]]] = {}
+    for result, axis, column in re.findall(r'"(\d+):(\d+):(-?\d+)"', found.group(2)):
+        per_row.setdefault(int(result), []).append((int(axis), int(column)))
     per_token = [int(n) for n in found.group(3).split(",") if n.strip()]
     return PaddingContract(int(found.group(1)), per_token, per_row)
 

@@ -424,7 +424,7 @@ def padding_indices(name: str, mask: np.ndarray) -> list[np.ndarray]:
     if stray.size:
         at = tuple(int(i) for i in stray[0])
         raise ValueError(f"argument '{name}': padding elimination expects 0 (padding) or 1 "
-                         f"(token) in the attention mask, got {mask[at]!r} at {list(at)}")
+                         f"(token) in the attention mask, got {mask[at].item()!r} at {list(at)}")
     flat = real.reshape(-1)
     tokens = np.flatnonzero(flat).astype(np.int64)
     if tokens.size == 0:

@@ -640,12 +640,17 @@ def _selection(b: _Builder, dims: list, sizes: list,
     return done(f"torch.index_select({{t}}, {axis}, {idx})", "index_select", count)
 
 
-def generate(seed: int, hidden: int, mask_value: str = "-30.0") -> Program:
+def generate(seed: int, hidden: int, mask_value: str = "-30.0",
+             lead_projection: bool = False) -> Program:
     """The program of ``seed``: 3 to 8 ops drawn from the supported families, then
     one or two selections (sometimes followed by an op on the selected rows).
     ``mask_value``: what attention adds at masked keys (the padding-elimination
-    test uses transformers' ``torch.finfo(torch.float32).min``)."""
+    test uses transformers' ``torch.finfo(torch.float32).min``);
+    ``lead_projection``: the first op is a projection of ``x``, as a model's
+    first layer is (what padding elimination runs on the real tokens)."""
     b = _Builder(seed, hidden, mask_value)
+    if lead_projection:
+        b.emit(f"{b.linear(hidden, hidden, True)}(x)", ("B", "L", hidden), op="linear(x)")
     target = b.rng.randint(3, 8)
     ops, weights = zip(*_OPS)
     attempts = 0

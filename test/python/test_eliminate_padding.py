@@ -137,3 +137,41 @@ def test_the_mask_input_survives_save_and_load(tmp_path):
         want = model(input_ids=ids, attention_mask=mask)[0]
     got = loaded(input_ids=ids, attention_mask=mask)[0]
     torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "t5"])
+def test_decoder_and_encoder_decoder(family):
+    """GPT-2 (a causal mask combined with the padding mask) and T5 (relative
+    position biases, cross attention) at every real token; T5's decoder tokens
+    are all real, their outputs exact wherever the encoder has a real token."""
+    torch.manual_seed(0)
+    if family == "gpt2":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_embd=64, n_layer=2, n_head=2, vocab_size=100, n_positions=128,
+            use_cache=False)).eval()
+    else:
+        model = transformers.T5ForConditionalGeneration(transformers.T5Config(
+            d_model=64, d_ff=128, num_layers=2, num_heads=2, d_kv=32, vocab_size=100,
+            use_cache=False)).eval()
+    dims = {0: Dim("batch"), 1: Dim("seq", max=128)}
+    inputs = {"input_ids": torch.randint(3, 100, (2, 9)),
+              "attention_mask": torch.ones(2, 9, dtype=torch.long)}
+    shapes = {"input_ids": dims, "attention_mask": dims}
+    if family == "t5":
+        inputs["decoder_input_ids"] = torch.randint(3, 100, (2, 5))
+        shapes["decoder_input_ids"] = {0: dims[0], 1: Dim("decoder_seq", max=128)}
+    compiled = anyshape.compile(model, (), inputs, dynamic_shapes=shapes, padding="eliminate")
+    generator = torch.Generator().manual_seed(1)
+    for batch, length in [(1, 7), (3, 17), (4, 33)]:
+        lengths = torch.randint(1, length + 1, (batch,), generator=generator)
+        mask = (torch.arange(length)[None] < lengths[:, None]).long()
+        call = {"input_ids": torch.randint(3, 100, (batch, length), generator=generator),
+                "attention_mask": mask}
+        if family == "t5":
+            call["decoder_input_ids"] = torch.randint(3, 100, (batch, 6), generator=generator)
+        with torch.no_grad():
+            want = model(**call)[0]
+        got = compiled(**call)[0]
+        real = mask.bool() if family == "gpt2" else torch.ones(batch, 6, dtype=torch.bool)
+        torch.testing.assert_close(got[real], want[real], atol=2e-5, rtol=1e-4,
+                                   msg=f"{family} batch {batch} L {length}")
