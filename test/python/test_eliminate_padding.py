@@ -175,3 +175,16 @@ def test_decoder_and_encoder_decoder(family):
         real = mask.bool() if family == "gpt2" else torch.ones(batch, 6, dtype=torch.bool)
         torch.testing.assert_close(got[real], want[real], atol=2e-5, rtol=1e-4,
                                    msg=f"{family} batch {batch} L {length}")
+
+
+def test_padding_option_is_checked():
+    model = transformers.AutoModel.from_config(_config("bert")).eval()
+    inputs = {"input_ids": torch.randint(3, 100, (2, 5)),
+              "attention_mask": torch.ones(2, 5, dtype=torch.long)}
+    with pytest.raises(ValueError, match="padding: expected None or 'eliminate', got 'yes'"):
+        anyshape.compile(model, (), inputs, padding="yes")
+    dims = {0: Dim("batch"), 1: Dim("seq", max=64)}
+    with pytest.raises(ValueError, match="padding='eliminate' runs after "
+                                         "anyshape-canonicalize-shapes"):
+        anyshape.compile(model, (), inputs, padding="eliminate", passes=[],
+                         dynamic_shapes={"input_ids": dims, "attention_mask": dims})
