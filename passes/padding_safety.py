@@ -444,7 +444,7 @@ class PaddingSafety:
                 return frozenset(batch | {"add"})
             # 0 (the mask's padding, or zeroed probabilities) times a finite value is 0.
             if name.endswith("Tensor") and any(f & {"zero", "keep"} for f in facts):
-                return frozenset(batch | {"zero"})
+                return frozenset(batch | {"zero", "keep"})
         if name == "torch.aten.bitwise_and.Tensor" and any("keep" in f for f in facts):
             return frozenset(taint | batch | {"keep"})
         if name == "torch.aten.bitwise_or.Tensor" and any("pad" in f for f in facts):

@@ -21,6 +21,10 @@ def _config(family):
         return transformers.RobertaConfig(**SMALL)
     if family == "electra":
         return transformers.ElectraConfig(embedding_size=32, **SMALL)
+    if family == "albert":  # outside the zoo: layers sharing weights
+        return transformers.AlbertConfig(embedding_size=32, **SMALL)
+    if family == "deberta-v2":  # outside the zoo: relative attention, a 2-D mask
+        return transformers.DebertaV2Config(**SMALL)
     return transformers.DistilBertConfig(dim=64, n_layers=2, n_heads=2, hidden_dim=128,
                                          vocab_size=100, max_position_embeddings=512)
 
@@ -51,7 +55,8 @@ SHAPES = [(1, 1), (1, 7), (3, 17), (2, 33), (8, 65), (4, 333), (2, 512)]
 @pytest.mark.parametrize("family,task", [("bert", "sequence-classification"),
                                          ("roberta", "masked-lm"),
                                          ("distilbert", "sequence-classification"),
-                                         ("electra", "base")])
+                                         ("electra", "base"), ("albert", "base"),
+                                         ("deberta-v2", "base")])
 def test_exact_at_real_tokens(family, task):
     torch.manual_seed(0)
     auto = {"sequence-classification": transformers.AutoModelForSequenceClassification,
