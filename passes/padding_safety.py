@@ -83,13 +83,17 @@ def float_constant(value: ir.Value) -> float | None:
     if op.name in _CASTS:
         return float_constant(op.operands[0])
     if op.name == "torch.vtensor.literal":
-        attr = op.attributes["value"]
-        if isinstance(attr, ir.DenseElementsAttr) or ir.DenseElementsAttr.isinstance(attr):
-            dense = ir.DenseElementsAttr(attr)
-            if dense.is_splat:
-                splat = dense.get_splat_value()
-                return ir.FloatAttr(splat).value if ir.FloatAttr.isinstance(splat) \
-                    else ir.IntegerAttr(splat).value
+        try:
+            dense = ir.DenseElementsAttr(op.attributes["value"])
+        except (ValueError, TypeError):
+            return None  # a resource blob: not a splat
+        if dense.is_splat:
+            splat = dense.get_splat_value()
+            for kind in (ir.FloatAttr, ir.IntegerAttr):
+                try:
+                    return kind(splat).value
+                except (ValueError, TypeError):
+                    continue
     return None
 
 
@@ -438,6 +442,9 @@ class PaddingSafety:
         if name == "torch.aten.rsub.Scalar" and float_constant(op.operands[1]) == 1 \
                 and float_constant(op.operands[2]) == 1:
             return frozenset(taint | batch | _flip(first, True))
+        if name == "torch.aten.sub.Tensor" and len(facts) == 2 and \
+                float_constant(op.operands[0]) == 1 and float_constant(op.operands[2]) == 1:
+            return frozenset(taint | batch | _flip(facts[1], True))  # 1.0 - mask
         if name in ("torch.aten.mul.Scalar", "torch.aten.mul.Tensor") and positions_only:
             scale = float_constant(op.operands[1])
             if "pad" in first and scale is not None and scale <= BIG_NEGATIVE and not taint:

@@ -102,3 +102,30 @@ def test_each_default_pass_alone_is_equivalent(gpt2_text, pass_name):
     assert all(t.ok for t in trials), [(t.sizes, t.errors) for t in trials]
     length, = re.findall(r'torch.symbolic_int "(\w+)" \{min_val = 2, max_val = 64\}', gpt2_text)
     assert all(2 <= t.sizes[length] <= 64 for t in trials), [t.sizes for t in trials]
+
+
+class _PackedAttention(torch.nn.Module):
+    """A projection, attention under transformers' additive mask, a projection."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(8, 8)
+        self.second = torch.nn.Linear(8, 8)
+
+    def forward(self, x, attention_mask):
+        h = self.first(x)
+        bias = (1.0 - attention_mask[:, None, :]) * torch.finfo(torch.float32).min
+        p = torch.softmax(h @ h.transpose(1, 2) + bias, dim=-1)
+        return self.second(p @ h)
+
+
+def test_padding_elimination_is_checked_on_random_masks():
+    """Three trials: a random 0/1 mask, every token real, a row of padding only;
+    the per-token output compared at real tokens, and 0 required at padding."""
+    dims = {0: Dim("batch", max=4), 1: Dim("seq", max=32)}
+    text = str(anyshape.import_torch(_PackedAttention().eval(),
+                                     (torch.randn(2, 5, 8), torch.ones(2, 5)),
+                                     dynamic_shapes=(dims, dims)))
+    trials = check(text, ["anyshape-canonicalize-shapes", "anyshape-eliminate-padding{mask=1}"],
+                   trials=3, seed=2)
+    assert len(trials) == 3 and all(t.ok for t in trials), trials
