@@ -34,7 +34,7 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes.shape_analysis import _REDUCTIONS as REDUCTION_OPERANDS
-from anyshape.passes.torch_ir import constant_int, defining_op, list_items
+from anyshape.passes.torch_ir import ELEMENTWISE, constant_int, defining_op, list_items
 
 BIG_NEGATIVE = -1e30
 FACTS = frozenset({"keep", "pad", "add", "dead", "zero"})
@@ -418,10 +418,10 @@ class PaddingSafety:
             kinds = {_kind(r) for r in axis_roles} - {None}
             if len(kinds) > 1:
                 raise _Unsafe("sequences and positions of different axes combine")
-            out.append(self._combine(op, axis_roles, op.operands, axis))
+            out.append(self._combine(op, axis_roles))
         return out
 
-    def _combine(self, op, axis_roles, values, axis) -> frozenset:
+    def _combine(self, op, axis_roles) -> frozenset:
         name = op.name
         union = frozenset().union(*axis_roles)
         taint = {r for r in union if is_taint(r)}
@@ -568,8 +568,6 @@ def _rank(value: ir.Value) -> int | None:
 
 
 def _elementwise(name: str) -> bool:
-    from anyshape.passes.torch_ir import ELEMENTWISE
-
     return name in ELEMENTWISE or name in ("torch.aten.logical_and", "torch.aten.logical_or",
                                            "torch.aten.bitwise_and.Tensor",
                                            "torch.aten.bitwise_or.Tensor")
