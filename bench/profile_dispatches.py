@@ -5,10 +5,11 @@ Runs each artifact under ``iree-benchmark-module`` with IREE's HAL profiling
 for every dispatch function, how often it ran and how long it took per call
 of the model. Dynamic dims are given by their labels (``batch=1 seq=128``);
 every input is filled with one value (token id 5, mask 1), which is all the
-timing depends on.
+timing depends on; ``--real N`` pads each row after its first N positions
+(mask 0), for artifacts compiled with ``padding="eliminate"``.
 
     python bench/profile_dispatches.py ART_DIR [ART_DIR ...] --dims batch=1 seq=128 \
-        [--runs 5] [--rounds 3] [--top 15]
+        [--real N] [--runs 5] [--rounds 3] [--top 15]
 
 Use it to see where a dynamic artifact loses time against a static one built
 for the same shape. The artifacts are profiled in turn, ``--rounds`` times
@@ -36,6 +37,7 @@ from pathlib import Path
 _TOOLS = Path(sys.executable).parent
 _IREE_TYPES = {"int64": "i64", "int32": "i32", "float32": "f32", "float16": "f16", "bool": "i1"}
 FILL = {"input_ids": 5}  # every other input: 1
+PADDING_MASK = "attention_mask"  # --real: its first N positions per row are 1, the rest 0
 
 
 def input_shapes(manifest: dict, sizes: dict[str, int]) -> list[tuple[str, list[int], str]]:
@@ -68,33 +70,50 @@ def parse_dims(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, i
     return sizes
 
 
-def _inputs(manifest: dict, sizes: dict[str, int], tmp: Path) -> list[str]:
+def _inputs(manifest: dict, sizes: dict[str, int], tmp: Path,
+            real: int | None) -> tuple[str, list[str]]:
+    """(the function to run, its input flags): the runtime's choice of function
+    for an artifact compiled with padding="eliminate" (its dense twin when no
+    position is padding), and the indices it computes from the mask."""
+    import numpy as np
+
     flags, extra = [], []
+    entry = manifest["entry"]
     for name, shape, dtype in input_shapes(manifest, sizes):
         element = _IREE_TYPES.get(dtype)
         if element is None:
             raise SystemExit(f"input '{name}': dtype {dtype} not supported here")
-        flags.append(f"--input={'x'.join(map(str, shape))}x{element}={FILL.get(name, 1)}")
-        if name == manifest.get("padding_mask"):  # padding="eliminate": every token is real
-            import numpy as np
+        if name == PADDING_MASK and real is not None:
+            mask = (np.arange(shape[1])[None] < real).repeat(shape[0], 0).astype(np.int64)
+            np.save(tmp / "mask.npy", mask)
+            flags.append(f"--input=@{tmp / 'mask.npy'}")
+        else:
+            mask = np.ones(shape, np.int64)
+            flags.append(f"--input={'x'.join(map(str, shape))}x{element}={FILL.get(name, 1)}")
+        if name != manifest.get("padding_mask"):
+            continue
+        if manifest.get("padding_dense_entry") and mask.all():
+            entry = manifest["padding_dense_entry"]
+            continue
+        from anyshape.runtime import padding_indices
 
-            from anyshape.runtime import padding_indices
-
-            for index, array in enumerate(padding_indices(name, np.ones(shape, np.int64))):
-                np.save(tmp / f"padding{index}.npy", array)
-                extra.append(f"--input=@{tmp / f'padding{index}.npy'}")
-    return flags + extra
+        for index, array in enumerate(padding_indices(name, mask)):
+            np.save(tmp / f"padding{index}.npy", array)
+            extra.append(f"--input=@{tmp / f'padding{index}.npy'}")
+    return entry, flags + extra
 
 
-def profile(artifact: Path, sizes: dict[str, int], runs: int) -> tuple[float, list[dict]]:
+def profile(artifact: Path, sizes: dict[str, int], runs: int,
+            real: int | None = None) -> tuple[float, list[dict]]:
     """(wall ms per call, per-dispatch rows sorted by time) for one artifact."""
     manifest = json.loads((artifact / "manifest.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:
         bundle = Path(tmp) / "profile.ireeprof"
+        entry, inputs = _inputs(manifest, sizes, Path(tmp), real)
         run = subprocess.run(
             [str(_TOOLS / "iree-benchmark-module"), "--device=local-task",
-             f"--module={artifact / manifest['vmfb']}", f"--function={manifest['entry']}",
-             *_inputs(manifest, sizes, Path(tmp)), f"--benchmark_min_time={runs}x",
+             f"--module={artifact / manifest['vmfb']}", f"--function={entry}",
+             *inputs, f"--benchmark_min_time={runs}x",
              "--device_profiling_mode=host-execution", f"--device_profiling_output={bundle}"],
             capture_output=True, text=True, check=True)
         wall_ms = next(float(line.split()[1]) for line in run.stdout.splitlines()
@@ -150,6 +169,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3,
                         help="profiles of each artifact, taken in turn; figures are medians")
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--real", type=int, metavar="N",
+                        help="attention_mask is 1 at the first N positions of each row and "
+                             "0 after them (default: 1 everywhere)")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.runs < 1:
         parser.error(f"--rounds and --runs: expected at least 1, got {args.rounds} and {args.runs}")
@@ -157,7 +179,7 @@ def main(argv=None) -> int:
     samples = {artifact: [] for artifact in args.artifacts}
     for _ in range(args.rounds):
         for artifact in args.artifacts:
-            samples[artifact].append(profile(artifact, sizes, args.runs))
+            samples[artifact].append(profile(artifact, sizes, args.runs, args.real))
     results = {artifact: medians(samples[artifact]) for artifact in args.artifacts}
     print(f"medians of {args.rounds} rounds of {args.runs} calls, the artifacts in turn")
     for artifact, (wall_ms, rows) in results.items():

@@ -27,6 +27,11 @@ positions. The function gets the attribute ``anyshape.padding``: ``mask``,
 ``per_token`` (results zeroed at padding) and ``per_row``
 (``"result:axis:c"``: results exact for the sequences, along ``axis``, whose
 position ``c`` is a real token).
+
+With ``dense=true`` the function as it was stays beside it as
+``@<name>$dense``, named by ``dense`` in ``anyshape.padding``: the runtime
+calls it for a batch without padding, where each gather would be a dispatch
+that buys nothing. The two share their weights.
 """
 
 from __future__ import annotations
@@ -73,14 +78,46 @@ class EliminatePaddingPass(ModulePass):
                    "the attention mask (argument 'mask'), and prove the padding unread")
 
     mask: int = -1
+    # Keep the function as it was beside it, as ``<name>$dense``, for batches
+    # without padding: there the gathers (a dispatch each, in IREE) buy nothing.
+    dense: bool = False
 
     def apply(self, module_op):
         if self.mask < 0:
             raise PassFailure("option mask: expected the position of the attention mask "
                               "argument ([batch, length], 0 at padding), e.g. "
                               "--anyshape-eliminate-padding='mask=1'; got none")
-        for func in functions(module_op):
+        for func in list(functions(module_op)):
+            twin = _dense_twin(func) if self.dense else None
             _Packer(func, self.mask).run()
+            if twin is not None:
+                info = ir.DictAttr(func.attributes[PADDING_ATTR])
+                func.attributes[PADDING_ATTR] = ir.DictAttr.get(
+                    {**{info[i].name: info[i].attr for i in range(len(info))},
+                     "dense": ir.FlatSymbolRefAttr.get(twin)})
+
+
+def dense_twin(module_op: ir.Operation, name: str) -> str | None:
+    """The function ``dense=true`` kept beside packed function ``name``, if any."""
+    for func in functions(module_op):
+        if ir.StringAttr(func.attributes["sym_name"]).value == name \
+                and PADDING_ATTR in func.attributes:
+            info = ir.DictAttr(func.attributes[PADDING_ATTR])
+            return ir.FlatSymbolRefAttr(info["dense"]).value if "dense" in info else None
+    return None
+
+
+def _dense_twin(func: ir.Operation) -> str:
+    # ``$``: no Python or torch name has it.
+    name = ir.StringAttr(func.attributes["sym_name"]).value + "$dense"
+    taken = {ir.StringAttr(op.attributes["sym_name"]).value
+             for op in func.parent.regions[0].blocks[0].operations if "sym_name" in op.attributes}
+    if name in taken:
+        raise PassFailure(f"option dense: the module already has a function @{name}",
+                          func.location)
+    twin = func.clone(ip=ir.InsertionPoint.after(func))
+    twin.attributes["sym_name"] = ir.StringAttr.get(name)
+    return name
 
 
 class _Packer:

@@ -30,6 +30,7 @@ from anyshape.iree_workarounds import rewrite_flow, separate_dynamic_operand_pac
 from anyshape.mlir import (MLIRError, ir, iree_tool, module_to_bytecode, new_context,
                            parse_module, versions)
 from anyshape.passes import DEFAULT_PIPELINE
+from anyshape.passes.eliminate_padding import dense_twin
 from anyshape.pipeline import (diagnostics_of, make_anyshape_pass, opt_command_flag, run_pipeline,
                                split_pass_element)
 from anyshape.runtime import CompiledModule, check_threads
@@ -143,8 +144,9 @@ PADDING_MASK_INPUT = "attention_mask"
 
 def with_padding_elimination(pass_names: list[str], signature: ModuleSignature) -> list[str]:
     """``anyshape-eliminate-padding`` on the input ``attention_mask``, after slice
-    hoisting (whose rows it then leaves alone) or else shape canonicalization;
-    ``signature`` learns to compute its index arguments."""
+    hoisting (whose rows it then leaves alone) or else shape canonicalization,
+    keeping the function as it was for batches without padding; ``signature``
+    learns to compute its index arguments."""
     inputs = [spec.name for spec in signature.inputs]
     if PADDING_MASK_INPUT not in inputs:
         raise ValueError(f"padding='eliminate': expected an input named "
@@ -158,7 +160,7 @@ def with_padding_elimination(pass_names: list[str], signature: ModuleSignature) 
                          "anyshape-hoist-slices): add it to passes")
     at = names.index(anchor) + 1
     signature.padding_mask = PADDING_MASK_INPUT
-    element = f"{ELIMINATE_PADDING}{{mask={inputs.index(PADDING_MASK_INPUT)}}}"
+    element = f"{ELIMINATE_PADDING}{{mask={inputs.index(PADDING_MASK_INPUT)} dense=true}}"
     return [*pass_names[:at], element, *pass_names[at:]]
 
 
@@ -254,6 +256,8 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
                                f"anyshape-opt {shlex.quote(str(repro))} {opt_command_flag(element)}"
                                ) from None
         stages.write(name, module)
+    if signature.padding_mask is not None:
+        signature.padding_dense_entry = dense_twin(module.operation, entry)
 
     if target.data_tiling and _dynamic(signature) and not has_dim_facts(module):
         # IREE 3.13's data tiling computes wrong results with dynamic dims whose

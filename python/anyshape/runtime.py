@@ -59,8 +59,8 @@ class CompiledModule:
         self._entry = entry
         self._stage_files = dict(stage_files or {})
         self._workdir = workdir  # keeps a TemporaryDirectory alive with the module
-        self._function = None
-        self._context = None  # the IREE SystemContext that owns _function
+        self._functions = {}  # entry name -> IREE function, from _context
+        self._context = None  # the IREE SystemContext that owns _functions
         self.cuda_ordinal: int | None = None  # load(device="cuda:N"); None: the first device
 
     # -- introspection -------------------------------------------------------
@@ -92,11 +92,14 @@ class CompiledModule:
     def __call__(self, *args, **kwargs):
         given = bind_arguments(self.signature, args, kwargs)
         arrays = check_arguments(self.signature, given)
-        function = self._load_function()
+        entry = self._entry
+        if len(arrays) == len(self.signature.inputs) and self.signature.padding_dense_entry:
+            entry = self.signature.padding_dense_entry  # no padding to eliminate
+        function = self._load_function(entry)
         try:
             results = function(*arrays)
         except (RuntimeError, ValueError, IndexError, OSError) as error:
-            raise _run_error(f"@{self._entry}", self.signature, arrays, error) from None
+            raise _run_error(f"@{entry}", self.signature, arrays, error) from None
         if results is None:
             results = ()
         elif not isinstance(results, (tuple, list)):
@@ -125,8 +128,10 @@ class CompiledModule:
                 leaves.append(tensor.to(device) if device is not None else tensor)
         return decode_tree(self.signature.output_tree, leaves)
 
-    def _load_function(self):
-        if self._function is None:
+    def _load_function(self, entry: str | None = None):
+        """The module's function ``entry`` (default: its entry), in one context
+        loaded on first use."""
+        if self._context is None:
             import iree.runtime as rt
 
             if self.target.driver == "cuda" and not cuda_available():
@@ -144,9 +149,12 @@ class CompiledModule:
             # mmap: a roberta-base artifact is ~500 MB of weights; no copy into memory.
             vm_module = rt.VmModule.mmap(config.vm_instance, str(self._vmfb_path))
             context.add_vm_module(vm_module)
-            self._function = getattr(context.modules, vm_module.name)[self._entry]
             self._context = context
-        return self._function
+            self._vm_module_name = vm_module.name
+        entry = entry or self._entry
+        if entry not in self._functions:
+            self._functions[entry] = getattr(self._context.modules, self._vm_module_name)[entry]
+        return self._functions[entry]
 
     def _parameters_module(self, rt, config):
         if not self.parameters_path.is_file():
@@ -406,7 +414,9 @@ def check_arguments(signature: ModuleSignature, given: dict[str, Any]) -> list[n
     _check_shapes(signature, specs, arrays)
     if signature.padding_mask is not None:
         mask = arrays[[spec.name for spec in specs].index(signature.padding_mask)]
-        arrays += padding_indices(signature.padding_mask, mask)
+        indices = padding_indices(signature.padding_mask, mask)
+        if signature.padding_dense_entry is None or not np.all(mask != 0):
+            arrays += indices
     return arrays
 
 

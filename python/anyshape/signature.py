@@ -73,6 +73,9 @@ class ModuleSignature:
     # padding="eliminate": the input whose zeros mark padding; the module takes
     # two more arguments the runtime computes from it (``padding_indices``).
     padding_mask: str | None = None
+    # ...and the module's function compiled without padding elimination (the
+    # pass's ``dense`` twin), which the runtime calls when the mask has no zeros.
+    padding_dense_entry: str | None = None
 
     def to_json(self) -> dict:
         return {
@@ -83,6 +86,8 @@ class ModuleSignature:
             "input_writes": list(self.input_writes),
             "conditions": list(self.conditions),
             **({"padding_mask": self.padding_mask} if self.padding_mask else {}),
+            **({"padding_dense_entry": self.padding_dense_entry}
+               if self.padding_dense_entry else {}),
         }
 
     @classmethod
@@ -95,6 +100,7 @@ class ModuleSignature:
             input_writes=list(data.get("input_writes", [])),
             conditions=list(data.get("conditions", [])),
             padding_mask=data.get("padding_mask"),
+            padding_dense_entry=data.get("padding_dense_entry"),
         )
 
 

@@ -144,6 +144,30 @@ def test_the_mask_input_survives_save_and_load(tmp_path):
     torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=2e-5, rtol=1e-4)
 
 
+def test_a_batch_without_padding_runs_the_dense_twin(tmp_path, monkeypatch):
+    """With no zero in the mask the gathers would buy nothing: the runtime calls
+    the function as compiled without the pass, also after save and load."""
+    model = transformers.AutoModel.from_config(_config("bert")).eval()
+    compiled = _compile(model)
+    compiled.save(tmp_path / "packed")
+    loaded = anyshape.load(tmp_path / "packed")
+    assert loaded.signature.padding_dense_entry == "main$dense"
+    called = []
+    load_function = type(loaded)._load_function
+    monkeypatch.setattr(type(loaded), "_load_function",
+                        lambda self, entry=None: called.append(entry) or load_function(self, entry))
+    ids = torch.randint(3, 100, (3, 17))
+    full = torch.ones(3, 17, dtype=torch.long)
+    padded = full.clone()
+    padded[1, 5:] = 0
+    for mask, entry in ((full, "main$dense"), (padded, "main")):
+        with torch.no_grad():
+            want = model(input_ids=ids, attention_mask=mask)[0]
+        got = loaded(input_ids=ids, attention_mask=mask)[0]
+        assert called[-1] == entry
+        torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=2e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("family", ["gpt2", "t5"])
 def test_decoder_and_encoder_decoder(family):
     """GPT-2 (a causal mask combined with the padding mask) and T5 (relative
