@@ -143,7 +143,8 @@ def padding_contract(module) -> PaddingContract | None:
     if stage is None:
         return None
     text = module.ir(stage)
-    found = re.search(re.escape(PADDING_ATTR) + r' = \{mask = (\d+) : i64, per_row = \[(.*?)\], '
+    found = re.search(re.escape(PADDING_ATTR) + r' = \{(?:dense = @\S+, )?mask = (\d+) : i64, '
+                      r'per_row = \[(.*?)\], '
                       r'per_token = \[(.*?)\]\}', text)
     per_row: dict[int, list[tuple[int, int]]] = {}
     for result, axis, column in re.findall(r'"(\d+):(\d+):(-?\d+)"', found.group(2)):

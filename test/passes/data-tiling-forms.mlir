@@ -399,6 +399,82 @@ func.func @shared_input_linears(%arg0: !torch.vtensor<[?,?,8],f32>) -> (!torch.v
 
 // -----
 
+/// [Pattern: fuse_shared_input_linears, gathered rows] The projections of
+/// anyshape-eliminate-padding's token rows, each gathered back to the padded
+/// layout by the same slots before its head split: they still fuse, and the
+/// fused rows are gathered once (one dispatch reading whole rows, not one per
+/// projection), then sliced.
+// CHECK-LABEL: func.func @shared_input_linears_of_gathered_rows
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,4],f32>, %[[SLOTS:.*]]: !torch.vtensor<[?],si64>)
+// CHECK: %[[QK:.*]] = torch.aten.linear %[[X]], {{.*}} -> !torch.vtensor<[?,4],f32>
+// CHECK: %[[ROWS:.*]] = torch.aten.index_select %[[QK]], %{{.*}}, %[[SLOTS]] : {{.*}} -> !torch.vtensor<[?,4],f32>
+// CHECK-NOT: torch.aten.index_select
+// CHECK-DAG: %[[Q:.*]] = torch.aten.slice.Tensor %[[ROWS]], %{{.*}}, %int0, %int2, %{{.*}} -> !torch.vtensor<[?,2],f32>
+// CHECK-DAG: %[[K:.*]] = torch.aten.slice.Tensor %[[ROWS]], %{{.*}}, %int2, %int4, %{{.*}} -> !torch.vtensor<[?,2],f32>
+// CHECK-DAG: torch.aten.unflatten.int %[[Q]]
+// CHECK-DAG: torch.aten.unflatten.int %[[K]]
+func.func @shared_input_linears_of_gathered_rows(%x: !torch.vtensor<[?,4],f32>, %slots: !torch.vtensor<[?],si64>) -> (!torch.vtensor<[?,2,1],f32>, !torch.vtensor<[?,2,1],f32>) {
+  %none = torch.constant.none
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %heads = torch.prim.ListConstruct %int2, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %wq = torch.vtensor.literal(dense_resource<wq> : tensor<2x4xf32>) : !torch.vtensor<[2,4],f32>
+  %q = torch.aten.linear %x, %wq, %none : !torch.vtensor<[?,4],f32>, !torch.vtensor<[2,4],f32>, !torch.none -> !torch.vtensor<[?,2],f32>
+  %qg = torch.aten.index_select %q, %int0, %slots : !torch.vtensor<[?,2],f32>, !torch.int, !torch.vtensor<[?],si64> -> !torch.vtensor<[?,2],f32>
+  %qh = torch.aten.unflatten.int %qg, %int1, %heads : !torch.vtensor<[?,2],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,2,1],f32>
+  %wk = torch.vtensor.literal(dense_resource<wk> : tensor<2x4xf32>) : !torch.vtensor<[2,4],f32>
+  %k = torch.aten.linear %x, %wk, %none : !torch.vtensor<[?,4],f32>, !torch.vtensor<[2,4],f32>, !torch.none -> !torch.vtensor<[?,2],f32>
+  %kg = torch.aten.index_select %k, %int0, %slots : !torch.vtensor<[?,2],f32>, !torch.int, !torch.vtensor<[?],si64> -> !torch.vtensor<[?,2],f32>
+  %kh = torch.aten.unflatten.int %kg, %int1, %heads : !torch.vtensor<[?,2],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,2,1],f32>
+  return %qh, %kh : !torch.vtensor<[?,2,1],f32>, !torch.vtensor<[?,2,1],f32>
+}
+{-#
+  dialect_resources: {
+    builtin: {
+      wq: "0x04000000000000000000803f0000004000004040000080400000a0400000c0400000e040",
+      wk: "0x040000000000004100001041000020410000304100004041000050410000604100007041"
+    }
+  }
+#-}
+
+// -----
+
+/// Gathered by different indices, the fused rows stay gathered per slice.
+// CHECK-LABEL: func.func @negative_gathers_by_different_rows
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,4],f32>, %[[A:.*]]: !torch.vtensor<[?],si64>, %[[B:.*]]: !torch.vtensor<[?],si64>)
+// CHECK: %[[QK:.*]] = torch.aten.linear %[[X]], {{.*}} -> !torch.vtensor<[?,4],f32>
+// CHECK-DAG: %[[Q:.*]] = torch.aten.slice.Tensor %[[QK]], %{{.*}}, %int0, %int2
+// CHECK-DAG: %[[K:.*]] = torch.aten.slice.Tensor %[[QK]], %{{.*}}, %int2, %int4
+// CHECK-DAG: torch.aten.index_select %[[Q]], %{{.*}}, %[[A]]
+// CHECK-DAG: torch.aten.index_select %[[K]], %{{.*}}, %[[B]]
+func.func @negative_gathers_by_different_rows(%x: !torch.vtensor<[?,4],f32>, %a: !torch.vtensor<[?],si64>, %b: !torch.vtensor<[?],si64>) -> (!torch.vtensor<[?,2,1],f32>, !torch.vtensor<[?,2,1],f32>) {
+  %none = torch.constant.none
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %heads = torch.prim.ListConstruct %int2, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %wq = torch.vtensor.literal(dense_resource<wq> : tensor<2x4xf32>) : !torch.vtensor<[2,4],f32>
+  %q = torch.aten.linear %x, %wq, %none : !torch.vtensor<[?,4],f32>, !torch.vtensor<[2,4],f32>, !torch.none -> !torch.vtensor<[?,2],f32>
+  %qg = torch.aten.index_select %q, %int0, %a : !torch.vtensor<[?,2],f32>, !torch.int, !torch.vtensor<[?],si64> -> !torch.vtensor<[?,2],f32>
+  %qh = torch.aten.unflatten.int %qg, %int1, %heads : !torch.vtensor<[?,2],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,2,1],f32>
+  %wk = torch.vtensor.literal(dense_resource<wk> : tensor<2x4xf32>) : !torch.vtensor<[2,4],f32>
+  %k = torch.aten.linear %x, %wk, %none : !torch.vtensor<[?,4],f32>, !torch.vtensor<[2,4],f32>, !torch.none -> !torch.vtensor<[?,2],f32>
+  %kg = torch.aten.index_select %k, %int0, %b : !torch.vtensor<[?,2],f32>, !torch.int, !torch.vtensor<[?],si64> -> !torch.vtensor<[?,2],f32>
+  %kh = torch.aten.unflatten.int %kg, %int1, %heads : !torch.vtensor<[?,2],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,2,1],f32>
+  return %qh, %kh : !torch.vtensor<[?,2,1],f32>, !torch.vtensor<[?,2,1],f32>
+}
+{-#
+  dialect_resources: {
+    builtin: {
+      wq: "0x04000000000000000000803f0000004000004040000080400000a0400000c0400000e040",
+      wk: "0x040000000000004100001041000020410000304100004041000050410000604100007041"
+    }
+  }
+#-}
+
+// -----
+
 /// Different inputs (the last layer's query rows against every row's K), a
 /// weight computed at run time, a linear without bias beside ones with, and
 /// projections read whole by an attention product (one head: no head

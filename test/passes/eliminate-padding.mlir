@@ -13,7 +13,7 @@
 // CHECK: %[[PACKED:.*]] = torch.aten.unsqueeze %[[ROWS]]
 // CHECK: %[[LIN:.*]] = torch.aten.linear %[[PACKED]], %[[W]], %{{.*}} : !torch.vtensor<[1,?,4],f32>
 // CHECK: %[[GELU:.*]] = torch.aten.gelu %[[LIN]], %{{.*}} : !torch.vtensor<[1,?,4],f32>
-// CHECK: %[[SQ:.*]] = torch.aten.squeeze.dim %[[GELU]]
+// CHECK: %[[SQ:.*]] = torch.aten.flatten.using_ints %[[GELU]]
 // CHECK: %[[GRID:.*]] = torch.aten.index_select %[[SQ]], %{{.*}}, %[[SLOTS]]
 // CHECK: %[[BACK:.*]] = torch.aten.unflatten.int %[[GRID]]
 // CHECK: %[[KEEP:.*]] = torch.aten.ne.Scalar %[[MASK]]
@@ -126,4 +126,30 @@ func.func @negative_no_projection(%x: !torch.vtensor<[?,?,4],f32>, %mask: !torch
   %str = torch.constant.str "none"
   %0 = torch.aten.gelu %x, %str : !torch.vtensor<[?,?,4],f32>, !torch.str -> !torch.vtensor<[?,?,4],f32>
   return %0 : !torch.vtensor<[?,?,4],f32>
+}
+
+// -----
+
+/// A head split of a projection goes back to the padded layout by gathering
+/// the projection's unsplit rows, split after: a gather from the split value
+/// IREE compiles as an element-by-element read (an index divided and
+/// remaindered per element), not a vector copy of rows.
+// CHECK-LABEL: func.func @head_split_gathered_unsplit
+// CHECK: %[[LIN:.*]] = torch.aten.linear %{{.*}} : !torch.vtensor<[1,?,4],f32>
+// CHECK-NOT: torch.aten.unflatten.int %[[LIN]]
+// CHECK: %[[ROWS:.*]] = torch.aten.flatten.using_ints %[[LIN]], %{{.*}}, %{{.*}} : {{.*}} -> !torch.vtensor<[?,4],f32>
+// CHECK: %[[GRID:.*]] = torch.aten.index_select %[[ROWS]], {{.*}} -> !torch.vtensor<[?,4],f32>
+// CHECK: %[[HEADS:.*]] = torch.aten.unflatten.int %[[GRID]], %int1{{.*}} -> !torch.vtensor<[?,2,2],f32>
+// CHECK: torch.aten.unflatten.int %[[HEADS]], %int0{{.*}} -> !torch.vtensor<[?,?,2,2],f32>
+func.func @head_split_gathered_unsplit(%x: !torch.vtensor<[?,?,4],f32>, %mask: !torch.vtensor<[?,?],si64>, %w: !torch.vtensor<[4,4],f32>) -> !torch.vtensor<[?,?,2,2],f32> {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %x, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1, 4)> : !torch.vtensor<[?,?,4],f32>
+  torch.bind_symbolic_shape %mask, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],si64>
+  %none = torch.constant.none
+  %int2 = torch.constant.int 2
+  %heads = torch.prim.ListConstruct %int2, %int2 : (!torch.int, !torch.int) -> !torch.list<int>
+  %0 = torch.aten.linear %x, %w, %none : !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[4,4],f32>, !torch.none -> !torch.vtensor<[?,?,4],f32>
+  %1 = torch.aten.unflatten.int %0, %int2, %heads : !torch.vtensor<[?,?,4],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,?,2,2],f32>
+  return %1 : !torch.vtensor<[?,?,2,2],f32>
 }
