@@ -20,6 +20,9 @@ DEFAULT_PIPELINE: list[str] = ["anyshape-canonicalize-shapes", "anyshape-hoist-s
 def register(cls: type[ModulePass]) -> type[ModulePass]:
     if not cls.argument.startswith("anyshape-"):
         raise ValueError(f"pass argument '{cls.argument}' must start with 'anyshape-'")
+    builtin = _BUILTIN.get(cls.argument)
+    if builtin is not None and cls.__module__ != f"anyshape.passes.{builtin}":
+        _import_builtin(cls.argument)
     if cls.argument in _REGISTRY and _REGISTRY[cls.argument] is not cls:
         raise ValueError(f"pass argument '{cls.argument}' of {cls.__qualname__}: expected a "
                          f"name no other pass has, got the argument of "
@@ -38,22 +41,45 @@ def load_pass_file(path: str) -> None:
     runpy.run_path(path, run_name=f"anyshape_plugin_{Path(path).stem}")
 
 
+# anyshape's own passes by argument, and the module that registers each: imported
+# on first use, so a driver running only upstream passes starts without sympy.
+_BUILTIN: dict[str, str] = {
+    "anyshape-canonicalize-shapes": "canonicalize_shapes",
+    "anyshape-data-tiling-forms": "data_tiling_forms",
+    "anyshape-defer-softmax-normalization": "defer_softmax_normalization",
+    "anyshape-eliminate-padding": "eliminate_padding",
+    "anyshape-hoist-slices": "hoist_slices",
+    "anyshape-logsumexp-softmax": "logsumexp_softmax",
+    "anyshape-lower": "lower",
+    "anyshape-print-flops": "print_flops",
+}
+
+
+def _import_builtin(argument: str) -> None:
+    if argument in _BUILTIN and argument not in _REGISTRY:
+        import importlib
+
+        importlib.import_module(f"anyshape.passes.{_BUILTIN[argument]}")
+
+
 def registered_passes() -> dict[str, type[ModulePass]]:
+    for argument in _BUILTIN:
+        _import_builtin(argument)
     return dict(sorted(_REGISTRY.items()))
 
 
+def is_registered(argument: str) -> bool:
+    return argument in _REGISTRY or argument in _BUILTIN
+
+
 def lookup(argument: str) -> type[ModulePass]:
+    _import_builtin(argument)
     try:
         return _REGISTRY[argument]
     except KeyError:
-        known = ", ".join(sorted(_REGISTRY)) or "none registered"
+        known = ", ".join(sorted(set(_REGISTRY) | set(_BUILTIN))) or "none registered"
         raise KeyError(f"unknown anyshape pass '{argument}' (known: {known})") from None
 
 
 __all__ = ["ModulePass", "PassFailure", "apply_patterns", "register", "registered_passes",
-           "lookup", "load_pass_file", "DEFAULT_PIPELINE"]
-
-# Each pass module registers its pass on import.
-from anyshape.passes import (canonicalize_shapes, data_tiling_forms,  # noqa: E402,F401
-                             defer_softmax_normalization, eliminate_padding, hoist_slices,
-                             logsumexp_softmax, lower, print_flops)
+           "is_registered", "lookup", "load_pass_file", "DEFAULT_PIPELINE"]
