@@ -1,17 +1,24 @@
-"""anyshape-opt: an mlir-opt style driver for anyshape's passes and any pass in torch-mlir's bindings.
+"""anyshape-opt: mlir-opt for anyshape's passes and every pass torch-mlir-opt has.
 
     anyshape-opt [FILE|-] [-o OUT] [--<pass>[=OPTIONS] ...] [--pass-pipeline=PIPELINE]
-                 [--split-input-file] [--mlir-print-ir-after-all] [--mlir-timing]
-                 [--verify-diagnostics] [--load-passes=FILE.py] [--list-passes]
+                 [--split-input-file[=MARKER]] [--verify-diagnostics[=all|only-expected]]
+                 [--allow-unregistered-dialect] [--mlir-print-ir-after-all]
+                 [--mlir-print-ir-before=PASS] [--mlir-print-debuginfo] [--mlir-print-local-scope]
+                 [--mlir-disable-threading] [--show-dialects] [--list-passes]
+                 [--load-passes=FILE.py]
 
-Pass flags run in the order given; a flag that is not an anyshape pass is
-taken as an upstream pass (``--canonicalize``, ``--cse``). Input is MLIR text
-or bytecode. On a parse or pass failure the diagnostics go to stderr as
-``file:line:col: error: ...`` and the exit status is 1. ``--load-passes``
-runs a Python file that registers more passes (as mlir-opt's
-``--load-pass-plugin`` loads a shared library). ``--verify-diagnostics``
-checks the diagnostics against the file's ``// expected-error {{...}}``
-comments instead of printing them (``anyshape.expected_diagnostics``).
+Options follow LLVM's command line, as torch-mlir-opt's: one dash or two,
+``--name=value`` or (for options taking a value) ``--name value``. Every other
+flag names a pass, anyshape's (Python) or upstream's (C++, as registered in
+torch-mlir's bindings), run in the order given, ``--pass=opt1=v opt2=v``
+giving its options; a pass that runs only on some op (``func.func``) is nested
+on that op, as mlir-opt nests it. ``--pass-pipeline`` takes a textual
+pipeline instead (anyshape passes directly inside ``builtin.module(...)``).
+``--verify-diagnostics`` checks the diagnostics against the file's
+``// expected-error {{...}}`` comments with mlir-opt's rules
+(``anyshape.expected_diagnostics``). ``--load-passes`` runs a Python file that
+registers more passes (as mlir-opt's ``--load-pass-plugin`` loads a library).
+The README lists what differs from torch-mlir-opt.
 """
 
 from __future__ import annotations
@@ -19,9 +26,57 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-SPLIT_MARKER = "// -----"
-
 USAGE = __doc__.split("\n\n")[1]
+
+# Driver options that take no value (or an optional one after '=').
+_FLAGS = {
+    "allow-unregistered-dialect", "dump-pass-pipeline", "emit-bytecode", "list-passes",
+    "mlir-disable-diagnostic-notes", "mlir-disable-threading", "mlir-pass-statistics",
+    "mlir-pretty-debuginfo", "mlir-print-debuginfo", "mlir-print-ir-after-all",
+    "mlir-print-ir-after-change", "mlir-print-ir-after-failure", "mlir-print-ir-before-all",
+    "mlir-print-ir-module-scope", "mlir-print-local-scope", "mlir-print-op-generic",
+    "mlir-print-skip-regions", "mlir-timing", "mlir-use-nameloc-as-prefix",
+    "no-implicit-module", "show-dialects", "split-input-file", "verify-diagnostics",
+    "verify-each",
+}
+# Driver options that need a value.
+_VALUES = {
+    "o", "pass-pipeline", "load-passes", "mlir-print-ir-before", "mlir-print-ir-after",
+    "output-split-marker", "mlir-elide-elementsattrs-if-larger",
+    "mlir-elide-resource-strings-if-larger", "mlir-print-ir-tree-dir",
+    "mlir-diagnostic-verbosity-level",
+}
+# torch-mlir-opt's options that anyshape-opt refuses rather than ignores, and why.
+_UNSUPPORTED = {
+    "load-pass-plugin": "C++ plugins load into a C++ driver; use --load-passes=FILE.py",
+    "load-dialect-plugin": "C++ plugins load into a C++ driver",
+    "irdl-file": "not exposed by MLIR's Python bindings",
+    "mlir-print-value-users": "the Python bindings' printer has no such flag",
+    "mlir-print-unique-ssa-ids": "the Python bindings' printer has no such flag",
+    "mlir-print-elementsattrs-with-hex-if-larger": "the Python bindings' printer has no such flag",
+    "mlir-print-op-on-diagnostic": "not settable through MLIR's Python bindings",
+    "mlir-print-stacktrace-on-diagnostic": "not settable through MLIR's Python bindings",
+    "mlir-pass-pipeline-crash-reproducer": "not exposed by MLIR's Python bindings",
+    "mlir-pass-pipeline-local-reproducer": "not exposed by MLIR's Python bindings",
+    "mlir-generate-reproducer": "not exposed by MLIR's Python bindings",
+    "run-reproducer": "not exposed by MLIR's Python bindings",
+    "mlir-debug-counter": "not exposed by MLIR's Python bindings",
+    "mlir-print-debug-counter": "not exposed by MLIR's Python bindings",
+    "log-actions-to": "not exposed by MLIR's Python bindings",
+    "log-mlir-actions-filter": "not exposed by MLIR's Python bindings",
+    "profile-actions-to": "not exposed by MLIR's Python bindings",
+    "mlir-enable-debugger-hook": "not exposed by MLIR's Python bindings",
+    "mlir-very-unsafe-disable-verifier-on-parsing": "not exposed by MLIR's Python bindings",
+    "verify-roundtrip": "not implemented",
+    "mlir-timing-display": "not exposed by MLIR's Python bindings",
+    "mlir-output-format": "not exposed by MLIR's Python bindings",
+    "mlir-pass-statistics-display": "not exposed by MLIR's Python bindings",
+    "emit-bytecode-version": "not exposed by MLIR's Python bindings",
+    "emit-bytecode-producer": "not exposed by MLIR's Python bindings",
+    "elide-resource-data-from-bytecode": "not exposed by MLIR's Python bindings",
+}
+_VERIFY_LEVELS = {"": "all", "all": "all", "only-expected": "only-expected"}
+_VERBOSITY = {"errors": 0, "warnings": 1, "remarks": 2}
 
 
 @dataclass
@@ -29,12 +84,27 @@ class Options:
     input: str = "-"
     output: str = "-"
     elements: list[str] = field(default_factory=list)
+    spelling: dict[str, str] = field(default_factory=dict)   # pass name -> flag as typed
     pipeline: str | None = None
-    split_input_file: bool = False
-    print_ir_after_all: bool = False
+    split_marker: str | None = None       # None: no --split-input-file
+    output_split_marker: str = "// -----"
+    verify: str | None = None             # "all" / "only-expected" under --verify-diagnostics
+    allow_unregistered: bool = False
+    print_ir: dict = field(default_factory=dict)    # PassManager.enable_ir_printing arguments
+    print_ir_before: list[str] = field(default_factory=list)
+    print_ir_after: list[str] = field(default_factory=list)
+    printing: dict = field(default_factory=dict)    # Operation.print arguments
+    disable_threading: bool = False
     timing: bool = False
+    statistics: bool = False
+    verify_each: bool = True
+    implicit_module: bool = True
+    emit_bytecode: bool = False
+    dump_pipeline: bool = False
+    diagnostic_notes: bool = True
+    verbosity: int = 2
     list_passes: bool = False
-    verify_diagnostics: bool = False
+    show_dialects: bool = False
     plugins: list[str] = field(default_factory=list)
 
 
@@ -47,50 +117,101 @@ def parse_args(argv: list[str]) -> Options:
     inputs = []
     args = iter(argv)
     for arg in args:
-        if arg in ("-h", "--help"):
+        if arg in ("-h", "-help", "--help"):
             print(__doc__)
             sys.exit(0)
-        if arg == "-o":
-            opts.output = next(args, None) or _usage("-o needs a file name")
-        elif arg.startswith("-o") and len(arg) > 2:
-            opts.output = arg[2:]
-        elif arg.startswith("--pass-pipeline"):
-            opts.pipeline = _flag_value(arg, args)
-        elif arg == "--split-input-file":
-            opts.split_input_file = True
-        elif arg == "--mlir-print-ir-after-all":
-            opts.print_ir_after_all = True
-        elif arg == "--mlir-timing":
-            opts.timing = True
-        elif arg.startswith("--load-passes"):
-            opts.plugins.append(_flag_value(arg, args))
-        elif arg == "--list-passes":
-            opts.list_passes = True
-        elif arg == "--verify-diagnostics":
-            opts.verify_diagnostics = True
-        elif arg.startswith("--") and len(arg) > 2:
-            name, eq, value = arg[2:].partition("=")
-            opts.elements.append(f"{name}{{{value}}}" if eq else name)
-        elif arg == "-" or not arg.startswith("-"):
+        if arg == "--":
+            inputs += list(args)
+            break
+        if arg == "-" or not arg.startswith("-"):
             inputs.append(arg)
+            continue
+        name, eq, value = arg.lstrip("-").partition("=")
+        if name in _UNSUPPORTED:
+            _usage(f"option '{arg}' of torch-mlir-opt is not supported: {_UNSUPPORTED[name]}")
+        if name in _VALUES:
+            if not eq:
+                value = next(args, None)
+                if value is None:
+                    _usage(f"option '{arg}' needs a value")
+            _set_value(opts, name, value, arg)
+        elif name in _FLAGS:
+            _set_flag(opts, name, value if eq else None, arg)
         else:
-            _usage(f"unknown option '{arg}'")
+            opts.elements.append(f"{name}{{{value}}}" if eq else name)
+            opts.spelling.setdefault(name, arg.partition("=")[0])
     if len(inputs) > 1:
-        _usage(f"expected one input file, got {len(inputs)}: {' '.join(inputs)}")
+        _usage(f"too many positional arguments: {' '.join(inputs)} (expected one input file)")
     if inputs:
         opts.input = inputs[0]
     if opts.pipeline is not None and opts.elements:
-        _usage("--pass-pipeline cannot be combined with pass flags")
+        _usage("'--pass-pipeline' option can't be used with individual pass options")
     return opts
 
 
-def _flag_value(arg: str, rest) -> str:
-    if "=" in arg:
-        return arg.split("=", 1)[1]
-    value = next(rest, None)
-    if value is None:
-        _usage(f"{arg} needs a value")
-    return value
+def _set_value(opts: Options, name: str, value: str, arg: str) -> None:
+    if name == "o":
+        opts.output = value
+    elif name == "pass-pipeline":
+        opts.pipeline = value
+    elif name == "load-passes":
+        opts.plugins.append(value)
+    elif name == "mlir-print-ir-before":
+        opts.print_ir_before += [v for v in value.split(",") if v]
+    elif name == "mlir-print-ir-after":
+        opts.print_ir_after += [v for v in value.split(",") if v]
+    elif name == "output-split-marker":
+        opts.output_split_marker = value
+    elif name == "mlir-print-ir-tree-dir":
+        opts.print_ir["tree_printing_dir_path"] = value
+    elif name == "mlir-diagnostic-verbosity-level":
+        if value not in _VERBOSITY:
+            _usage(f"'{arg}': expected one of {', '.join(_VERBOSITY)}")
+        opts.verbosity = _VERBOSITY[value]
+    else:   # the two eliding limits
+        if not value.isdigit():
+            _usage(f"'{arg}': expected a number of elements or characters, got '{value}'")
+        key = "large_elements_limit" if "elementsattrs" in name else "large_resource_limit"
+        opts.printing[key] = int(value)
+
+
+def _set_flag(opts: Options, name: str, value: str | None, arg: str) -> None:
+    if name == "split-input-file":
+        opts.split_marker = value or "// -----"
+        return
+    if name == "verify-diagnostics":
+        if (value or "") not in _VERIFY_LEVELS:
+            _usage(f"'{arg}': expected --verify-diagnostics, =all or =only-expected")
+        opts.verify = _VERIFY_LEVELS[value or ""]
+        return
+    if value not in (None, "true", "false", "1", "0"):
+        _usage(f"'{arg}': a flag takes no value other than true or false")
+    on = value in (None, "true", "1")
+    simple = {
+        "allow-unregistered-dialect": "allow_unregistered", "dump-pass-pipeline": "dump_pipeline",
+        "emit-bytecode": "emit_bytecode", "list-passes": "list_passes",
+        "mlir-disable-threading": "disable_threading", "mlir-pass-statistics": "statistics",
+        "mlir-timing": "timing", "show-dialects": "show_dialects", "verify-each": "verify_each",
+    }
+    if name in simple:
+        setattr(opts, simple[name], on)
+    elif name == "no-implicit-module":
+        opts.implicit_module = not on
+    elif name == "mlir-disable-diagnostic-notes":
+        opts.diagnostic_notes = not on
+    elif name.startswith("mlir-print-ir-"):
+        key = {"after-all": "print_after_all", "before-all": "print_before_all",
+               "after-change": "print_after_change", "after-failure": "print_after_failure",
+               "module-scope": "print_module_scope"}[name[len("mlir-print-ir-"):]]
+        opts.print_ir[key] = on
+    else:
+        key = {"mlir-print-debuginfo": "enable_debug_info",
+               "mlir-pretty-debuginfo": "pretty_debug_info",
+               "mlir-print-local-scope": "use_local_scope",
+               "mlir-print-op-generic": "print_generic_op_form",
+               "mlir-print-skip-regions": "skip_regions",
+               "mlir-use-nameloc-as-prefix": "use_name_loc_as_prefix"}[name]
+        opts.printing[key] = on
 
 
 def _usage(message: str):
@@ -110,8 +231,9 @@ def list_passes() -> str:
         for option in cls.options():
             lines.append(f"      {option.name.replace('_', '-')}={option_type_name(option)} "
                          f"(default {option.default!r})")
-    lines.append("Upstream passes: any pass registered in torch-mlir's bindings "
-                 "(--canonicalize, --cse, --torch-..., ...), by flag or in --pass-pipeline.")
+    lines.append("Upstream passes: every pass registered in torch-mlir's bindings (those "
+                 "torch-mlir-opt --help lists, and MLIR's own: --canonicalize, --cse, "
+                 "--convert-torch-to-linalg, ...), by flag or in --pass-pipeline.")
     return "\n".join(lines)
 
 
@@ -122,60 +244,17 @@ def read_input(path: str) -> bytes:
         return f.read()
 
 
-def split_chunks(text: str) -> list[tuple[int, str]]:
-    """(first line number - 1, text) per `// -----` separated chunk."""
+def split_chunks(text: str, marker: str) -> list[tuple[int, str]]:
+    """(first line number - 1, text) per chunk between lines that are ``marker``."""
     chunks, current, start = [], [], 0
     for number, line in enumerate(text.splitlines(keepends=True)):
-        if line.strip() == SPLIT_MARKER:
+        if line.strip() == marker:
             chunks.append((start, "".join(current)))
             current, start = [], number + 1
         else:
             current.append(line)
     chunks.append((start, "".join(current)))
     return chunks
-
-
-def process(source: str | bytes, opts: Options, filename: str) -> tuple[str | None, list[str]]:
-    """Parse and run the pipeline on one module; returns (output text, error lines).
-    With --verify-diagnostics the error lines are the mismatches against the
-    source's expectations."""
-    from anyshape.expected_diagnostics import mismatches, parse_expected, produced_from
-    from anyshape.mlir import MLIRError, new_context, parse_module
-    from anyshape.pipeline import diagnostics_of, parse_pipeline, run_pipeline
-
-    ctx = new_context()
-    produced = []
-    if opts.verify_diagnostics:
-        # What a failing parse or pass raises comes with its MLIRError; warnings
-        # and remarks of passes that succeed come only through a handler.
-        ctx.attach_diagnostic_handler(lambda d: produced.extend(produced_from(d)) or True)
-
-    def failed(error: MLIRError) -> tuple[None, list[str]]:
-        if not opts.verify_diagnostics:
-            return None, [d.render() for d in diagnostics_of(error, filename)]
-        produced.extend(p for d in error.error_diagnostics for p in produced_from(d))
-        return None, verified()
-
-    def verified() -> list[str]:
-        text = source if isinstance(source, str) else ""
-        return mismatches(parse_expected(text), produced, filename)
-
-    try:
-        module = parse_module(source, ctx)
-    except MLIRError as error:
-        return failed(error)
-    try:
-        elements = parse_pipeline(opts.pipeline) if opts.pipeline is not None else opts.elements
-        run_pipeline(module, elements, print_ir_after_all=opts.print_ir_after_all,
-                     timing=opts.timing)
-    except MLIRError as error:
-        return failed(error)
-    except (ValueError, KeyError) as error:
-        return None, [f"error: {error.args[0] if error.args else error}"]
-    if opts.verify_diagnostics:
-        errors = verified()
-        return (None if errors else str(module)), errors
-    return str(module), []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,6 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     if opts.list_passes:
         print(list_passes())
         return 0
+    from anyshape import opt_session
+
+    if opts.show_dialects:
+        print("Available Dialects: " + ",".join(opt_session.dialect_names()))
+        return 0
 
     filename = "<stdin>" if opts.input == "-" else opts.input
     try:
@@ -208,38 +292,60 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     if data.startswith(b"ML\xefR"):  # MLIR bytecode
-        if opts.split_input_file:
+        if opts.split_marker is not None:
             print("anyshape-opt: --split-input-file needs text input", file=sys.stderr)
             return 1
         sources = [(0, data)]
     else:
         text = data.decode()
-        sources = split_chunks(text) if opts.split_input_file else [(0, text)]
+        sources = split_chunks(text, opts.split_marker) if opts.split_marker is not None \
+            else [(0, text)]
 
+    verifier = None
+    if opts.verify is not None:
+        from anyshape.expected_diagnostics import Verifier
+
+        verifier = Verifier(filename, data.decode(errors="replace") if isinstance(data, bytes)
+                            and not data.startswith(b"ML\xefR") else "",
+                            only_expected=opts.verify == "only-expected")
     outputs, failed = [], False
     for first_line, chunk in sources:
         # Leading newlines keep diagnostics' line numbers those of the whole file.
         source = chunk if isinstance(chunk, bytes) else "\n" * first_line + chunk
-        output, errors = process(source, opts, filename)
-        for line in errors:
-            print(line, file=sys.stderr)
-        if errors or output is None and not opts.verify_diagnostics:
-            failed = True
-        if output is not None:
-            outputs.append(output)
-
-    joined = f"\n{SPLIT_MARKER}\n".join(o.rstrip("\n") for o in outputs) + "\n" if outputs else ""
-    if opts.output == "-":
-        sys.stdout.write(joined)
-    else:
         try:
-            with open(opts.output, "w") as f:
-                f.write(joined)
-        except OSError as error:
-            print(f"anyshape-opt: cannot write '{opts.output}': {error.strerror}",
-                  file=sys.stderr)
+            start = (first_line, len(opts.split_marker) + 1) if first_line else (0, 0)
+            result = opt_session.process(source, opts, filename, verifier, start)
+        except opt_session.PipelineError as error:
+            print(error, file=sys.stderr)
             return 1
-    return 1 if failed else 0
+        for line in result.messages:
+            print(line, file=sys.stderr)
+        failed |= not result.ok
+        outputs.append(result.output)
+    if verifier is not None:
+        for report in verifier.finish():
+            print(opt_session.render_report(report, verifier), file=sys.stderr)
+        failed = verifier.failed
+
+    return _write_output(opts, outputs) or (1 if failed else 0)
+
+
+def _write_output(opts: Options, outputs: list[str | bytes]) -> int:
+    if opts.emit_bytecode:
+        data = b"".join(o for o in outputs if o)
+    else:
+        data = f"{opts.output_split_marker}\n".join(o for o in outputs).encode()
+    try:
+        if opts.output == "-":
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+        else:
+            with open(opts.output, "wb") as f:
+                f.write(data)
+    except OSError as error:
+        print(f"anyshape-opt: cannot write '{opts.output}': {error.strerror}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ fixed in one file.
 from __future__ import annotations
 
 import io
+from contextlib import contextmanager
 from torch_mlir import ir, passmanager, rewrite
 from torch_mlir.dialects import ext
 from torch_mlir.dialects import torch as torch_dialect
@@ -24,6 +25,7 @@ __all__ = [
     "ext",
     "new_context",
     "parse_module",
+    "parse_source",
     "module_to_bytecode",
     "iree_tool",
     "iree_bindings",
@@ -65,10 +67,144 @@ def _load_torch_conversion_dialect() -> None:
         "builtin.module(torch-func-backend-type-conversion)").run(scratch.operation)
 
 
+_stablehlo_passes_registered = False
+
+
+def load_reference_dialects(ctx: ir.Context) -> None:
+    """Make ``ctx`` know every dialect torch-mlir-opt registers: the bindings
+    register MLIR's own and ``torch``; ``stablehlo`` has its own registration;
+    ``chlo``, ``tm_tensor`` and ``vhlo`` are loaded as dependencies of passes
+    that produce them (as ``torch_c`` is in ``new_context``). Registers
+    StableHLO's passes too (torch-mlir-opt has some of them)."""
+    global _stablehlo_passes_registered
+    from torch_mlir._mlir_libs import _stablehlo
+
+    if not _stablehlo_passes_registered:
+        _stablehlo.register_stablehlo_passes()
+        _stablehlo_passes_registered = True
+    _stablehlo.register_dialect(ctx)
+    with ctx, ir.Location.unknown():
+        scratch = ir.Module.parse("func.func private @load_dialects() { return }")
+        passmanager.PassManager.parse(
+            "builtin.module(func.func(convert-torch-to-tmtensor, convert-torch-to-stablehlo), "
+            "stablehlo-legalize-to-vhlo)").run(scratch.operation)
+
+
+def dialect_names(ctx: ir.Context) -> list[str]:
+    """The dialects ``ctx`` knows (registered or loaded), sorted.
+
+    The bindings have no call that lists them; MLIR's parser names them all
+    in the note it attaches to an op of an unknown dialect, so a silenced parse
+    of one asks it."""
+    import re
+
+    notes: list[str] = []
+    allowed, emitted = ctx.allow_unregistered_dialects, ctx.emit_error_diagnostics
+    ctx.allow_unregistered_dialects, ctx.emit_error_diagnostics = False, False
+    try:
+        with ctx, ir.Location.unknown():
+            ir.Module.parse("anyshape_no_such_dialect.op")
+    except MLIRError as error:
+        notes = [n.message for d in error.error_diagnostics for n in d.notes]
+    finally:
+        ctx.allow_unregistered_dialects, ctx.emit_error_diagnostics = allowed, emitted
+    for note in notes:
+        listed = re.match(r"Available dialects: (.*?)(?: \(\* corresponding[^)]*\))?;", note)
+        if listed:
+            names = (name.replace("(*)", "").strip() for name in listed.group(1).split(","))
+            return sorted(name for name in names if name)
+    raise RuntimeError("MLIR's parser no longer lists the available dialects in its note "
+                       f"on an unknown dialect; got: {notes}")
+
+
 def parse_module(text: str | bytes, ctx: ir.Context) -> ir.Module:
     """Parse MLIR text or bytecode into ``ctx`` (raises MLIRError with diagnostics)."""
     with ctx:
         return ir.Module.parse(text)
+
+
+def parse_source(data: str | bytes, ctx: ir.Context, source_name: str, *,
+                 implicit_module: bool = True, start: tuple[int, int] = (0, 0)) -> ir.Operation:
+    """Parse a tool's input as mlir-opt does: locations name ``source_name``, and
+    top-level operations other than one ``builtin.module`` get a module around
+    them at ``source_name:0:0`` (unless ``implicit_module`` is False).
+
+    ``Module.parse`` names every location "-"; ``Operation.parse`` takes the
+    name but wants a single top-level op, so several are parsed inside a
+    ``module {`` written over the first line before them that holds only a
+    comment or nothing (no op's line or column moves). Where no such line
+    works (the file starts with an op, or with attribute aliases, which cannot
+    sit inside a module) it falls back to ``Module.parse``: callers map the
+    location name "-" back to ``source_name``. Only the parse that counts
+    emits diagnostics; the tentative ones are silenced. ``start``: where the
+    text starts in the file (line, column), the implicit module's location
+    (mlir-opt's for a ``--split-input-file`` chunk: just after its marker).
+    Bytecode holds its own locations.
+    """
+    with ctx:
+        if isinstance(data, bytes):
+            return ir.Module.parse(data).operation
+        if not implicit_module:
+            return ir.Operation.parse(data, source_name=source_name).operation
+        messages = []
+        with _silenced(ctx, messages):
+            try:
+                top = ir.Operation.parse(data, source_name=source_name).operation
+            except MLIRError:
+                top = None
+        if top is not None:
+            return top if top.name == "builtin.module" else \
+                _implicit_module([top], source_name, start)
+        if not any("source must contain a single top-level operation" in m for m in messages):
+            # A genuine error: parse again for its diagnostics.
+            return ir.Operation.parse(data, source_name=source_name).operation
+        with _silenced(ctx, []):
+            try:
+                return _parse_wrapped(data, source_name, start)
+            except (MLIRError, LookupError):
+                pass
+        return ir.Module.parse(data).operation
+
+
+@contextmanager
+def _silenced(ctx: ir.Context, messages: list[str]):
+    """Diagnostics emitted inside go to ``messages``, not to ``ctx``'s other handlers."""
+    handler = ctx.attach_diagnostic_handler(lambda d: messages.append(d.message) or True)
+    try:
+        yield
+    finally:
+        handler.detach()
+
+
+def _parse_wrapped(text: str, source_name: str, start: tuple[int, int]) -> ir.Operation:
+    lines = text.split("\n")
+    wrapper_line = None     # a comment or blank line after any alias, before the first op
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("//"):
+            wrapper_line = index if wrapper_line is None else wrapper_line
+        elif line[0] in "#!":   # an attribute or type alias: the module must follow it
+            wrapper_line = None
+        else:
+            break
+    if wrapper_line is None:
+        raise LookupError("no line to write `module {` over")
+    wrapped = "\n".join(lines[:wrapper_line] + ["module {"] + lines[wrapper_line + 1:]) + "\n}"
+    parsed = ir.Operation.parse(wrapped, source_name=source_name).operation
+    return _implicit_module([op.operation for op in parsed.regions[0].blocks[0].operations],
+                            source_name, start)
+
+
+def _implicit_module(ops: list[ir.Operation], source_name: str,
+                     start: tuple[int, int]) -> ir.Operation:
+    module = ir.Module.create(ir.Location.file(source_name, *start))
+    for op in ops:
+        try:
+            op.detach_from_parent()
+        except ValueError:  # Operation.parse's result has no parent
+            pass
+        module.body.append(op)
+    return module.operation
 
 
 def module_to_bytecode(module: ir.Module | ir.Operation) -> bytes:

@@ -124,34 +124,56 @@ def opt_command_flag(element: str) -> str:
     return f"--{name}" + (f"='{options}'" if options else "")
 
 
-def add_element(pm: passmanager.PassManager, element: str) -> None:
-    """Add one top-level pipeline element: an anyshape pass, or any upstream text."""
+_RESTRICTED_TO = re.compile(r"restricted to '([\w.$-]+)' on a PassManager")
+
+
+def add_element(pm: passmanager.PassManager, element: str, *, nest: bool = False) -> None:
+    """Add one top-level pipeline element: an anyshape pass, or any upstream text.
+
+    ``nest``: a pass that runs only on some op (``func.func``) goes into a
+    pipeline nested on that op, as mlir-opt nests its pass flags; without it
+    such a pass is refused as upstream's textual pipelines refuse it.
+    """
     if is_anyshape_pass(element):
         make_anyshape_pass(element).add_to(pm)
         return
     if "anyshape-" in element:
         raise ValueError(f"'{element}': anyshape passes run on the whole module; put them "
                          f"directly inside builtin.module(...), not in a nested pipeline")
-    pm.add(element)
+    try:
+        pm.add(element)
+    except ValueError as error:
+        anchor = _RESTRICTED_TO.search(str(error))
+        if not nest or anchor is None:
+            raise
+        pm.add(f"{anchor.group(1)}({element})")
 
 
-def build_pass_manager(ctx: ir.Context, elements: list[str], *, print_ir_after_all: bool = False,
-                       timing: bool = False) -> passmanager.PassManager:
+def build_pass_manager(ctx: ir.Context, elements: list[str], *, anchor: str = "builtin.module",
+                       nest: bool = False, print_ir_after_all: bool = False,
+                       print_ir: dict | None = None, timing: bool = False,
+                       verify_each: bool = True) -> passmanager.PassManager:
+    """``print_ir``: keyword arguments of ``PassManager.enable_ir_printing``."""
     with ctx:
-        pm = passmanager.PassManager("builtin.module")
+        pm = passmanager.PassManager(anchor)
         for element in elements:
-            add_element(pm, element)
+            add_element(pm, element, nest=nest)
         if print_ir_after_all:
             pm.enable_ir_printing(print_after_all=True, print_before_all=False)
+        if print_ir:
+            pm.enable_ir_printing(**print_ir)
         if timing:
             pm.enable_timing()
+        if not verify_each:
+            pm.enable_verifier(False)
     return pm
 
 
-def run_pipeline(module: ir.Module, elements: list[str], **options) -> None:
+def run_pipeline(module: ir.Module | ir.Operation, elements: list[str], **options) -> None:
     """Run ``elements`` on ``module`` in place; raises MLIRError with the diagnostics."""
-    pm = build_pass_manager(module.context, elements, **options)
-    pm.run(module.operation)
+    op = module.operation
+    pm = build_pass_manager(op.context, elements, anchor=op.name, **options)
+    pm.run(op)
 
 
 def bytecode_file_to_text(path: Path, *, iree: bool = False) -> str:

@@ -7,7 +7,7 @@
 /// line numbers are those of the whole file even with --split-input-file.
 
 // PASS: errors.mlir:[[# @LINE + 3]]:8: error: anyshape-test-fail-on: found torch.aten.tanh
-// UNKNOWN: error: unknown anyshape pass 'anyshape-no-such-pass'
+// UNKNOWN: anyshape-opt: Unknown command line argument '--anyshape-no-such-pass' (anyshape passes: anyshape-canonicalize-shapes,
 func.func @fails_in_pass(%arg0: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
   %0 = torch.aten.tanh %arg0 : !torch.vtensor<[4],f32> -> !torch.vtensor<[4],f32>
   return %0 : !torch.vtensor<[4],f32>

@@ -10,8 +10,8 @@
 /// printed), and both an unexpected diagnostic and an unmet expectation fail,
 /// each reported at its line.
 
-// MISMATCH: <stdin>:[[# @LINE + 3]]: error: unexpected error: anyshape-test-fail-on: found torch.aten.tanh
-// MISMATCH: <stdin>:[[# @LINE + 2]]: error: expected error "found something else" was not produced
+// MISMATCH-DAG: <stdin>:[[# @LINE + 3]]:8: error: unexpected error: anyshape-test-fail-on: found torch.aten.tanh
+// MISMATCH-DAG: <stdin>:[[# @LINE + 2]]:{{[0-9]+}}: error: expected error "found something else" was not produced
 func.func @pass_refusal(%arg0: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
   %0 = torch.aten.tanh %arg0 : !torch.vtensor<[4],f32> -> !torch.vtensor<[4],f32> // expected-error {{found torch.aten.tanh}}
   return %0 : !torch.vtensor<[4],f32>
@@ -19,8 +19,8 @@ func.func @pass_refusal(%arg0: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f3
 
 // -----
 
-// MISMATCH: <stdin>:[[# @LINE + 4]]: error: unexpected error: expected non-function type
-// MISMATCH: <stdin>:[[# @LINE + 3]]: error: expected error "expected a miracle" was not produced
+// MISMATCH-DAG: <stdin>:[[# @LINE + 4]]:26: error: unexpected error: expected non-function type
+// MISMATCH-DAG: <stdin>:[[# @LINE + 2]]:6: error: expected error "expected a miracle" was not produced
 func.func @parse_error() {
   // expected-error@+1 {{expected non-function type}}
   %0 = arith.constant 1 : i33x
