@@ -8,7 +8,7 @@ STAMP := $(VENV)/.anyshape-installed
 BENCH_STAMP := $(VENV)/.anyshape-bench-installed
 BENCH_ARGS ?=
 
-.PHONY: test lit pytest demo bench bench-sweep bench-served bench-hoist-slices zoo fuzz coverage clean
+.PHONY: test lit pytest demo bench bench-sweep bench-served bench-hoist-slices zoo fuzz coverage opt-compat clean
 
 # PIP_CONSTRAINT, not only -c: it also pins what pip installs to build anyshape
 # itself (setuptools, in pip's isolated build environment).
@@ -71,6 +71,16 @@ bench-served: $(BENCH_STAMP)
 # minutes on 2 cores). Writes bench/results/zoo.md.
 zoo: $(STAMP)
 	$(PY) bench/zoo.py
+
+# Not a test: torch-mlir's own lit tests (test/ of a torch-mlir checkout outside this
+# repository) with torch-mlir-opt, then with anyshape-opt in its place; fails when a
+# test that passes with the reference does not with anyshape-opt (a few minutes).
+#   git clone https://github.com/llvm/torch-mlir /tmp/torch-mlir
+#   make opt-compat TORCH_MLIR_SRC=/tmp/torch-mlir
+TORCH_MLIR_SRC ?=
+opt-compat: $(STAMP)
+	@test -n "$(TORCH_MLIR_SRC)" || { echo "usage: make opt-compat TORCH_MLIR_SRC=<a torch-mlir checkout>"; exit 2; }
+	$(PY) tools/opt-compat/run.py $(TORCH_MLIR_SRC)
 
 # Random torch programs (shape queries, aranges, broadcasts, slices) through the
 # default passes and anyshape.check: 500 of them (about half an hour on 2
