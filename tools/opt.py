@@ -37,14 +37,14 @@ _FLAGS = {
     "mlir-print-ir-module-scope", "mlir-print-local-scope", "mlir-print-op-generic",
     "mlir-print-skip-regions", "mlir-timing", "mlir-use-nameloc-as-prefix",
     "no-implicit-module", "show-dialects", "split-input-file", "verify-diagnostics",
-    "verify-each",
+    "verify-each", "verify-roundtrip",
 }
 # Driver options that need a value.
 _VALUES = {
     "o", "pass-pipeline", "load-passes", "mlir-print-ir-before", "mlir-print-ir-after",
     "output-split-marker", "mlir-elide-elementsattrs-if-larger",
     "mlir-elide-resource-strings-if-larger", "mlir-print-ir-tree-dir",
-    "mlir-diagnostic-verbosity-level",
+    "mlir-diagnostic-verbosity-level", "emit-bytecode-version",
 }
 # torch-mlir-opt's options that anyshape-opt refuses rather than ignores, and why.
 _UNSUPPORTED = {
@@ -67,11 +67,9 @@ _UNSUPPORTED = {
     "profile-actions-to": "not exposed by MLIR's Python bindings",
     "mlir-enable-debugger-hook": "not exposed by MLIR's Python bindings",
     "mlir-very-unsafe-disable-verifier-on-parsing": "not exposed by MLIR's Python bindings",
-    "verify-roundtrip": "not implemented",
     "mlir-timing-display": "not exposed by MLIR's Python bindings",
     "mlir-output-format": "not exposed by MLIR's Python bindings",
     "mlir-pass-statistics-display": "not exposed by MLIR's Python bindings",
-    "emit-bytecode-version": "not exposed by MLIR's Python bindings",
     "emit-bytecode-producer": "not exposed by MLIR's Python bindings",
     "elide-resource-data-from-bytecode": "not exposed by MLIR's Python bindings",
 }
@@ -100,6 +98,8 @@ class Options:
     verify_each: bool = True
     implicit_module: bool = True
     emit_bytecode: bool = False
+    bytecode_version: int | None = None
+    verify_roundtrip: bool = False
     dump_pipeline: bool = False
     diagnostic_notes: bool = True
     verbosity: int = 2
@@ -168,6 +168,11 @@ def _set_value(opts: Options, name: str, value: str, arg: str) -> None:
         if value not in _VERBOSITY:
             _usage(f"'{arg}': expected one of {', '.join(_VERBOSITY)}")
         opts.verbosity = _VERBOSITY[value]
+    elif name == "emit-bytecode-version":
+        if not value.isdigit():
+            _usage(f"for the --emit-bytecode-version option: Invalid argument '{value}', "
+                   f"only integer is supported.")
+        opts.bytecode_version = int(value)
     else:   # the two eliding limits
         if not value.isdigit():
             _usage(f"'{arg}': expected a number of elements or characters, got '{value}'")
@@ -192,6 +197,7 @@ def _set_flag(opts: Options, name: str, value: str | None, arg: str) -> None:
         "emit-bytecode": "emit_bytecode", "list-passes": "list_passes",
         "mlir-disable-threading": "disable_threading", "mlir-pass-statistics": "statistics",
         "mlir-timing": "timing", "show-dialects": "show_dialects", "verify-each": "verify_each",
+        "verify-roundtrip": "verify_roundtrip",
     }
     if name in simple:
         setattr(opts, simple[name], on)

@@ -5,6 +5,7 @@ expectations."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import sys
@@ -14,8 +15,8 @@ from dataclasses import dataclass, field
 
 from anyshape.diagnostic_text import render
 from anyshape.expected_diagnostics import Produced, Report, Verifier, produced_from
-from anyshape.mlir import (MLIRError, dialect_names as _dialect_names, load_reference_dialects,
-                           new_context, parse_source, passmanager)
+from anyshape.mlir import (MLIRError, dialect_names as _dialect_names, ir,
+                           load_reference_dialects, new_context, parse_source, passmanager)
 from anyshape.pipeline import build_pass_manager, parse_pipeline
 
 _SEVERITY_RANK = {"error": 0, "warning": 1, "remark": 2, "note": 0}
@@ -65,15 +66,16 @@ def process(source: str | bytes, opts, filename: str, verifier: Verifier | None 
     try:
         top = parse_source(source, ctx, filename, implicit_module=opts.implicit_module,
                            start=start)
+        if opts.verify_roundtrip:
+            _verify_roundtrip(top, opts)
         pm = _pass_manager(ctx, opts, top.name)
         with _selected_ir_dumps(opts.print_ir_before, opts.print_ir_after):
             pm.run(top)
         if opts.statistics or opts.timing:
             del pm      # the report prints when the pass manager goes
-    except MLIRError:
-        result.ok = False
-    else:
         result.output = _print(top, opts)
+    except (MLIRError, _Failed):
+        result.ok = False
     produced = [_named(p, filename) for p in produced]
 
     if verify:
@@ -159,14 +161,56 @@ def _pipeline_message(error: Exception, opts) -> str:
     return f"<unknown>:0: error: {raw.lstrip()}".rstrip(" ")
 
 
+class _Failed(Exception):
+    """The chunk failed after its diagnostic went to the context's handler."""
+
+
 def _print(top, opts) -> str | bytes:
     if opts.emit_bytecode:
-        import io
-
-        buffer = io.BytesIO()
-        top.write_bytecode(buffer)
-        return buffer.getvalue()
+        return _bytecode(top, opts.bytecode_version)
+    if opts.bytecode_version is not None:
+        ir.Location.unknown(top.context).emit_error(
+            "bytecode version while not emitting bytecode")
+        raise _Failed
     return top.get_asm(**opts.printing) + "\n"
+
+
+def _bytecode(top, version: int | None) -> bytes:
+    buffer = io.BytesIO()
+    try:
+        top.write_bytecode(buffer, desired_version=version)
+    except ValueError:
+        # The writer has reported the version it cannot honour to the handler.
+        raise _Failed from None
+    return buffer.getvalue()
+
+
+def _verify_roundtrip(top, opts) -> None:
+    """--verify-roundtrip, as mlir-opt checks that printers and parsers agree:
+    print (as text, then as bytecode), parse into a fresh context, and compare the
+    generic forms with locations."""
+    generic = {"print_generic_op_form": True, "enable_debug_info": True}
+    reference = top.get_asm(**generic)
+    for kind in ("textual", "bytecode"):
+        ctx = new_context()
+        load_reference_dialects(ctx)
+        ctx.allow_unregistered_dialects = opts.allow_unregistered
+        printed = _bytecode(top, None) if kind == "bytecode" \
+            else top.get_asm(enable_debug_info=True)
+        try:
+            with ctx:
+                again = ir.Module.parse(printed).operation
+        except MLIRError as error:
+            top.location.emit_error(f"'{top.name}' op failed to parse {kind} content back, "
+                                    f"cannot verify round-trip.\n{error}")
+            raise _Failed from None
+        roundtripped = again.get_asm(**generic)
+        if roundtripped != reference:
+            top.location.emit_error(
+                f"'{top.name}' op {kind} roundTrip testing roundtripped module differs from "
+                f"reference:\n<<<<<<Reference\n{reference}\n=====\n{roundtripped}"
+                f"\n>>>>>roundtripped\n")
+            raise _Failed
 
 
 @contextmanager

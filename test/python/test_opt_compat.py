@@ -172,6 +172,9 @@ CASES = {
     "no threads, no verifier between passes": (TORCH, ["-split-input-file",
                                                        "-mlir-disable-threading",
                                                        "-verify-each=false", "-cse"]),
+    "printers and parsers round-trip": (TORCH, ["-split-input-file", "-verify-roundtrip",
+                                                "-convert-torch-to-linalg"]),
+    "a bytecode version without bytecode": (TORCH, ["-emit-bytecode-version=1"]),
 }
 
 
@@ -195,7 +198,8 @@ def normalized(stderr: str) -> str:
 # failing alike on a case meant to pass would test nothing).
 FAILING = {"textual pipeline anchored wrong", "a textual pipeline does not nest",
            "unregistered dialect refused", "verify-diagnostics",
-           "verify-diagnostics=only-expected", "parse and verifier errors"}
+           "verify-diagnostics=only-expected", "parse and verifier errors",
+           "a bytecode version without bytecode"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -237,6 +241,17 @@ def test_bytecode_in_and_out(tmp_path):
     assert (ours.returncode, ours.stdout) == (reference.returncode, reference.stdout)
 
 
+@pytest.mark.parametrize("version", ["0", "3", "100"])
+def test_bytecode_version(version, tmp_path):
+    (tmp_path / "input.mlir").write_text(TORCH.split("// -----")[0])
+    args = ["input.mlir", "-emit-bytecode", f"-emit-bytecode-version={version}"]
+    ours = subprocess.run([ANYSHAPE_OPT, *args], capture_output=True, cwd=tmp_path)
+    reference = subprocess.run([REFERENCE, *args], capture_output=True, cwd=tmp_path)
+    assert (ours.returncode, ours.stdout) == (reference.returncode, reference.stdout)
+    assert normalized(ours.stderr.decode()) == normalized(reference.stderr.decode())
+    assert reference.returncode == (1 if version == "100" else 0)
+
+
 def test_unknown_flag(tmp_path):
     (tmp_path / "input.mlir").write_text(TORCH)
     for tool in (ANYSHAPE_OPT, REFERENCE):
@@ -270,3 +285,26 @@ def test_every_pass_of_torch_mlir_opt_is_a_flag(tmp_path):
         if (ours.returncode, ours.stdout) != (reference.returncode, reference.stdout):
             differ[name] = (ours.returncode, ours.stderr[-300:], reference.returncode)
     assert not differ, differ
+
+
+def test_roundtrip_failure_is_reported(monkeypatch):
+    """When the fresh context cannot read the printed module back (here a bare
+    context without torch-mlir's dialects), --verify-roundtrip says so and fails
+    the chunk."""
+    from anyshape import opt_session
+    from anyshape.mlir import ir
+    from anyshape.tools import opt as opt_tool
+
+    contexts = []
+    real = opt_session.new_context
+
+    def bare_after_the_first():
+        contexts.append(real() if not contexts else ir.Context())
+        return contexts[-1]
+
+    monkeypatch.setattr(opt_session, "new_context", bare_after_the_first)
+    opts = opt_tool.parse_args(["-verify-roundtrip"])
+    result = opt_session.process(TORCH.split("// -----")[0], opts, "input.mlir")
+    assert not result.ok and result.output == ""
+    assert any("error: 'builtin.module' op failed to parse textual content back, cannot "
+               "verify round-trip" in m for m in result.messages), result.messages
