@@ -8,7 +8,7 @@ STAMP := $(VENV)/.anyshape-installed
 BENCH_STAMP := $(VENV)/.anyshape-bench-installed
 BENCH_ARGS ?=
 
-.PHONY: test lit pytest demo bench bench-sweep bench-served bench-hoist-slices zoo fuzz coverage opt-compat clean
+.PHONY: test lit pytest docs demo bench bench-sweep bench-served bench-hoist-slices zoo fuzz coverage opt-compat clean
 
 # PIP_CONSTRAINT, not only -c: it also pins what pip installs to build anyshape
 # itself (setuptools, in pip's isolated build environment).
@@ -35,6 +35,10 @@ pytest: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) examples/roberta_demo.py
+
+# docs/passes.md from the passes' docstrings (test_docs.py fails when it is stale).
+docs: $(STAMP)
+	$(PY) tools/gen_pass_docs.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info test/*/Output

@@ -1,52 +1,11 @@
 """Rewrites of the IR given to IREE that keep IREE 3.13 from miscompiling it,
-failing to compile it, or compiling it into slow code.
-
-Workload deduplication. When a dispatch's workload lists the same dynamic
-size twice behind a different one (``[B, L, L]``: the score matrix of attention
-with a dynamic batch and sequence length), IREE's ``FoldUniformOperands``
-stream pass folds the duplicate away but renumbers its workload ordinal to 0,
-so inside the executable the second ``L`` reads ``B``. Tiles past the first
-are then never computed, silently: a softmax over ``[B, L, L]`` or a packed
-matmul operand is wrong once ``L`` spans more tiles than ``B``. Giving every
-repeated workload value its own SSA value (through ``util.optimization_barrier``)
-at the flow level leaves nothing to fold; the values are the same at run
-time, so the result is exact.
-
-Products over two dynamic dims packed apart from their producer. With data
-tiling, when a product's operand is computed and both its last two dims are
-dynamic (attention's probabilities ``[heads, L, L]``, softmax or not), IREE
-3.13 packs it for the product inside its producer's dispatch: the row
-reduction and exponentials of ``exp(S - max(S)) @ V`` (attention once
-anyshape's softmax rewrites have run), or the unpacking and scaling of
-another product (``(y @ x^T * c) @ y``). That dispatch's CPU codegen then
-fails ("'affine.delinearize_index' op no basis element may be statically
-non-positive"; the form of MLIR's bug llvm/llvm-project#205288,
-``targets.py``). A roberta-base classifier with its batch fixed at 1 fell
-back to no data tiling and ran 2-3x slower than eager. An
-``iree_tensor_ext.compute_barrier.start`` on such an operand keeps the
-packing in a dispatch of its own, as a reshape that merges a dynamic batch
-with the heads already did for attention; IREE's dispatch creation removes
-it once dispatches are formed, so nothing of it is left at run time and the
-values are unchanged. (A ``util.optimization_barrier`` separated the dispatches too, but
-it stays in the program and splits its execution: roberta-base at L = 32
-spent about 10 ms more per call outside its dispatches.)
-
-Products whose operand is an elementwise function of another product's
-result, with one dynamic dim (the GELU between a feed-forward block's two
-linears once the batch is fixed: ``[1, L, 3072]``). IREE 3.13 then fuses the
-first product's unpacking, the elementwise ops and the second product's
-packing into one dispatch, and its code for that dispatch with a dynamic row
-count is slow: every column of an 8x8 tile goes through a stack buffer and
-back with a scalar loop. Roberta-base's 11 such dispatches took 15.1 ms per
-call at L = 128, against 5.0 ms in the static build. The same barrier keeps
-that packing apart: in the same profile the unpacking with the GELU then
-took 4.9 ms, and the packing joined the separate packs (66 in all, 5.1 ms;
-``bench/profile_dispatches.py``; the whole call is in the README). With the
-batch dynamic too, a reshape of the two dynamic dims keeps them apart
-already (MLIR moves a pack across a reshape only where the dims are
-statically divisible by its tiles), so operands of more than one dynamic
-dim are left as they are; there the rule finds only the feed-forward
-block of the slice-hoisted last layer, one row per sequence (``[B, 1, H]``).
+failing to compile it, or compiling it into slow code: distinct SSA values for
+repeated workload sizes (IREE's FoldUniformOperands renumbers them), a
+compute barrier between a product and an operand IREE would pack inside its
+producer's dispatch (llvm/llvm-project#205288's form; guarded by
+test_data_tiling.py::test_packing_barrier_is_still_needed), float64 math IREE's
+CPU code lacks computed in float32. Why each, with figures: docs/iree-notes.md.
+Remove each when IREE > 3.13 compiles the original form correctly and as fast.
 """
 
 from __future__ import annotations
