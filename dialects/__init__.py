@@ -21,6 +21,12 @@ class AnyshapeDialect(ext.Dialect, name="anyshape"):
     pass
 
 
+# The function argument attribute ``anyshape-lower`` states an argument's
+# dynamic dims in (one ``{axis, expr, min, max, divisor}`` per dim; read by
+# ``anyshape.iree.dim_facts`` and ``ir_signature.py``).
+DIMS_ATTR = "anyshape.dims"
+
+
 _VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],(\w+)>")
 
 

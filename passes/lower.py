@@ -22,11 +22,10 @@
 import dataclasses
 import math
 
-from anyshape.dialects import builtin_tensor_text, vtensor_shape
+from anyshape.dialects import DIMS_ATTR, builtin_tensor_text, vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, PassFailure, apply_patterns, register
 
-DIMS_ATTR = "anyshape.dims"
 # torch.export states "no upper bound" as a huge max_val (int64 max and the like).
 UNBOUNDED = 2**62
 

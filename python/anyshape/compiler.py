@@ -35,11 +35,8 @@ from anyshape.pipeline import (diagnostics_of, make_anyshape_pass, opt_command_f
                                split_pass_element)
 from anyshape.runtime import CompiledModule, check_threads
 from anyshape.signature import ModuleSignature
+from anyshape.stages import IMPORT_STAGE, IREE_COMPILE_STAGE, IREE_INPUT_STAGE
 from anyshape.targets import PEELING_FAILURE, PEELING_FLAG, Target, make_target
-
-IMPORT_STAGE = "import"
-IREE_INPUT_STAGE = "iree-input"
-IREE_COMPILE_STAGE = "iree-compile"
 
 
 def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = None,

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import re
 
-from anyshape.dialects import vtensor_shape
+from anyshape.dialects import DIMS_ATTR, vtensor_shape
 from anyshape.mlir import ir
-from anyshape.passes.lower import DIMS_ATTR
 from anyshape.signature import ModuleSignature, Symbol, TensorSpec
 
 _DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",

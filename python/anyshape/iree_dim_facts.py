@@ -31,9 +31,8 @@ import re
 import sys
 from pathlib import Path
 
-from anyshape.dialects import builtin_tensor_text
+from anyshape.dialects import DIMS_ATTR, builtin_tensor_text
 from anyshape.mlir import ir, iree_bindings
-from anyshape.passes.lower import DIMS_ATTR
 
 
 # A canonical expr that is a constant multiple of one symbol: "2*s0".

@@ -19,6 +19,7 @@ import torch
 from anyshape import size_conditions
 from anyshape.errors import RunError
 from anyshape.signature import SCHEMA_VERSION, ModuleSignature, TensorSpec, decode_tree
+from anyshape.stages import IREE_INPUT_STAGE
 from anyshape.targets import Target
 
 MANIFEST = "manifest.json"
@@ -74,7 +75,6 @@ class CompiledModule:
             raise ValueError("this module was loaded from disk: its compile stages were not saved")
         if stage not in self._stage_files:
             raise ValueError(f"stage: expected one of {', '.join(self.stages)}, got '{stage}'")
-        from anyshape.compiler import IREE_INPUT_STAGE
         from anyshape.pipeline import bytecode_file_to_text
 
         # What IREE receives is read the way IREE reads it: it may hold IREE's own ops.

@@ -66,8 +66,8 @@ def iree_compile_cause(diagnostic: str) -> str:
 
 def anyshape_compile_failure(error: BaseException) -> tuple[str, str]:
     """(stage, cause) of an exception out of ``anyshape.compile``."""
-    from anyshape.compiler import IREE_COMPILE_STAGE
     from anyshape.errors import CompileError
+    from anyshape.stages import IREE_COMPILE_STAGE
 
     if isinstance(error, CompileError):
         if error.stage == IREE_COMPILE_STAGE:
