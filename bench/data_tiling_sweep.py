@@ -9,7 +9,7 @@ program compiled and came out wrong.
 
     python bench/data_tiling_sweep.py --hidden 32 --seeds 0 45
 
-Not a benchmark: the evidence behind ``targets.py``'s data-tiling notes.
+Not a benchmark: the evidence behind ``iree/flags.py``'s data-tiling notes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """anyshape-data-tiling-forms: the one-row work slice hoisting leaves, and
 projections, in forms IREE 3.13 data-tiles without failing.
 
-With data tiling (``anyshape.compile``'s default on CPU, ``targets.py``),
+With data tiling (``anyshape.compile``'s default on CPU, ``iree/flags.py``),
 IREE's CPU codegen fails on, or packs on every call, these forms:
 
 - A batch matmul with one row (``bmm([B*H, 1, K], [B*H, K, N])``, one query

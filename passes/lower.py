@@ -16,7 +16,7 @@
   sizes are positive; no ``max`` when torch's bound is unbounded, >= 2^62)
   and ``divisor`` the gcd of its coefficients when it is a pure multiple
   (``2*s0``), else 1. A builtin attribute every MLIR consumer ignores;
-  ``anyshape.iree_dim_facts`` turns it into IREE's ``util.assume.int``.
+  ``anyshape.iree.dim_facts`` turns it into IREE's ``util.assume.int``.
 """
 
 import dataclasses

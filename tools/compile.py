@@ -157,7 +157,7 @@ def _progress():
 
 
 def _target(args):
-    from anyshape.targets import make_target
+    from anyshape.iree.flags import make_target
 
     return make_target(args.target, args.cuda_arch, args.opt_level, _data_tiling(args))
 

@@ -60,7 +60,7 @@ def check(text: str | bytes, passes: list[str], *, trials: int = 3, seed: int = 
     from anyshape.ir_signature import signature_from_module
     from anyshape.mlir import new_context, parse_module
     from anyshape.pipeline import parse_options, split_pass_element
-    from anyshape.targets import make_target
+    from anyshape.iree.flags import make_target
 
     target = make_target("cpu", data_tiling=False)
     builds = []

@@ -3,7 +3,7 @@
 Stages, in order: ``import`` (torch dialect as imported), one stage per
 anyshape pass (named by its argument), ``iree-input`` (exactly what IREE
 receives: the last stage, its ``anyshape.dims`` argument facts stated as
-IREE range assumptions by ``iree_dim_facts.py``). The IR after each is kept
+IREE range assumptions by ``iree/dim_facts.py``). The IR after each is kept
 as bytecode in a working directory and written as text under ``dump_ir_dir``
 when one is given. A failing stage raises :class:`CompileError` with a
 reproducer saved beside the command that replays it.
@@ -13,30 +13,28 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from anyshape.errors import CompileError, DataTilingFallback
-from anyshape.iree_dim_facts import has_dim_facts, inject_dim_facts
-from anyshape.iree_parameters import ARCHIVE, externalize_weights
-from anyshape.iree_workarounds import rewrite_flow, separate_dynamic_operand_packing
-from anyshape.mlir import (MLIRError, ir, iree_tool, module_to_bytecode, new_context,
-                           parse_module, versions)
+from anyshape.iree.dim_facts import has_dim_facts, inject_dim_facts
+from anyshape.iree.flags import PEELING_FAILURE, PEELING_FLAG, Target, make_target
+from anyshape.iree.invocation import compile_with_iree
+from anyshape.iree.parameters import ARCHIVE, externalize_weights
+from anyshape.iree.workarounds import separate_dynamic_operand_packing
+from anyshape.mlir import MLIRError, ir, module_to_bytecode, new_context, parse_module, versions
 from anyshape.passes import DEFAULT_PIPELINE
 from anyshape.passes.eliminate_padding import dense_twin
 from anyshape.pipeline import (diagnostics_of, make_anyshape_pass, opt_command_flag, run_pipeline,
                                split_pass_element)
 from anyshape.runtime import CompiledModule, check_threads
 from anyshape.signature import ModuleSignature
-from anyshape.stages import IMPORT_STAGE, IREE_COMPILE_STAGE, IREE_INPUT_STAGE
-from anyshape.targets import PEELING_FAILURE, PEELING_FLAG, Target, make_target
+from anyshape.stages import (IMPORT_STAGE, IREE_COMPILE_STAGE, IREE_INPUT_STAGE,
+                             discard_reproducer, keep_reproducer)
 
 
 def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = None,
@@ -60,7 +58,7 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     ``CompileError``; False: off. ``params``: "inline" (default) stores the
     weights in the ``.vmfb``; "external" in an IREE parameter archive
     (``params.irpa``, each weight once, under its name in the model's state)
-    that ``save`` writes beside it and ``load`` opens (``iree_parameters.py``).
+    that ``save`` writes beside it and ``load`` opens (``iree/parameters.py``).
     ``dtype`` (``torch.float16``, ``torch.float32``):
     compile a copy of the model with its floating-point weights and the
     example inputs' floating-point tensors in that dtype (the caller's model
@@ -248,7 +246,7 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
             run_pipeline(module, [element])
         except MLIRError as error:
             diag = diagnostics_of(error)[0]
-            repro = _keep_reproducer(before, dump_ir_dir, f"{name}-input")
+            repro = keep_reproducer(before, dump_ir_dir, f"{name}-input")
             raise CompileError(name, diag.render(), str(repro),
                                f"anyshape-opt {shlex.quote(str(repro))} {opt_command_flag(element)}"
                                ) from None
@@ -278,16 +276,16 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
     def build(iree_input: Path) -> Path:
         nonlocal flags
         try:
-            return _compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu)
+            return compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu)
         except CompileError as error:
             if PEELING_FLAG not in flags or PEELING_FAILURE not in error.diagnostic:
                 raise
-            # What peeling can need, IREE may refuse (targets.py); without it the
+            # What peeling can need, IREE may refuse (iree/flags.py); without it the
             # module compiles as IREE does by default.
             report("compiling again without peeling: " + error.diagnostic.splitlines()[0])
-            _discard_reproducer(error.reproducer, dump_ir_dir)
+            discard_reproducer(error.reproducer, dump_ir_dir)
             flags = [flag for flag in flags if flag != PEELING_FLAG]
-            return _compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu)
+            return compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu)
 
     try:
         vmfb_path = build(iree_input)
@@ -311,12 +309,12 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
         try:
             vmfb_path = build(retry)
         except CompileError as second:
-            _discard_reproducer(second.reproducer, dump_ir_dir)
+            discard_reproducer(second.reproducer, dump_ir_dir)
             stages.forget_last()
             kept.replace(first)
             raise error from None
         kept.replace(first)
-        _discard_reproducer(error.reproducer, dump_ir_dir)
+        discard_reproducer(error.reproducer, dump_ir_dir)
         stages.files[IREE_INPUT_STAGE] = stages.files.pop(stages.last_stage)
     seconds = {**stages.seconds, IREE_COMPILE_STAGE: time.monotonic() - started}
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
@@ -336,7 +334,7 @@ def _write_iree_input(stages: "_StageWriter", module: ir.Module, dump_ir_dir,
     """The last pass stage (``module``, stored as ``source``), with its
     ``anyshape.dims`` facts stated in IREE's own ops (unless ``dim_facts`` is
     False), with data tiling the product operands that IREE 3.13 must pack on
-    their own behind a barrier (``iree_workarounds.py``) and, with
+    their own behind a barrier (``iree/workarounds.py``) and, with
     ``weights``, those read from parameters written to ``archive``."""
     facts = dim_facts and has_dim_facts(module)
     if not facts and weights is None and not data_tiling:
@@ -350,7 +348,7 @@ def _write_iree_input(stages: "_StageWriter", module: ir.Module, dump_ir_dir,
             current = bytecode
         if data_tiling:
             count = separate_dynamic_operand_packing(current, bytecode, text if weights is None else None)
-            report(f"  kept {count} products' operands apart from their packing (iree_workarounds.py)")
+            report(f"  kept {count} products' operands apart from their packing (iree/workarounds.py)")
             current = bytecode
         if weights is not None:
             names = externalize_weights(current, bytecode, weights, archive, text)
@@ -363,9 +361,9 @@ def _write_iree_input(stages: "_StageWriter", module: ir.Module, dump_ir_dir,
     try:
         return stages.record(IREE_INPUT_STAGE, produce)
     except ValueError as error:
-        repro = _keep_reproducer(source, dump_ir_dir, f"{IREE_INPUT_STAGE}-input")
+        repro = keep_reproducer(source, dump_ir_dir, f"{IREE_INPUT_STAGE}-input")
         command = " ".join(shlex.quote(a) for a in [
-            "python", "-m", "anyshape.iree_dim_facts", str(repro), "-o",
+            "python", "-m", "anyshape.iree.dim_facts", str(repro), "-o",
             str(repro.with_name(f"{IREE_INPUT_STAGE}.mlirbc"))])
         raise CompileError(IREE_INPUT_STAGE, str(error), str(repro), command) from None
 
@@ -441,84 +439,6 @@ class _StageWriter:
         if stage in self.files:  # a pass that runs twice gets a numbered stage
             stage = f"{stage}#{sum(s.split('#')[0] == stage for s in self.files) + 1}"
         return stage, f"{len(self.files):02d}-{stage.replace('#', '-')}"
-
-
-# A reproducer outside dump_ir_dir gets a temporary directory of its own.
-_REPRO_PREFIX = "anyshape-repro-"
-
-
-def _keep_reproducer(stage_file: Path, dump_ir_dir, stem: str) -> Path:
-    directory = Path(dump_ir_dir) if dump_ir_dir else Path(tempfile.mkdtemp(prefix=_REPRO_PREFIX))
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / f"{stem}.mlirbc"
-    target.write_bytes(stage_file.read_bytes())
-    return target
-
-
-def _discard_reproducer(reproducer: str, dump_ir_dir) -> None:
-    """Remove the reproducer of a failure a fallback recovered from and nothing
-    reports: outside ``dump_ir_dir`` it is a directory of its own that would
-    otherwise stay in the temporary directory after every such compile."""
-    path = Path(reproducer)
-    if dump_ir_dir is None and path.parent.name.startswith(_REPRO_PREFIX):
-        shutil.rmtree(path.parent, ignore_errors=True)
-
-
-def _compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
-                       report: Callable[[str], None], cpu: bool) -> Path:
-    """iree-compile in two runs around the flow-level workarounds
-    (``iree_workarounds.rewrite_flow``; float64 math for the CPU only)."""
-    flow = input_file.with_name("iree-flow.mlirbc")
-    untied = input_file.with_name("iree-flow-untied.mlirbc")
-    vmfb = input_file.with_name("module.vmfb")
-    _run_iree_compile(input_file, [*flags, "--compile-to=flow", "--emit-mlir-bytecode"], flow,
-                      dump_ir_dir, report, repro_stem=IREE_INPUT_STAGE)
-    rewritten = rewrite_flow(flow, untied, f64_math_in_f32=cpu)
-    report(f"  made {rewritten.untied} repeated dispatch workload sizes distinct")
-    if rewritten.narrowed:
-        report(f"  computed {rewritten.narrowed} float64 math ops IREE's CPU code lacks in "
-               f"float32")
-    if rewritten.guarded:
-        report(f"  kept {rewritten.guarded} integer divisions from dividing by 0 past a "
-               f"partial vector's end")
-    flow.unlink()
-    _run_iree_compile(untied, [*flags, "--compile-from=flow"], vmfb, dump_ir_dir, report,
-                      repro_stem=untied.stem)
-    untied.unlink()
-    return vmfb
-
-
-def _run_iree_compile(input_file: Path, flags: list[str], output: Path, dump_ir_dir,
-                      report: Callable[[str], None], repro_stem: str) -> None:
-    command = [iree_tool("iree-compile"), str(input_file), *flags, "-o", str(output)]
-    started = time.monotonic()
-    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as proc:
-        stderr_chunks: list[bytes] = []
-        reader = threading.Thread(target=lambda: stderr_chunks.append(proc.stderr.read()))
-        reader.start()
-        while True:
-            try:
-                proc.wait(timeout=15)
-                break
-            except subprocess.TimeoutExpired:
-                report(f"  iree-compile running, {time.monotonic() - started:.0f}s")
-        reader.join()
-    stderr = b"".join(stderr_chunks).decode(errors="replace")
-    if proc.returncode != 0:
-        repro = _keep_reproducer(input_file, dump_ir_dir, repro_stem)
-        replay = " ".join(shlex.quote(a) for a in
-                          ["iree-compile", str(repro), *flags, "-o", str(repro.with_suffix(".out"))])
-        raise CompileError(IREE_COMPILE_STAGE, _first_error(stderr), str(repro), replay,
-                           details=stderr)
-
-
-def _first_error(stderr: str) -> str:
-    lines = stderr.splitlines()
-    for i, line in enumerate(lines):
-        if "error:" in line:
-            notes = [l.strip() for l in lines[i + 1:i + 4] if "note:" in l]
-            return "\n".join([line.strip()] + notes)
-    return stderr.strip() or "iree-compile failed with no diagnostic"
 
 
 def _progress_printer(progress) -> Callable[[str], None]:

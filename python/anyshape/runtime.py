@@ -18,13 +18,13 @@ import torch
 
 from anyshape import size_conditions
 from anyshape.errors import RunError
+from anyshape.iree.flags import Target
 from anyshape.signature import SCHEMA_VERSION, ModuleSignature, TensorSpec, decode_tree
 from anyshape.stages import IREE_INPUT_STAGE
-from anyshape.targets import Target
 
 MANIFEST = "manifest.json"
 VMFB = "module.vmfb"
-PARAMETERS = "params.irpa"   # params="external": the weights (iree_parameters.py)
+PARAMETERS = "params.irpa"   # params="external": the weights (iree/parameters.py)
 PARAMETER_SCOPE = "model"
 ARTIFACT_FORMAT = "anyshape-artifact"
 

@@ -212,8 +212,8 @@ def plain_compile(bytecode: bytes, kinds: list, flags: list | None):
     """The plain stack's module, compiled as anyshape compiled its own: with
     anyshape's final flags where it compiled, else as its automatic data
     tiling tries (on, then off), each try without peeling where IREE refuses
-    what peeling needs (targets.py). Raises the last try's StageError."""
-    from anyshape.targets import PEELING_FAILURE, PEELING_FLAG, make_target
+    what peeling needs (iree/flags.py). Raises the last try's StageError."""
+    from anyshape.iree.flags import PEELING_FAILURE, PEELING_FLAG, make_target
 
     tries = [flags] if flags is not None else \
         [make_target("cpu", data_tiling=tiled).iree_flags() for tiled in (True, False)]

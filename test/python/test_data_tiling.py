@@ -13,7 +13,7 @@ from torch.export import Dim
 import anyshape
 
 # What anyshape puts between a product and an operand IREE 3.13 must pack on
-# its own (iree_workarounds.py).
+# its own (iree/workarounds.py).
 BARRIER = "iree_tensor_ext.compute_barrier.start"
 
 
@@ -66,7 +66,7 @@ def test_data_tiling_must_be_a_bool_or_none(roberta):
 def test_data_tiling_automatic_by_default(target):
     from anyshape.compiler import data_tiling_applies
     from anyshape.signature import ModuleSignature
-    from anyshape.targets import make_target
+    from anyshape.iree.flags import make_target
 
     automatic = make_target(target)
     assert automatic.data_tiling is None
@@ -136,7 +136,7 @@ def test_exponentials_of_a_static_batch_are_packed_apart():
     """With a static batch, IREE 3.13 packs the exponentials for the product in
     the dispatch of their row max, whose codegen fails (llvm/llvm-project#205288's
     form); anyshape puts a barrier between them and the product
-    (``iree_workarounds.py``), so it compiles with data tiling and stays exact."""
+    (``iree/workarounds.py``), so it compiles with data tiling and stays exact."""
     module = _compile_exponential_product()
     assert BARRIER in module.ir("iree-input")
     for length in (1, 8, 9, 100, 256):
@@ -197,7 +197,7 @@ def test_feed_forward_of_one_dynamic_dim_packs_apart_from_its_elementwise_ops(fo
     """With one dynamic dim, IREE 3.13 would pack the second product's operand
     in the dispatch that unpacks the first's result and applies the
     elementwise ops, and its dynamic code for that dispatch is slow
-    (``iree_workarounds.py``): a barrier between the last elementwise op and
+    (``iree/workarounds.py``): a barrier between the last elementwise op and
     the second product keeps the packing in a dispatch of its own."""
     model, module = _compile_feed_forward(form, dynamic_batch)
     text = module.ir("iree-input")
@@ -222,7 +222,7 @@ def test_feed_forward_of_one_dynamic_dim_packs_apart_from_its_elementwise_ops(fo
 def test_feed_forward_barrier_is_still_needed(without_packing_barriers, form, dynamic_batch):
     """Without the barrier IREE 3.13 fuses the unpacking, the GELU and the
     packing into one dispatch. When this test fails, IREE no longer does, and
-    the elementwise rule of ``iree_workarounds.py`` can go."""
+    the elementwise rule of ``iree/workarounds.py`` can go."""
     _, module = _compile_feed_forward(form, dynamic_batch)
     assert _FUSED_UNPACK_PACK.search(module.vmfb)
 

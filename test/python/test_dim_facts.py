@@ -1,4 +1,4 @@
-"""Argument dim facts reach IREE with their real minimum (anyshape-lower + iree_dim_facts)."""
+"""Argument dim facts reach IREE with their real minimum (anyshape-lower + iree/dim_facts.py)."""
 
 import re
 import shlex
@@ -122,7 +122,7 @@ def test_iree_failure_replays_the_iree_input(tmp_path):
 def test_fact_that_does_not_fit_fails_the_iree_input_stage():
     """A fact naming a static dim: the stage fails, and its command replays that."""
     from anyshape.compiler import compile_module
-    from anyshape.targets import make_target
+    from anyshape.iree.flags import make_target
 
     module = parse_module(
         'func.func @main(%arg0: !torch.vtensor<[2,?],f32> {anyshape.dims = [{axis = 0 : i64, '

@@ -14,9 +14,9 @@ import torch.utils._pytree as pytree
 from torch.export import Dim
 
 import anyshape
+from anyshape.iree.flags import make_target
 from anyshape.runtime import CompiledModule
 from anyshape.signature import ModuleSignature, Symbol, TensorSpec
-from anyshape.targets import make_target
 from anyshape.tools import compile as compile_tool
 from anyshape.tools import opt as opt_tool
 

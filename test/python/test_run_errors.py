@@ -45,7 +45,7 @@ def test_run_time_failure_names_call_inputs_and_iree_message():
     from anyshape.compiler import compile_module
     from anyshape.ir_signature import signature_from_module
     from anyshape.passes import DEFAULT_PIPELINE
-    from anyshape.targets import make_target
+    from anyshape.iree.flags import make_target
 
     module = anyshape.import_torch(ReshapeRows().eval(), (torch.randn(2, 6),),
                                    dynamic_shapes={"x": {0: Dim("b"), 1: Dim("n")}})

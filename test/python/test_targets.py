@@ -1,13 +1,13 @@
-"""The IREE options ``targets.py`` sets, and the behaviour they must keep."""
+"""The IREE options ``iree/flags.py`` sets, and the behaviour they must keep."""
 
 import pytest
 import torch
 from torch.export import Dim
 
 import anyshape
-from anyshape.targets import MICROKERNELS_FLAG
-from anyshape.targets import PEELING_FLAG as PEEL
-from anyshape.targets import make_target
+from anyshape.iree.flags import MICROKERNELS_FLAG
+from anyshape.iree.flags import PEELING_FLAG as PEEL
+from anyshape.iree.flags import make_target
 
 
 def test_cpu_peels_partial_vectors_and_cuda_does_not():

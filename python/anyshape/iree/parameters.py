@@ -12,7 +12,7 @@ opens beside the ``.vmfb`` (``runtime.load``).
 IREE cannot evaluate at compile time what it computes from a parameter (the
 packed copies of data tiling, transposed linear weights): it does that once
 when the module loads. The archive holds each weight once, as the model does
-(an inline build too, since compile-time evaluation is off: ``targets.py``).
+(an inline build too, since compile-time evaluation is off: ``flags.py``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ as IREE's own binding lowering does: IREE then knows they are equal. A dim
 that is a constant multiple of a symbol already stated (``2*s`` after ``s``)
 is computed from it (``arith.muli``), so IREE knows that relation as well.
 
-``python -m anyshape.iree_dim_facts IN -o OUT`` runs the rewrite on a file
+``python -m anyshape.iree.dim_facts IN -o OUT`` runs the rewrite on a file
 (the replay command of a failure here).
 """
 
@@ -167,7 +167,7 @@ def _assumption(fact: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m anyshape.iree_dim_facts",
+    parser = argparse.ArgumentParser(prog="python -m anyshape.iree.dim_facts",
                                      description="State anyshape.dims argument facts as IREE "
                                                  "util.assume.int (the compile stage 'iree-input')")
     parser.add_argument("input", help="MLIR after anyshape-lower, text or bytecode")
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         count = inject_dim_facts(Path(args.input), Path(args.output))
     except (OSError, ValueError) as error:
-        print(f"anyshape.iree_dim_facts: {error}", file=sys.stderr)
+        print(f"anyshape.iree.dim_facts: {error}", file=sys.stderr)
         return 1
     print(f"stated dim facts of {count} arguments in {args.output}")
     return 0

@@ -1,0 +1,80 @@
+"""Running ``iree-compile``, and the error a failure is reported by.
+
+IREE compiles in two runs around the flow-level workarounds
+(``workarounds.rewrite_flow``): the input to the flow phase, then from the
+flow phase to the ``.vmfb``. A failing run raises :class:`CompileError` for
+the stage ``iree-compile`` with its first error, its input kept as a
+reproducer and the ``iree-compile`` command that replays it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from anyshape.errors import CompileError
+from anyshape.iree.workarounds import rewrite_flow
+from anyshape.mlir import iree_tool
+from anyshape.stages import IREE_COMPILE_STAGE, IREE_INPUT_STAGE, keep_reproducer
+
+
+def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
+                      report: Callable[[str], None], cpu: bool) -> Path:
+    """iree-compile in two runs around the flow-level workarounds
+    (``workarounds.rewrite_flow``; float64 math for the CPU only)."""
+    flow = input_file.with_name("iree-flow.mlirbc")
+    untied = input_file.with_name("iree-flow-untied.mlirbc")
+    vmfb = input_file.with_name("module.vmfb")
+    run_iree_compile(input_file, [*flags, "--compile-to=flow", "--emit-mlir-bytecode"], flow,
+                     dump_ir_dir, report, repro_stem=IREE_INPUT_STAGE)
+    rewritten = rewrite_flow(flow, untied, f64_math_in_f32=cpu)
+    report(f"  made {rewritten.untied} repeated dispatch workload sizes distinct")
+    if rewritten.narrowed:
+        report(f"  computed {rewritten.narrowed} float64 math ops IREE's CPU code lacks in "
+               f"float32")
+    if rewritten.guarded:
+        report(f"  kept {rewritten.guarded} integer divisions from dividing by 0 past a "
+               f"partial vector's end")
+    flow.unlink()
+    run_iree_compile(untied, [*flags, "--compile-from=flow"], vmfb, dump_ir_dir, report,
+                     repro_stem=untied.stem)
+    untied.unlink()
+    return vmfb
+
+
+def run_iree_compile(input_file: Path, flags: list[str], output: Path, dump_ir_dir,
+                     report: Callable[[str], None], repro_stem: str) -> None:
+    command = [iree_tool("iree-compile"), str(input_file), *flags, "-o", str(output)]
+    started = time.monotonic()
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as proc:
+        stderr_chunks: list[bytes] = []
+        reader = threading.Thread(target=lambda: stderr_chunks.append(proc.stderr.read()))
+        reader.start()
+        while True:
+            try:
+                proc.wait(timeout=15)
+                break
+            except subprocess.TimeoutExpired:
+                report(f"  iree-compile running, {time.monotonic() - started:.0f}s")
+        reader.join()
+    stderr = b"".join(stderr_chunks).decode(errors="replace")
+    if proc.returncode != 0:
+        repro = keep_reproducer(input_file, dump_ir_dir, repro_stem)
+        replay = " ".join(shlex.quote(a) for a in
+                          ["iree-compile", str(repro), *flags, "-o", str(repro.with_suffix(".out"))])
+        raise CompileError(IREE_COMPILE_STAGE, first_error(stderr), str(repro), replay,
+                           details=stderr)
+
+
+def first_error(stderr: str) -> str:
+    """The first ``error:`` line of iree-compile's output and the notes right after it."""
+    lines = stderr.splitlines()
+    for i, line in enumerate(lines):
+        if "error:" in line:
+            notes = [l.strip() for l in lines[i + 1:i + 4] if "note:" in l]
+            return "\n".join([line.strip()] + notes)
+    return stderr.strip() or "iree-compile failed with no diagnostic"
