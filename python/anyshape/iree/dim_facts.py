@@ -21,7 +21,8 @@ that is a constant multiple of a symbol already stated (``2*s`` after ``s``)
 is computed from it (``arith.muli``), so IREE knows that relation as well.
 
 ``python -m anyshape.iree.dim_facts IN -o OUT`` runs the rewrite on a file
-(the replay command of a failure here).
+(the replay command of a failure here); without ``-o`` it prints the
+rewritten IR (test/iree/dim-facts.mlir).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 from anyshape.dialects import DIMS_ATTR, builtin_tensor_text
@@ -171,14 +173,22 @@ def main(argv: list[str] | None = None) -> int:
                                      description="State anyshape.dims argument facts as IREE "
                                                  "util.assume.int (the compile stage 'iree-input')")
     parser.add_argument("input", help="MLIR after anyshape-lower, text or bytecode")
-    parser.add_argument("-o", "--output", required=True, help="bytecode to write")
+    parser.add_argument("-o", "--output",
+                        help="bytecode to write (default: the rewritten IR as text on stdout)")
     args = parser.parse_args(argv)
     try:
-        count = inject_dim_facts(Path(args.input), Path(args.output))
+        if args.output is not None:
+            count = inject_dim_facts(Path(args.input), Path(args.output))
+        else:
+            with tempfile.TemporaryDirectory(prefix="anyshape-dim-facts-") as scratch:
+                text = Path(scratch) / "out.mlir"
+                count = inject_dim_facts(Path(args.input), Path(scratch) / "out.mlirbc", text)
+                sys.stdout.write(text.read_text().rstrip("\n") + "\n")
     except (OSError, ValueError) as error:
         print(f"anyshape.iree.dim_facts: {error}", file=sys.stderr)
         return 1
-    print(f"stated dim facts of {count} arguments in {args.output}")
+    print(f"stated dim facts of {count} arguments in {args.output or 'the text above'}",
+          file=sys.stdout if args.output is not None else sys.stderr)
     return 0
 
 

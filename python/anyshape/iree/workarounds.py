@@ -4,13 +4,18 @@ repeated workload sizes (IREE's FoldUniformOperands renumbers them), a
 compute barrier between a product and an operand IREE would pack inside its
 producer's dispatch (llvm/llvm-project#205288's form; guarded by
 test_data_tiling.py::test_packing_barrier_is_still_needed), float64 math IREE's
-CPU code lacks computed in float32. Why each, with figures: docs/iree-notes.md.
+CPU code lacks computed in float32, integer divisions in dispatches kept from
+dividing by 0. Why each, with figures: docs/iree-notes.md. Each runs alone on a
+file (``main``), which test/iree/workarounds.mlir checks.
 Remove each when IREE > 3.13 compiles the original form correctly and as fast.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
+import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -152,8 +157,10 @@ F64_MATH_IN_F32 = ("math.tanh", "math.sin", "math.cos", "math.tan", "math.asin",
 _LOG_BASES = {"math.log2": 2.0, "math.log10": 10.0}
 
 
-def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool) -> "FlowRewrite":
-    """Rewrite ``flow_file`` (flow-phase IR) into ``out_file``: repeated dispatch
+def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool,
+                 text_file: Path | None = None) -> "FlowRewrite":
+    """Rewrite ``flow_file`` (flow-phase IR) into ``out_file`` (bytecode;
+    ``text_file`` as text when given): repeated dispatch
     workload values made distinct (the module docstring) and, with
     ``f64_math_in_f32`` (the CPU), the float64 math of ``F64_MATH_IN_F32``
     computed in float32 and widened back: what IREE's default demotion of
@@ -257,6 +264,9 @@ def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool) -> "Flo
                                                      operands=[is_zero, one, divisor]).result
         with open(out_file, "wb") as f:
             module.operation.write_bytecode(f)
+        if text_file is not None:
+            with open(text_file, "w") as f:
+                module.operation.print(file=f)
     return FlowRewrite(untied, narrowed, len(divides))
 
 
@@ -284,3 +294,52 @@ def _in_loop_body(ir, op) -> bool:
     parent = op.parent
     return parent is not None and parent.name.startswith("linalg.") and \
         not isinstance(op.results[0].type, ir.IndexType)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m anyshape.iree.workarounds",
+                                     description="Run one of the IREE 3.13 workarounds on a file")
+    commands = parser.add_subparsers(dest="command", required=True)
+    packing = commands.add_parser(
+        "separate-packing", help="a compute barrier between each product and an operand IREE "
+                                 "would pack inside its producer's dispatch (the iree-input stage)")
+    packing.add_argument("input", help="torch-dialect IR (after anyshape-lower), text or bytecode")
+    flow = commands.add_parser(
+        "rewrite-flow", help="distinct repeated workload values, integer divisions by 0 "
+                             "guarded, and with --f64-math-in-f32 float64 math in float32 (the "
+                             "IR between iree-compile's two runs)")
+    flow.add_argument("input", help="flow-phase IR (iree-compile --compile-to=flow), text or "
+                                    "bytecode")
+    flow.add_argument("--f64-math-in-f32", action="store_true",
+                      help="float64 math IREE's CPU code lacks in float32 (the CPU target)")
+    for command in (packing, flow):
+        command.add_argument("-o", "--output", help="bytecode to write (default: the rewritten "
+                                                    "IR as text on stdout)")
+    args = parser.parse_args(argv)
+
+    def rewrite(out_file: Path, text_file: Path | None) -> str:
+        if args.command == "separate-packing":
+            count = separate_dynamic_operand_packing(Path(args.input), out_file, text_file)
+            return f"kept {count} products' operands apart from their packing"
+        done = rewrite_flow(Path(args.input), out_file, args.f64_math_in_f32, text_file)
+        return (f"made {done.untied} repeated dispatch workload sizes distinct, computed "
+                f"{done.narrowed} float64 math ops in float32, guarded {done.guarded} "
+                f"integer divisions")
+
+    try:
+        if args.output is not None:
+            print(rewrite(Path(args.output), None))
+        else:
+            with tempfile.TemporaryDirectory(prefix="anyshape-workarounds-") as scratch:
+                text = Path(scratch) / "out.mlir"
+                summary = rewrite(Path(scratch) / "out.mlirbc", text)
+                sys.stdout.write(text.read_text().rstrip("\n") + "\n")
+            print(summary, file=sys.stderr)
+    except (OSError, iree_bindings().MLIRError) as error:
+        print(f"anyshape.iree.workarounds: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
