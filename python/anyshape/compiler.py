@@ -193,14 +193,13 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
     workdir = tempfile.TemporaryDirectory(prefix="anyshape-")
     stages = _StageWriter(Path(workdir.name), Path(dump_ir_dir) if dump_ir_dir else None)
     stages.write(IMPORT_STAGE, module)
+    compilation = _Compilation(workdir, signature, target, pass_names, dump_ir_dir, report,
+                               entry, weights)
     if target.data_tiling is not None:
-        return _compile_stages(module, stages, workdir, signature, target, pass_names,
-                               dump_ir_dir, report, entry, weights)
+        return _compile_stages(module, stages, compilation)
     tiled = data_tiling_applies(target, signature, pass_names)
     try:
-        return _compile_stages(module, stages, workdir, signature,
-                               dataclasses.replace(target, data_tiling=tiled), pass_names,
-                               dump_ir_dir, report, entry, weights)
+        return _compile_stages(module, stages, compilation.with_data_tiling(tiled))
     except CompileError as error:
         if not tiled or error.stage != IREE_COMPILE_STAGE:
             raise
@@ -213,9 +212,7 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
     module = parse_module(stages.files[IMPORT_STAGE].read_bytes(), new_context())
     # A failure without data tiling too was not data tiling's: it is raised as
     # it is, with no fallback warning.
-    compiled = _compile_stages(module, retry, workdir, signature,
-                               dataclasses.replace(target, data_tiling=False), pass_names,
-                               dump_ir_dir, report, entry, weights)
+    compiled = _compile_stages(module, retry, compilation.with_data_tiling(False))
     warnings.warn(f"IREE could not compile this module with data tiling, so it was compiled "
                   f"without it (slower matmuls; data_tiling=False skips the first attempt): "
                   f"{failure.diagnostic}\nreproducer: {failure.reproducer}",
@@ -232,10 +229,30 @@ def data_tiling_applies(target: Target, signature: ModuleSignature,
     return target.name == "cpu" and (not _dynamic(signature) or "anyshape-lower" in names)
 
 
-def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signature: ModuleSignature,
-                    target: Target, pass_names: Sequence[str], dump_ir_dir,
-                    report: Callable[[str], None], entry: str,
-                    weights: dict | None) -> CompiledModule:
+@dataclasses.dataclass(frozen=True)
+class _Compilation:
+    """What ``compile_module`` compiles with, the same for each attempt but for
+    ``target``'s data tiling. The module and its stage files are not here: each
+    attempt has its own, and the module is released before IREE runs."""
+    workdir: tempfile.TemporaryDirectory  # holds every attempt's files; kept alive by the result
+    signature: ModuleSignature
+    target: Target
+    pass_names: Sequence[str]
+    dump_ir_dir: str | Path | None
+    report: Callable[[str], None]
+    entry: str
+    weights: dict | None  # params="external": resource blob name -> array; None: inline
+
+    def with_data_tiling(self, data_tiling: bool) -> "_Compilation":
+        return dataclasses.replace(self, target=dataclasses.replace(self.target,
+                                                                    data_tiling=data_tiling))
+
+
+def _compile_stages(module: ir.Module, stages: "_StageWriter",
+                    compilation: _Compilation) -> CompiledModule:
+    signature, target = compilation.signature, compilation.target
+    dump_ir_dir, report = compilation.dump_ir_dir, compilation.report
+    pass_names = compilation.pass_names
     if target.data_tiling:
         pass_names = with_data_tiling_forms(list(pass_names))
     for element in pass_names:
@@ -252,7 +269,7 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
                                ) from None
         stages.write(name, module)
     if signature.padding_mask is not None:
-        signature.padding_dense_entry = dense_twin(module.operation, entry)
+        signature.padding_dense_entry = dense_twin(module.operation, compilation.entry)
 
     if target.data_tiling and _dynamic(signature) and not has_dim_facts(module):
         # IREE 3.13's data tiling computes wrong results with dynamic dims whose
@@ -261,11 +278,10 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
         raise ValueError("data_tiling=True: with dynamic dims IREE's data tiling needs the dim "
                          "ranges anyshape-lower states (wrong results without them); add "
                          "anyshape-lower to passes or use data_tiling=False")
-    archive = stages.workdir / ARCHIVE if weights is not None else None
+    archive = stages.workdir / ARCHIVE if compilation.weights is not None else None
     passes_output = stages.last_file
     facts = has_dim_facts(module)
-    iree_input = _write_iree_input(stages, module, dump_ir_dir, report, weights, archive,
-                                   bool(target.data_tiling), source=passes_output)
+    iree_input = _write_iree_input(compilation, stages, module, archive, source=passes_output)
     del module
     report(f"compiling with IREE for {target.name} ({target.opt_level}"
            f"{', data tiling' if target.data_tiling else ''})")
@@ -303,8 +319,9 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
         first = Path(error.reproducer)
         kept = first.rename(first.with_name(first.name + ".first"))  # the retry's may take its name
         module = parse_module(passes_output.read_bytes(), new_context())
-        retry = _write_iree_input(stages, module, dump_ir_dir, report, weights, archive,
-                                  False, source=passes_output, dim_facts=False)
+        # (target.data_tiling is off here: with it, the failure was raised above)
+        retry = _write_iree_input(compilation, stages, module, archive, source=passes_output,
+                                  dim_facts=False)
         del module
         try:
             vmfb_path = build(retry)
@@ -318,7 +335,8 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter", workdir, signatur
         stages.files[IREE_INPUT_STAGE] = stages.files.pop(stages.last_stage)
     seconds = {**stages.seconds, IREE_COMPILE_STAGE: time.monotonic() - started}
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
-                          stage_files=stages.files, workdir=workdir, entry=entry,
+                          stage_files=stages.files, workdir=compilation.workdir,
+                          entry=compilation.entry,
                           parameters_path=archive, stage_seconds=seconds,
                           parameter_specs=stages.parameter_specs)
 
@@ -327,15 +345,15 @@ def _dynamic(signature: ModuleSignature) -> bool:
     return any(isinstance(dim, str) for spec in signature.inputs for dim in spec.dims)
 
 
-def _write_iree_input(stages: "_StageWriter", module: ir.Module, dump_ir_dir,
-                      report: Callable[[str], None], weights: dict | None,
-                      archive: Path | None, data_tiling: bool, source: Path,
-                      dim_facts: bool = True) -> Path:
+def _write_iree_input(compilation: _Compilation, stages: "_StageWriter", module: ir.Module,
+                      archive: Path | None, source: Path, dim_facts: bool = True) -> Path:
     """The last pass stage (``module``, stored as ``source``), with its
     ``anyshape.dims`` facts stated in IREE's own ops (unless ``dim_facts`` is
     False), with data tiling the product operands that IREE 3.13 must pack on
     their own behind a barrier (``iree/workarounds.py``) and, with
-    ``weights``, those read from parameters written to ``archive``."""
+    ``compilation.weights``, those read from parameters written to ``archive``."""
+    dump_ir_dir, report, weights = compilation.dump_ir_dir, compilation.report, compilation.weights
+    data_tiling = bool(compilation.target.data_tiling)
     facts = dim_facts and has_dim_facts(module)
     if not facts and weights is None and not data_tiling:
         return stages.write(IREE_INPUT_STAGE, module, same_as=source)
