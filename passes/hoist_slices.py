@@ -48,29 +48,23 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, apply_patterns, register
-from anyshape.passes.canonicalize_shapes import erase_unused, hoist_argument_bindings
-from anyshape.passes.scalar_builder import ScalarBuilder
-from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import (ELEMENTWISE, constant_int, defining_op, functions, int_constant,
-                                      int_type, is_none, list_items, static_info_cast, users,
-                                      vtensor_type)
+from anyshape.passes.torch_ir.constants import (constant_bool, constant_int, int_constant,
+                                                int_list, int_list_construct, int_type, is_none,
+                                                list_items)
+from anyshape.passes.torch_ir.ops import (ELEMENTWISE, HOISTED_REDUCTIONS, LAYER_NORMS, SOFTMAXES,
+                                          dropout_in_eval, keepdim, reduced_dims)
+from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions,
+                                             hoist_argument_bindings, static_info_cast, users,
+                                             vtensor_type)
 
 _INT64_MAX = 2**63 - 1
 _MAX_ROUNDS = 1000
 
-# op -> (operand holding the softmax axis)
-_SOFTMAX = {"torch.aten.softmax.int": 1, "torch.aten._softmax": 1, "torch.aten.log_softmax.int": 1,
-            "torch.aten._log_softmax": 1}
-# op -> (dims operand, keepdim operand)
-_REDUCTIONS = {"torch.aten.sum.dim_IntList": (1, 2), "torch.aten.mean.dim": (1, 2),
-               "torch.aten.amax": (1, 2), "torch.aten.amin": (1, 2), "torch.aten.any.dim": (1, 2),
-               "torch.aten.all.dim": (1, 2), "torch.aten.var.correction": (1, 3),
-               "torch.aten.var.dim": (1, 3), "torch.aten.std.correction": (1, 3),
-               "torch.aten.std.dim": (1, 3), "torch.aten.var_mean.correction": (1, 3),
-               "torch.aten.var_mean.dim": (1, 3)}
 # Reductions with several results (all shaped alike): they move when every
 # result that is used is used only by the same selection.
-_MULTI_RESULT = {"torch.aten.var_mean.correction", "torch.aten.var_mean.dim"}
+_MULTI_RESULT = frozenset(n for n, r in HOISTED_REDUCTIONS.items() if r.results > 1)
 
 
 @dataclasses.dataclass
@@ -278,19 +272,16 @@ class _Hoister:
         if name in ELEMENTWISE:
             return self._broadcast_plan(producer, axis, rank, result_dims, range(len(producer.operands)))
         if name == "torch.aten.dropout":
-            train = defining_op(producer.operands[2])
-            if train is None or train.name != "torch.constant.bool" or ir.BoolAttr(train.attributes["value"]).value:
-                return None
-            return {0: axis}, {}
-        if name in ("torch.aten.layer_norm", "torch.aten.native_layer_norm"):
-            normalized = list_items(producer.operands[1])
+            return ({0: axis}, {}) if dropout_in_eval(producer) else None
+        if name in LAYER_NORMS:
+            normalized = list_items(producer.operands[LAYER_NORMS[name]])
             if normalized is None or axis >= rank - len(normalized):
                 return None
             return {0: axis}, {}
-        if name in _SOFTMAX:
-            dim = constant_int(producer.operands[_SOFTMAX[name]])
+        if name in SOFTMAXES:
+            dim = constant_int(producer.operands[SOFTMAXES[name].axis_at])
             return None if dim is None or dim % rank == axis else ({0: axis}, {})
-        if name in _REDUCTIONS:
+        if name in HOISTED_REDUCTIONS:
             return self._reduction_plan(producer, axis)
         if name in ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul"):
             return self._matmul_plan(producer, axis, rank, result_dims, lhs=0, rhs=1, bias=None)
@@ -308,7 +299,7 @@ class _Hoister:
             a, b = a % rank, b % rank
             return {0: b if axis == a else a if axis == b else axis}, {}
         if name == "torch.aten.permute":
-            order = _int_list(producer.operands[1])
+            order = int_list(producer.operands[1])
             return None if order is None else ({0: order[axis] % rank}, {})
         if name == "torch.aten.unsqueeze":
             dim = constant_int(producer.operands[1])
@@ -351,16 +342,12 @@ class _Hoister:
         return (moves, {}) if moves else None
 
     def _reduction_plan(self, producer, axis):
-        dims_at, keep_at = _REDUCTIONS[producer.name]
-        reduced = _int_list(producer.operands[dims_at])
-        if reduced is None and constant_int(producer.operands[dims_at]) is not None:
-            reduced = [constant_int(producer.operands[dims_at])]  # a single-dim reduction
-        keep = defining_op(producer.operands[keep_at])
+        reduced, keep = reduced_dims(producer), keepdim(producer)
         in_rank = len(vtensor_shape(producer.operands[0].type)[0])
-        if not reduced or keep is None or keep.name != "torch.constant.bool":
+        if not reduced or keep is None:
             return None
         reduced = {r % in_rank for r in reduced}
-        if ir.BoolAttr(keep.attributes["value"]).value:
+        if keep:
             return None if axis in reduced else ({0: axis}, {})
         kept = [i for i in range(in_rank) if i not in reduced]
         return {0: kept[axis]}, {}
@@ -407,9 +394,7 @@ class _Hoister:
         def new_sizes():
             items = list(sizes)
             items[axis] = int_constant(cut.size if shape[aligned] == 1 else -1)
-            return ir.Operation.create("torch.prim.ListConstruct",
-                                       results=[ir.Type.parse("!torch.list<int>")],
-                                       operands=items).result
+            return int_list_construct(items)
 
         return moves, {1: new_sizes}
 
@@ -487,8 +472,7 @@ class _Hoister:
             self.analysis.min_of(size) or 0) > int(row)
 
     def _attention_plan(self, producer, axis, rank, result_dims):
-        causal = defining_op(producer.operands[5])
-        if causal is None or causal.name != "torch.constant.bool" or ir.BoolAttr(causal.attributes["value"]).value:
+        if constant_bool(producer.operands[5]) is not False:
             return None  # a causal mask depends on the row's position
         if axis == rank - 1:
             return None
@@ -601,7 +585,7 @@ def split_into_slices(op, rewriter) -> bool:
     split = defining_op(op.operands[0])
     if split is None or split.name != "torch.aten.split_with_sizes":
         return False
-    sizes, axis = _int_list(split.operands[1]), constant_int(split.operands[2])
+    sizes, axis = int_list(split.operands[1]), constant_int(split.operands[2])
     if sizes is None or axis is None or len(sizes) != len(op.results):
         return False
     with ir.InsertionPoint(op), op.location:
@@ -616,12 +600,6 @@ def split_into_slices(op, rewriter) -> bool:
     if not list(split.results[0].uses):
         rewriter.erase_op(split)  # so the slices are the value's only users
     return True
-
-
-def _int_list(value: ir.Value) -> list[int] | None:
-    items = list_items(value)
-    values = None if items is None else [constant_int(v) for v in items]
-    return None if values is None or None in values else values
 
 
 def squeeze_of_unsqueeze(op, rewriter) -> bool:
