@@ -46,9 +46,8 @@ from anyshape.passes import ModulePass, PassFailure, register
 from anyshape.passes.padding_safety import PaddingSafety, Poison, is_taint
 from anyshape.passes.torch_ir.constants import (constant_int, int_constant, int_list_construct,
                                                 int_type, list_items)
-from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, RESHAPES,
-                                          SHAPE_ANALYZED_REDUCTIONS, SOFTMAXES, dropout_in_eval,
-                                          reduced_dims)
+from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, RESHAPES,
+                                          SOFTMAXES, dropout_in_eval, reduced_axes)
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir.values import (create, defining_op, functions,
@@ -196,10 +195,9 @@ class _Packer:
         if name in SOFTMAXES:
             dim = constant_int(op.operands[SOFTMAXES[name].axis_at])
             return dim is not None and dim % rank >= prefix
-        if name in SHAPE_ANALYZED_REDUCTIONS:
-            dims = reduced_dims(op)
-            in_rank = len(vtensor_shape(first.type)[0])
-            return dims is not None and all(d % in_rank >= prefix for d in dims)
+        if name in REDUCTIONS:
+            dims = reduced_axes(op, len(vtensor_shape(first.type)[0]))
+            return dims is not None and all(d >= prefix for d in dims)
         if name == "torch.aten.permute":
             order = [constant_int(v) for v in list_items(op.operands[1]) or []]
             return order[:prefix] == list(range(prefix))

@@ -51,8 +51,8 @@ from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.torch_ir.constants import (constant_bool, constant_int, int_constant,
                                                 int_list, int_list_construct, int_type, is_none,
                                                 list_items)
-from anyshape.passes.torch_ir.ops import (ELEMENTWISE, HOISTED_REDUCTIONS, LAYER_NORMS, SOFTMAXES,
-                                          dropout_in_eval, keepdim, reduced_dims)
+from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, SOFTMAXES,
+                                          dropout_in_eval, keepdim, reduced_axes)
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions,
@@ -63,8 +63,11 @@ _INT64_MAX = 2**63 - 1
 _MAX_ROUNDS = 1000
 
 # Reductions with several results (all shaped alike): they move when every
-# result that is used is used only by the same selection.
-_MULTI_RESULT = frozenset(n for n, r in HOISTED_REDUCTIONS.items() if r.results > 1)
+# result that is used is used only by the same selection. A select of one
+# result while another is still read stays where it is (the plan of a
+# producer requires its other results unused): the move happens when the
+# selections reach every used result from below, as slices.
+_MULTI_RESULT = frozenset(n for n, r in REDUCTIONS.items() if r.results > 1)
 
 
 @dataclasses.dataclass
@@ -281,7 +284,7 @@ class _Hoister:
         if name in SOFTMAXES:
             dim = constant_int(producer.operands[SOFTMAXES[name].axis_at])
             return None if dim is None or dim % rank == axis else ({0: axis}, {})
-        if name in HOISTED_REDUCTIONS:
+        if name in REDUCTIONS:
             return self._reduction_plan(producer, axis)
         if name in ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul"):
             return self._matmul_plan(producer, axis, rank, result_dims, lhs=0, rhs=1, bias=None)
@@ -342,15 +345,14 @@ class _Hoister:
         return (moves, {}) if moves else None
 
     def _reduction_plan(self, producer, axis):
-        reduced, keep = reduced_dims(producer), keepdim(producer)
         in_rank = len(vtensor_shape(producer.operands[0].type)[0])
+        reduced, keep = reduced_axes(producer, in_rank), keepdim(producer)
         if not reduced or keep is None:
             return None
-        reduced = {r % in_rank for r in reduced}
         if keep:
             return None if axis in reduced else ({0: axis}, {})
         kept = [i for i in range(in_rank) if i not in reduced]
-        return {0: kept[axis]}, {}
+        return ({0: kept[axis]}, {}) if axis < len(kept) else None
 
     def _matmul_plan(self, producer, axis, rank, result_dims, lhs, rhs, bias):
         lhs_rank = len(vtensor_shape(producer.operands[lhs].type)[0])
@@ -540,15 +542,16 @@ class _Hoister:
 
 
 def _selection_key(op) -> tuple | None:
-    """What a slice/index_select selects (kind, axis, bounds or index), without
-    its source; None for other ops."""
+    """What a slice/index_select selects (kind, axis, bounds or index, the
+    result's sizes), without its source or dtype (the results of ``max.dim``
+    differ in dtype); None for other ops."""
     if op.name not in ("torch.aten.slice.Tensor", "torch.aten.index_select"):
         return None
     rank = len(vtensor_shape(op.operands[0].type)[0])
     axis = constant_int(op.operands[1])
     if axis is None:
         return None
-    return (op.name, axis % rank, str(op.results[0].type)) + tuple(
+    return (op.name, axis % rank, tuple(vtensor_shape(op.results[0].type)[0])) + tuple(
         _value_key(v) for v in list(op.operands)[2:])
 
 

@@ -35,8 +35,8 @@ from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes.torch_ir.constants import constant_int, constant_number, list_items
 from anyshape.passes.torch_ir.ops import (BROADCASTING, ELEMENTWISE, LAYER_NORMS,
-                                          SHAPE_ANALYZED_REDUCTIONS, SOFTMAXES, VIEWS,
-                                          dropout_in_eval, keepdim, reduced_dims)
+                                          REDUCTIONS, SOFTMAXES, VIEWS, dropout_in_eval,
+                                          keepdim, reduced_axes)
 from anyshape.passes.torch_ir.values import defining_op
 
 BIG_NEGATIVE = -1e30
@@ -145,7 +145,7 @@ class PaddingSafety:
             return [None] * len(op.results)
         if name in SOFTMAXES:
             return [self._softmax(op, states[0], not SOFTMAXES[name].log)]
-        if name in SHAPE_ANALYZED_REDUCTIONS:
+        if name in REDUCTIONS:
             return [self._reduction(op, states[0])] * len(op.results)
         if name in _MATMULS:
             return [self._matmul(op, states[0], states[1])]
@@ -188,12 +188,11 @@ class PaddingSafety:
 
     def _reduction(self, op, state):
         roles = list(self._need(state, op, 0))
-        dims, keep = reduced_dims(op), keepdim(op)
+        dims, keep = reduced_axes(op, len(roles)), keepdim(op)
         if dims is None or keep is None:
             if tainted(roles):
                 raise _Unsafe("a reduction over axes it cannot tell")
             return None
-        dims = {d % len(roles) for d in dims}
         for d in dims:
             if roles[d] & _TAINT_ANY or (tainted(roles) and "B" in roles[d]):
                 raise _Unsafe("a reduction sums over padded positions")

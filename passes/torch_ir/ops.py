@@ -99,6 +99,16 @@ class Reduction:
     results: int = 1  # results, all shaped alike (values and indices, var and mean)
 
 
+# Every pass that handles reductions handles every op here:
+# - the shape analysis: the result's dims (the input's, reduced ones dropped
+#   or kept as 1);
+# - anyshape-hoist-slices: a selection of an axis that is not reduced moves to
+#   the input; an op with several results moves when every used result carries
+#   the same selection (``_slice_results``);
+# - the padding proof (padding_safety.py): a reduction over a position axis of
+#   a value with padded positions is refused;
+# - anyshape-eliminate-padding: one over feature axes only runs on token rows.
+# Dims that are not constants (or none: every dim) stop all four.
 REDUCTIONS: dict[str, Reduction] = {
     "torch.aten.sum.dim_IntList": Reduction(1, 2),
     "torch.aten.mean.dim": Reduction(1, 2),
@@ -106,45 +116,38 @@ REDUCTIONS: dict[str, Reduction] = {
     "torch.aten.amin": Reduction(1, 2),
     "torch.aten.any.dim": Reduction(1, 2),
     "torch.aten.all.dim": Reduction(1, 2),
+    # Hoisting: values and indices differ in dtype, so the selections of the
+    # two are compared by their sizes, not their types.
     "torch.aten.max.dim": Reduction(1, 2, results=2),
     "torch.aten.min.dim": Reduction(1, 2, results=2),
+    # Hoisting through these three was missing: each result row is computed
+    # from the same input row, as for sum; now moved, lit-tested.
     "torch.aten.argmax": Reduction(1, 2),
     "torch.aten.argmin": Reduction(1, 2),
     "torch.aten.logsumexp": Reduction(1, 2),
     "torch.aten.prod.dim_int": Reduction(1, 2),
     "torch.aten.var.correction": Reduction(1, 3),
-    "torch.aten.var.dim": Reduction(1, 3),
     "torch.aten.std.correction": Reduction(1, 3),
-    "torch.aten.std.dim": Reduction(1, 3),
     "torch.aten.var_mean.correction": Reduction(1, 3, results=2),
+    # The shape analysis (and so the padding proof and padding elimination)
+    # missed the .dim forms: unbiased is operand 2 where the .correction forms
+    # have the correction, keepdim is operand 3 in both; now derived, lit-tested.
+    "torch.aten.var.dim": Reduction(1, 3),
+    "torch.aten.std.dim": Reduction(1, 3),
     "torch.aten.var_mean.dim": Reduction(1, 3, results=2),
 }
 
-# Each consumer of REDUCTIONS and the ops it leaves out, with why.
-# The shape analysis (and through its table, before this one, the padding
-# proof and anyshape-eliminate-padding's token-wise ops):
-NOT_SHAPE_ANALYZED: dict[str, str] = {
-    "torch.aten.var.dim": "not in the shape analysis' table so far",
-    "torch.aten.std.dim": "not in the shape analysis' table so far",
-    "torch.aten.var_mean.dim": "not in the shape analysis' table so far",
-}
-# anyshape-hoist-slices:
-NOT_HOISTED: dict[str, str] = {
-    "torch.aten.max.dim": "not in anyshape-hoist-slices' table so far",
-    "torch.aten.min.dim": "not in anyshape-hoist-slices' table so far",
-    "torch.aten.argmax": "not in anyshape-hoist-slices' table so far",
-    "torch.aten.argmin": "not in anyshape-hoist-slices' table so far",
-    "torch.aten.logsumexp": "not in anyshape-hoist-slices' table so far",
-    "torch.aten.prod.dim_int": "not in anyshape-hoist-slices' table so far",
-}
-SHAPE_ANALYZED_REDUCTIONS = {n: r for n, r in REDUCTIONS.items() if n not in NOT_SHAPE_ANALYZED}
-HOISTED_REDUCTIONS = {n: r for n, r in REDUCTIONS.items() if n not in NOT_HOISTED}
 
-
-def reduced_dims(op: ir.Operation) -> list[int] | None:
-    """The dims a REDUCTIONS op reduces, as written (negative ones too; an empty
-    list reduces every dim); None when they are not constants."""
-    return int_or_int_list(op.operands[REDUCTIONS[op.name].dims_at])
+def reduced_axes(op: ir.Operation, rank: int) -> set[int] | None:
+    """The axes of its ``rank``-d input a REDUCTIONS op reduces (non-negative;
+    every axis for an empty dims list, as torch reads it); None when its dims
+    are not constants."""
+    dims = int_or_int_list(op.operands[REDUCTIONS[op.name].dims_at])
+    if dims is None:
+        return None
+    if rank == 0:
+        return set()  # torch takes dim 0 or -1 of a 0-d tensor as the tensor itself
+    return {d % rank for d in dims} if dims else set(range(rank))
 
 
 def keepdim(op: ir.Operation) -> bool | None:

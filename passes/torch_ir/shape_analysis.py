@@ -18,8 +18,8 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes.torch_ir.constants import constant_int, int_list, is_none, list_items
-from anyshape.passes.torch_ir.ops import (BROADCASTING, SAME_SHAPE, SHAPE_ANALYZED_REDUCTIONS,
-                                          keepdim, reduced_dims)
+from anyshape.passes.torch_ir.ops import (BROADCASTING, REDUCTIONS, SAME_SHAPE, keepdim,
+                                          reduced_axes)
 from anyshape.passes.torch_ir.values import defining_op
 
 Expr = sympy.Expr
@@ -311,7 +311,7 @@ class ShapeAnalysis:
                 return None
             axis %= len(dims)
             return dims[:axis] + index + dims[axis + 1:]
-        if name in SHAPE_ANALYZED_REDUCTIONS:
+        if name in REDUCTIONS:
             return self._reduced(op, dims)
         if name in ("torch.aten.addmm", "torch.aten.baddbmm"):
             lhs, rhs = self._operand_dims(operands[1]), self._operand_dims(operands[2])
@@ -337,12 +337,11 @@ class ShapeAnalysis:
         return out
 
     def _reduced(self, op, dims: list):
-        reduced, keep = reduced_dims(op), keepdim(op)
+        reduced, keep = reduced_axes(op, len(dims)), keepdim(op)
         if reduced is None or keep is None:
             return None
         if not dims:  # torch takes dim 0 or -1 of a 0-d tensor as the tensor itself
             return []
-        reduced = {r % len(dims) for r in reduced} if reduced else set(range(len(dims)))
         if keep:
             return [sympy.Integer(1) if i in reduced else d for i, d in enumerate(dims)]
         return [d for i, d in enumerate(dims) if i not in reduced]
