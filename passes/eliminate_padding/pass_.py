@@ -43,7 +43,7 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, PassFailure, register
-from anyshape.passes.padding_safety import PaddingSafety, Poison, is_taint
+from anyshape.passes.eliminate_padding.padding_safety import PaddingSafety, Poison, is_taint
 from anyshape.passes.torch_ir.constants import (constant_int, int_constant, int_list_construct,
                                                 int_type, list_items)
 from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, RESHAPES,

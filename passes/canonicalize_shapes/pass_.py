@@ -34,12 +34,14 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, apply_patterns, register
-from anyshape.passes.broadcasts import (and_with_all_true, drop_implied_expand,
+from anyshape.passes.canonicalize_shapes.broadcasts import (and_with_all_true, drop_implied_expand,
                                        gather_from_expanded_table, rewrite_expand,
                                        sink_expand_below_embedding, sink_expand_below_scalars)
-from anyshape.passes.iota_lookups import (rewrite_arange_constant_slice, rewrite_iota_gather,
-                                          rewrite_iota_index, rewrite_iota_lookup)
-from anyshape.passes.structural_reshapes import rewrite_view
+from anyshape.passes.canonicalize_shapes.iota_lookups import (rewrite_arange_constant_slice,
+                                                              rewrite_iota_gather,
+                                                              rewrite_iota_index,
+                                                              rewrite_iota_lookup)
+from anyshape.passes.canonicalize_shapes.structural_reshapes import rewrite_view
 from anyshape.passes.torch_ir.constants import constant_int, is_none
 from anyshape.passes.torch_ir.ops import SYMMETRIC_BROADCASTING
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
