@@ -1,4 +1,5 @@
-"""anyshape's passes, one per module, and the registry the drivers resolve names in.
+"""anyshape's passes, one per module (or per package, for a pass with helpers of
+its own), and the registry the drivers resolve names in.
 
 A pass registers itself with :func:`register`; ``DEFAULT_PIPELINE`` is what
 ``anyshape.compile(passes=None)`` runs, in order.
@@ -41,13 +42,15 @@ def load_pass_file(path: str) -> None:
     runpy.run_path(path, run_name=f"anyshape_plugin_{Path(path).stem}")
 
 
-# anyshape's own passes by argument, and the module that registers each: imported
-# on first use, so a driver running only upstream passes starts without sympy.
+# anyshape's own passes by argument, and the module under anyshape.passes that
+# registers each (a pass with helpers of its own is a package, registered by its
+# pass_ module): imported on first use, so a driver running only upstream passes
+# starts without sympy.
 _BUILTIN: dict[str, str] = {
-    "anyshape-canonicalize-shapes": "canonicalize_shapes",
+    "anyshape-canonicalize-shapes": "canonicalize_shapes.pass_",
     "anyshape-data-tiling-forms": "data_tiling_forms",
     "anyshape-defer-softmax-normalization": "defer_softmax_normalization",
-    "anyshape-eliminate-padding": "eliminate_padding",
+    "anyshape-eliminate-padding": "eliminate_padding.pass_",
     "anyshape-hoist-slices": "hoist_slices",
     "anyshape-logsumexp-softmax": "logsumexp_softmax",
     "anyshape-lower": "lower",

@@ -77,12 +77,13 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, apply_patterns, register
-from anyshape.passes.canonicalize_shapes import erase_unused
-from anyshape.passes.scalar_builder import ScalarBuilder
-from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import (bool_constant, constant_int, create, defining_op, functions,
-                                      int_constant, is_none, list_items, none_constant, users,
-                                      vtensor_type)
+from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int_constant,
+                                                int_list_construct, is_none, list_items,
+                                                none_constant)
+from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir.values import (create, defining_op, erase_unused, functions, users,
+                                             vtensor_type)
 
 
 def _flattened_4d(value: ir.Value):
@@ -94,11 +95,6 @@ def _flattened_4d(value: ir.Value):
         return None
     shape = vtensor_shape(op.operands[0].type)
     return op.operands[0] if shape is not None and len(shape[0]) == 4 else None
-
-
-def _list_construct(values: list[ir.Value]) -> ir.Value:
-    return ir.Operation.create("torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
-                               operands=values).result
 
 
 def _constant_column_slice(value: ir.Value, axis: int):
@@ -177,7 +173,7 @@ class _Rewrites:
             none = none_constant()
             total = ir.Operation.create(
                 "torch.aten.sum.dim_IntList", results=[op.results[0].type],
-                operands=[products, _list_construct([int_constant(2)]), bool_constant(True), none]).result
+                operands=[products, int_list_construct([int_constant(2)]), bool_constant(True), none]).result
         rewriter.replace_op(op, [total])
         return True
 
@@ -350,7 +346,7 @@ class _Rewrites:
                 axis, summed_sizes = 1, [m, n]
             summed = ir.Operation.create(
                 "torch.aten.sum.dim_IntList", results=[vtensor_type(summed_sizes, dtype)],
-                operands=[products, _list_construct([int_constant(axis)]), bool_constant(False),
+                operands=[products, int_list_construct([int_constant(axis)]), bool_constant(False),
                           none_constant()]).result
             bias = op.operands[0] if name == "torch.aten.addmm" else (
                 op.operands[2] if name == "torch.aten.linear" else None)
@@ -552,7 +548,7 @@ def linear_on_flat_rows(op: ir.Operation, rewriter) -> bool:
             operands=[x, int_constant(axis)]).result for axis, size in enumerate(leading)]
         unflattened = ir.Operation.create(
             "torch.aten.unflatten.int", results=[op.results[0].type],
-            operands=[product, int_constant(0), _list_construct(sizes)]).result
+            operands=[product, int_constant(0), int_list_construct(sizes)]).result
     rewriter.replace_op(op, [unflattened])
     return True
 
@@ -590,7 +586,7 @@ def mask_as_contraction_column(op: ir.Operation, rewriter) -> bool:
         lhs = _concatenated([lhs, ones], vtensor_type([flat, rows, depth + 1], dtype), 2)
         minus_one = int_constant(-1)
         per_head = create("torch.aten.expand", vtensor_type([batch, heads, 1, columns], dtype),
-                          mask, _list_construct([*batch_sizes, minus_one, minus_one]),
+                          mask, int_list_construct([*batch_sizes, minus_one, minus_one]),
                           bool_constant(False))
         mask_row = create("torch.aten.flatten.using_ints", vtensor_type([flat, 1, columns], dtype),
                           per_head, zero, one)

@@ -33,26 +33,12 @@ import math
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, apply_patterns, register
-from anyshape.passes.canonicalize_shapes import erase_unused
-from anyshape.passes.logsumexp_softmax import shifted_exponentials, softmax_axis
-from anyshape.passes.torch_ir import (constant_int, create, defining_op, functions, users,
-                                      vtensor_type)
-
-_SOFTMAXES = ("torch.aten.softmax.int", "torch.aten._softmax")
-
-
-def _float_constant(value: ir.Value) -> float | None:
-    op = defining_op(value)
-    if op is None or op.name != "torch.constant.float":
-        return None
-    return ir.FloatAttr(op.attributes["value"]).value
-
-
-def _constant_bool(value: ir.Value) -> bool | None:
-    op = defining_op(value)
-    if op is None or op.name != "torch.constant.bool":
-        return None
-    return ir.BoolAttr(op.attributes["value"]).value
+from anyshape.passes.torch_ir.constants import (constant_bool, constant_float, constant_int,
+                                                float_constant)
+from anyshape.passes.torch_ir.ops import (PROBABILITY_SOFTMAXES, shifted_exponentials,
+                                          softmax_axis)
+from anyshape.passes.torch_ir.values import (create, defining_op, erase_unused, functions, users,
+                                             vtensor_type)
 
 
 def _defined_by(value: ir.Value, name: str) -> ir.Operation | None:
@@ -71,8 +57,8 @@ def _all_minus_inf_rows(condition: ir.Value, scores: ir.Value, axis: int) -> boo
         return False
     rank = len(vtensor_shape(scores.type)[0])
     reduced_axis = constant_int(reduction.operands[1])
-    return (_float_constant(compare.operands[1]) == -math.inf and reduced_axis is not None
-            and reduced_axis % rank == axis and _constant_bool(reduction.operands[2]) is True)
+    return (constant_float(compare.operands[1]) == -math.inf and reduced_axis is not None
+            and reduced_axis % rank == axis and constant_bool(reduction.operands[2]) is True)
 
 
 def _zeros_like(value: ir.Value, of: ir.Value) -> bool:
@@ -81,7 +67,7 @@ def _zeros_like(value: ir.Value, of: ir.Value) -> bool:
     if fill is None or fill.operands[0] != of or fill.results[0].type != of.type:
         return False
     zero = constant_int(fill.operands[1])
-    return zero == 0 or _float_constant(fill.operands[1]) == 0.0
+    return zero == 0 or constant_float(fill.operands[1]) == 0.0
 
 
 def _leading_flatten(op: ir.Operation) -> tuple[ir.Value, ir.Value] | None:
@@ -118,7 +104,7 @@ def _probabilities(lhs: ir.Value) -> _Probabilities | None:
             return None
         guard, value = op, probabilities
         op = defining_op(value)
-    if op is None or op.name not in _SOFTMAXES:
+    if op is None or op.name not in PROBABILITY_SOFTMAXES:
         return None
     axis = softmax_axis(op)
     sizes = vtensor_shape(value.type)[0]
@@ -166,9 +152,7 @@ def defer_normalization(op: ir.Operation, rewriter) -> bool:
         result = create("torch.aten.div.Tensor", op.results[0].type, product,
                         _flattened(total, plan))
         if plan.guard is not None:
-            minus_inf = ir.Operation.create(
-                "torch.constant.float", results=[ir.Type.parse("!torch.float")],
-                attributes={"value": ir.FloatAttr.get(ir.F64Type.get(), -math.inf)}).result
+            minus_inf = float_constant(-math.inf)
             all_minus_inf = create("torch.aten.eq.Scalar", vtensor_type(sizes[:-1] + [1], "i1"),
                                    row_max, minus_inf)
             fill = defining_op(plan.guard.operands[1])

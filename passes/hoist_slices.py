@@ -7,70 +7,88 @@ them run on the rows kept (ONNX Runtime's training "compute optimizer",
 generalized: through attention, through reshapes that merge the sliced axis,
 and past producers other users still need whole).
 
-Where it starts: ``aten.select.int`` (negative indices normalized with the
-rooted dim), ``aten.slice.Tensor`` on one axis (any start, end, step),
-``aten.index_select``, and ``aten.gather`` whose index is one 1-D index
-expanded over the other axes (it becomes an ``index_select``; a gather whose
-index differs per batch row is a per-row selection and stays). A select becomes a keep-dim slice of one row plus a
-squeeze, so every op above keeps its rank and its axis numbers: only the
-sliced axis changes size.
+Where it starts (the patterns, functions of this module):
+- ``select_as_row_slice``: ``aten.select.int`` (negative indices normalized
+  with the rooted dim) becomes a keep-dim slice of one row plus a squeeze, so
+  every op above keeps its rank and its axis numbers: only the sliced axis
+  changes size;
+- ``move_selection``: ``aten.slice.Tensor`` on one axis (any start, end,
+  step) and ``aten.index_select`` move above their producer, one producer at
+  a time;
+- ``gather_as_index_select``: ``aten.gather`` whose index is one 1-D index
+  expanded over the other axes becomes an ``index_select`` (a gather whose
+  index differs per batch row is a per-row selection and stays);
+- ``split_into_slices`` (a fused projection's ``split_with_sizes`` as one
+  slice per part) and ``squeeze_of_unsqueeze`` tidy what the moves leave, and
+  ``merge_duplicate_slices`` runs between rounds.
 
-How a selection moves through a producer (each rule in ``_PLANS``):
-- elementwise ops and casts: operands aligned from the right; an operand with
-  the full size on the axis is selected too, one with size 1 or without the
-  axis is left alone (it broadcasts); an operand whose size cannot be proven
-  either stops the move;
-- normalizations, softmax and reductions: only when the axis is not reduced;
-- matmuls: a row axis goes to the left operand, a column axis to the right
-  operand (with the bias), a batch axis to both;
-- shape ops: the axis is remapped (transpose, permute, unsqueeze, squeeze,
-  expand). Through a ``flatten``/``unflatten`` that merges the sliced axis with
-  the one before it ([B, L, H] <-> [B*L, H], what ``linear`` decomposes into),
-  one row per group is the strided slice ``start::L`` of the merged axis;
+How a selection moves through a producer: ``_RULES`` maps op names to a rule,
+which returns a ``Plan`` (the operands that take the selection, on which
+axis) or None to stop:
+- ``through_elementwise`` (elementwise ops and casts): operands aligned from
+  the right; an operand with the full size on the axis is selected too, one
+  with size 1 or without the axis is left alone (it broadcasts); an operand
+  whose size cannot be proven either stops the move. ``through_dropout``:
+  dropout in eval mode only;
+- ``through_layer_norm``, ``through_softmax``, ``through_reduction``: only
+  when the axis is not reduced (a reduction with several results moves when
+  every used result carries the same selection);
+- ``through_matmul``, ``through_matmul_with_bias``, ``through_linear``: a row
+  axis goes to the left operand, a column axis to the right operand (with the
+  bias), a batch axis to both;
+- shape ops remap the axis (``through_transpose``, ``through_permute``,
+  ``through_unsqueeze``, ``through_squeeze``, ``through_expand``). Through a
+  ``flatten``/``unflatten`` that merges the sliced axis with the one before it
+  ([B, L, H] <-> [B*L, H], what ``linear`` decomposes into), one row per
+  group is the strided slice ``start::L`` of the merged axis
+  (``through_flatten``, ``through_unflatten``);
 - attention, decomposed, needs no rule of its own: a row selection of
   ``softmax(Q Kᵀ s + mask) V`` goes to the left operand of each matmul and
   through the softmax over the other axis, so it reaches Q and the mask rows,
   never K or V. ``scaled_dot_product_attention`` (non-causal) selects Q and
-  the mask rows.
+  the mask rows (``through_attention``).
 
 It stops at function arguments, at ops without a rule, and at a value that
 other users need whole: there the selection stays, below the shared producer,
 on the branch that leads to it (in an encoder's last layer, only the K and V
 projections and the residual input still see every token).
+
+The lit cases (``test/passes/hoist-slices-*.mlir``) are grouped under
+``/// [Pattern: <name>]`` headers naming the rules and patterns above that
+each exercises (``test_hoist_slices_rules.py`` checks the names).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+from typing import Callable
 
 import sympy
 
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, apply_patterns, register
-from anyshape.passes.canonicalize_shapes import erase_unused, hoist_argument_bindings
-from anyshape.passes.scalar_builder import ScalarBuilder
-from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import (ELEMENTWISE, constant_int, defining_op, functions, int_constant,
-                                      int_type, is_none, list_items, static_info_cast, users,
-                                      vtensor_type)
+from anyshape.passes.torch_ir.constants import (constant_bool, constant_int, int_constant,
+                                                int_list, int_list_construct, int_type, is_none,
+                                                list_items)
+from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, SOFTMAXES,
+                                          dropout_in_eval, keepdim, reduced_axes)
+from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions,
+                                             hoist_argument_bindings, static_info_cast, users,
+                                             vtensor_type)
 
 _INT64_MAX = 2**63 - 1
 _MAX_ROUNDS = 1000
 
-# op -> (operand holding the softmax axis)
-_SOFTMAX = {"torch.aten.softmax.int": 1, "torch.aten._softmax": 1, "torch.aten.log_softmax.int": 1,
-            "torch.aten._log_softmax": 1}
-# op -> (dims operand, keepdim operand)
-_REDUCTIONS = {"torch.aten.sum.dim_IntList": (1, 2), "torch.aten.mean.dim": (1, 2),
-               "torch.aten.amax": (1, 2), "torch.aten.amin": (1, 2), "torch.aten.any.dim": (1, 2),
-               "torch.aten.all.dim": (1, 2), "torch.aten.var.correction": (1, 3),
-               "torch.aten.var.dim": (1, 3), "torch.aten.std.correction": (1, 3),
-               "torch.aten.std.dim": (1, 3), "torch.aten.var_mean.correction": (1, 3),
-               "torch.aten.var_mean.dim": (1, 3)}
 # Reductions with several results (all shaped alike): they move when every
-# result that is used is used only by the same selection.
-_MULTI_RESULT = {"torch.aten.var_mean.correction", "torch.aten.var_mean.dim"}
+# result that is used is used only by the same selection. A select of one
+# result while another is still read stays where it is (the plan of a
+# producer requires its other results unused): the move happens when the
+# selections reach every used result from below, as slices.
+_MULTI_RESULT = frozenset(n for n, r in REDUCTIONS.items() if r.results > 1)
 
 
 @dataclasses.dataclass
@@ -101,7 +119,338 @@ class _Cut:
                 and (self.operands is None or constant_int(self.operands[2]) == 1))
 
 
+@dataclasses.dataclass(frozen=True)
+class Recut:
+    """Another selection for one operand: ``make()`` builds it, for ``axis`` of
+    the operand (one row per group, above a flatten or unflatten)."""
+
+    axis: int
+    make: Callable[[], _Cut]
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How a selection moves above one producer.
+
+    ``moves``: operand position -> the axis of that operand that takes the same
+    selection, or a ``Recut``. ``replaced``: operand position -> a builder of
+    a new operand (an expand's size list). ``build``: a builder of the result
+    from the new operands and the selection's type; None re-creates the
+    producer with them."""
+
+    moves: dict[int, int | Recut]
+    replaced: dict[int, Callable[[], ir.Value]] = dataclasses.field(default_factory=dict)
+    build: Callable[[list, ir.Type], ir.Value] | None = None
+
+
+# A rule: (hoister, producer, result axis selected, selection) -> Plan or None.
+Rule = Callable[["_Hoister", ir.Operation, int, _Cut], "Plan | None"]
+
+
+def _rank(producer: ir.Operation) -> int:
+    return len(vtensor_shape(producer.results[0].type)[0])
+
+
+def _operand_rank(producer: ir.Operation, position: int) -> int:
+    return len(vtensor_shape(producer.operands[position].type)[0])
+
+
+# -- rules ----------------------------------------------------------------------
+def _broadcast(h: _Hoister, producer, axis: int, positions) -> Plan | None:
+    """The selection for each operand at ``positions`` that has the result's
+    full size on the axis (aligned from the right); None where one's size
+    cannot be proven equal or 1, or where no operand takes it."""
+    rank, result_dims = _rank(producer), h.dims(producer.results[0])
+    if result_dims is None or result_dims[axis] is None or result_dims[axis] == 1:
+        return None  # nothing to save on a unit axis; unknown sizes: cannot align
+    moves = {}
+    for i in positions:
+        operand = producer.operands[i]
+        shape = vtensor_shape(operand.type)
+        if shape is None:
+            continue
+        aligned = axis - (rank - len(shape[0]))
+        if aligned < 0 or shape[0][aligned] == 1:
+            continue  # broadcast along the axis: left whole
+        dims = h.dims(operand)
+        if dims is None or not h.same(dims[aligned], result_dims[axis]):
+            return None  # may be 1 at run time, or differ: cannot tell
+        moves[i] = aligned
+    return Plan(moves) if moves else None
+
+
+def through_elementwise(h, producer, axis, cut) -> Plan | None:
+    """Elementwise ops and casts: every operand with the full axis is selected,
+    the ones that broadcast along it are left whole."""
+    return _broadcast(h, producer, axis, range(len(producer.operands)))
+
+
+def through_dropout(h, producer, axis, cut) -> Plan | None:
+    """Dropout in eval mode is its input; in training it draws a mask per element."""
+    return Plan({0: axis}) if dropout_in_eval(producer) else None
+
+
+def through_layer_norm(h, producer, axis, cut) -> Plan | None:
+    """An axis before the normalized ones moves to the input; weight and bias
+    stay whole."""
+    normalized = list_items(producer.operands[LAYER_NORMS[producer.name]])
+    if normalized is None or axis >= _rank(producer) - len(normalized):
+        return None
+    return Plan({0: axis})
+
+
+def through_softmax(h, producer, axis, cut) -> Plan | None:
+    """A softmax over another axis."""
+    dim = constant_int(producer.operands[SOFTMAXES[producer.name].axis_at])
+    return None if dim is None or dim % _rank(producer) == axis else Plan({0: axis})
+
+
+def through_reduction(h, producer, axis, cut) -> Plan | None:
+    """A reduction over other axes: the result's axis is renumbered to the
+    input's (without keepdim, the reduced axes are gone from the result)."""
+    in_rank = _operand_rank(producer, 0)
+    reduced, keep = reduced_axes(producer, in_rank), keepdim(producer)
+    if not reduced or keep is None:
+        return None
+    if keep:
+        return None if axis in reduced else Plan({0: axis})
+    kept = [i for i in range(in_rank) if i not in reduced]
+    return Plan({0: kept[axis]}) if axis < len(kept) else None
+
+
+def _matmul(h, producer, axis, lhs: int, rhs: int, bias: int | None) -> Plan | None:
+    rank = _rank(producer)
+    lhs_rank, rhs_rank = _operand_rank(producer, lhs), _operand_rank(producer, rhs)
+    if lhs_rank < 2 or rhs_rank < 2:
+        return None
+    if axis == rank - 2:
+        moves = {lhs: lhs_rank - 2}
+    elif axis == rank - 1:
+        moves = {rhs: rhs_rank - 1}
+    else:
+        batch = _broadcast(h, producer, axis, [lhs, rhs])
+        if batch is None:
+            return None
+        moves = dict(batch.moves)
+    if bias is not None:
+        extra = _broadcast(h, producer, axis, [bias])
+        if extra is None:
+            bias_shape = vtensor_shape(producer.operands[bias].type)[0]
+            aligned = axis - (rank - len(bias_shape))
+            if aligned >= 0 and bias_shape[aligned] != 1:
+                return None
+        else:
+            moves.update(extra.moves)
+    return Plan(moves)
+
+
+def through_matmul(h, producer, axis, cut) -> Plan | None:
+    """mm, bmm, matmul: rows to the left operand, columns to the right one,
+    batch axes to both."""
+    return _matmul(h, producer, axis, lhs=0, rhs=1, bias=None)
+
+
+def through_matmul_with_bias(h, producer, axis, cut) -> Plan | None:
+    """addmm, baddbmm: as a matmul, and the bias where it has the axis."""
+    return _matmul(h, producer, axis, lhs=1, rhs=2, bias=0)
+
+
+def through_linear(h, producer, axis, cut) -> Plan | None:
+    """Rows to the input; a column (an output feature) to the weight's rows and
+    the bias."""
+    if axis < _rank(producer) - 1:
+        return Plan({0: axis})
+    return Plan({1: 0} if is_none(producer.operands[2]) else {1: 0, 2: 0})
+
+
+def through_transpose(h, producer, axis, cut) -> Plan | None:
+    """The axis, swapped."""
+    a, b = constant_int(producer.operands[1]), constant_int(producer.operands[2])
+    if a is None or b is None:
+        return None
+    rank = _rank(producer)
+    a, b = a % rank, b % rank
+    return Plan({0: b if axis == a else a if axis == b else axis})
+
+
+def through_permute(h, producer, axis, cut) -> Plan | None:
+    """The input axis the permutation puts at the selected one."""
+    order = int_list(producer.operands[1])
+    return None if order is None else Plan({0: order[axis] % _rank(producer)})
+
+
+def through_unsqueeze(h, producer, axis, cut) -> Plan | None:
+    """Any axis but the inserted one, renumbered."""
+    dim = constant_int(producer.operands[1])
+    rank = _rank(producer)
+    if dim is None or dim % rank == axis:
+        return None
+    return Plan({0: axis - (axis > dim % rank)})
+
+
+def through_squeeze(h, producer, axis, cut) -> Plan | None:
+    """The axis, renumbered around the removed one."""
+    dim = constant_int(producer.operands[1])
+    if dim is None:
+        return None
+    dim %= _operand_rank(producer, 0)
+    return Plan({0: axis + (axis >= dim)})
+
+
+def through_expand(h, producer, axis, cut) -> Plan | None:
+    """An expanded axis keeps its size 1 in the input and names the selected
+    size in the size list; any other axis moves to the input, its size kept
+    (-1)."""
+    sizes = list_items(producer.operands[1])
+    shape = vtensor_shape(producer.operands[0].type)[0]
+    aligned = axis - (_rank(producer) - len(shape))
+    if sizes is None or aligned < 0:
+        return None
+    if shape[aligned] == 1:
+        if cut.size is None:
+            return None  # the new size would have to be computed
+        moves = {}
+    else:
+        moves = {0: aligned}
+
+    def new_sizes():
+        items = list(sizes)
+        items[axis] = int_constant(cut.size if shape[aligned] == 1 else -1)
+        return int_list_construct(items)
+
+    return Plan(moves, {1: new_sizes})
+
+
+def through_flatten(h, producer, axis, cut) -> Plan | None:
+    """Axes outside the merged ones, renumbered. On the merged [outer, inner]
+    axis, the strided slice ``i::inner`` (one row per group) is row ``i`` of
+    the inner axis."""
+    source = producer.operands[0]
+    start, end = constant_int(producer.operands[1]), constant_int(producer.operands[2])
+    in_rank = _operand_rank(producer, 0)
+    if start is None or end is None:
+        return None
+    start, end = start % in_rank, end % in_rank
+    if axis < start:
+        return Plan({0: axis})
+    if axis > start:
+        return Plan({0: axis + end - start})
+    # One row per group of the merged [outer, inner] axis: rows i, i + inner, ...
+    if end != start + 1 or cut.kind != "slice" or cut.operands is None:
+        return None
+    first, last, step = cut.operands
+    dims = h.dims(source)
+    inner = dims[end] if dims else None
+    step_expr = h.analysis.scalar(step)
+    first_expr = h.analysis.scalar(first)
+    last_value = constant_int(last)
+    if inner is None or not h.same(step_expr, inner) or last_value is None or \
+            last_value < _INT64_MAX // 2:
+        return None
+    if not h.inside(first_expr, inner):
+        return None  # the start must be a row inside the group
+
+    def one_row():
+        return _Cut("slice", [first, h.plus_one(first), int_constant(1)], 1)
+
+    return Plan({0: Recut(end, one_row)})
+
+
+def through_unflatten(h, producer, axis, cut) -> Plan | None:
+    """Axes outside the split ones, renumbered. Row ``i`` of the inner of two
+    split axes is the strided slice ``i::inner`` of the input's axis, then
+    unsqueezed."""
+    dim = constant_int(producer.operands[1])
+    sizes = list_items(producer.operands[2])
+    in_rank = _operand_rank(producer, 0)
+    if dim is None or sizes is None:
+        return None
+    dim %= in_rank
+    if axis < dim:
+        return Plan({0: axis})
+    if axis >= dim + len(sizes):
+        return Plan({0: axis - len(sizes) + 1})
+    if len(sizes) != 2 or axis != dim + 1 or not cut.is_one_row():
+        return None
+    inner = sizes[1]
+    if cut.operands is not None and not h.inside(h.analysis.scalar(cut.operands[0]),
+                                                 h.analysis.scalar(inner)):
+        return None
+
+    def strided():  # one row per group: as many rows as groups (static if known)
+        return _Cut("slice", [cut.operands[0], int_constant(_INT64_MAX), inner],
+                    constant_int(sizes[0]))
+
+    def unsqueezed(operands, result_type):
+        # The type the unsqueeze of its operand has (torch-mlir's lowering
+        # builds that one), then cast to the selection's type.
+        sizes_in, dtype = vtensor_shape(operands[0].type)
+        natural = vtensor_type(sizes_in[:axis] + [1] + sizes_in[axis:], dtype)
+        value = ir.Operation.create("torch.aten.unsqueeze", results=[natural],
+                                    operands=[operands[0], int_constant(axis)]).result
+        return static_info_cast(value, result_type)
+
+    return Plan({0: Recut(dim, strided)}, build=unsqueezed)
+
+
+def through_attention(h, producer, axis, cut) -> Plan | None:
+    """``scaled_dot_product_attention`` without a causal mask: query rows to Q
+    and the mask's rows (where it has them), batch and head axes to Q, K, V and
+    the mask; never a value column."""
+    if constant_bool(producer.operands[5]) is not False:
+        return None  # a causal mask depends on the row's position
+    rank = _rank(producer)
+    if axis == rank - 1:
+        return None
+    if axis == rank - 2:
+        moves = {0: _operand_rank(producer, 0) - 2}
+        mask = producer.operands[3]
+        if vtensor_shape(mask.type) is not None:
+            extra = _broadcast(h, producer, axis, [3])
+            mask_shape = vtensor_shape(mask.type)[0]
+            if extra is None and mask_shape[axis - (rank - len(mask_shape))] != 1:
+                return None
+            moves.update(extra.moves if extra else {})
+        return Plan(moves)
+    return _broadcast(h, producer, axis, [0, 1, 2, 3])
+
+
+def _by_op(*groups: tuple) -> dict[str, Rule]:
+    """(op names, rule) pairs as one table; an op in two groups is an error."""
+    table: dict[str, Rule] = {}
+    for names, rule in groups:
+        for name in ([names] if isinstance(names, str) else sorted(names)):
+            if name in table:
+                raise ValueError(f"{name}: both {table[name].__name__} and {rule.__name__}")
+            table[name] = rule
+    return table
+
+
+# The moves, by op: what the producer of a selected value must be for the
+# selection to move above it.
+_RULES: dict[str, Rule] = _by_op(
+    (ELEMENTWISE, through_elementwise),
+    ("torch.aten.dropout", through_dropout),
+    (LAYER_NORMS, through_layer_norm),
+    (SOFTMAXES, through_softmax),
+    (REDUCTIONS, through_reduction),
+    (("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul"), through_matmul),
+    (("torch.aten.addmm", "torch.aten.baddbmm"), through_matmul_with_bias),
+    ("torch.aten.linear", through_linear),
+    ("torch.aten.transpose.int", through_transpose),
+    ("torch.aten.permute", through_permute),
+    ("torch.aten.unsqueeze", through_unsqueeze),
+    ("torch.aten.squeeze.dim", through_squeeze),
+    ("torch.aten.expand", through_expand),
+    ("torch.aten.flatten.using_ints", through_flatten),
+    ("torch.aten.unflatten.int", through_unflatten),
+    ("torch.aten.scaled_dot_product_attention", through_attention),
+)
+
+
 class _Hoister:
+    """One function's shape facts and the moves that keep them current."""
+
     def __init__(self, func: ir.Operation):
         self.analysis = ShapeAnalysis(func)
         self.builder = ScalarBuilder(self.analysis)
@@ -117,101 +466,76 @@ class _Hoister:
     def same(self, a, b) -> bool:
         return a is not None and b is not None and sympy.simplify(a - b) == 0
 
-    # -- start ops --------------------------------------------------------------
-    def select(self, op, rewriter) -> bool:
-        """select(v, a, i) -> squeeze(slice(v, a, i, i + 1), a), when the slice can move."""
-        source, axis, index = op.operands[0], constant_int(op.operands[1]), constant_int(op.operands[2])
-        shape = vtensor_shape(source.type)
-        if axis is None or index is None or shape is None:
+    def inside(self, row, size) -> bool:
+        """0 <= row < size, provably (a row index inside an axis of ``size``)."""
+        if row is None or size is None:
             return False
-        axis %= len(shape[0])
-        size = self.dims(source)[axis]
-        row = sympy.Integer(index) if index >= 0 else None if size is None else size + index
-        if not self._inside(row, size):
-            return False  # may be out of range: the select must keep raising its error
-        if not self._movable(source, axis, _Cut("slice", None, 1)):
-            return False
-        with ir.InsertionPoint(op), op.location:
-            if index >= 0:
-                start, end = int_constant(index), int_constant(index + 1)
-            else:
-                start = self.builder.build(size + index) if size is not None else None
-                end = self.builder.build(size + index + 1) if size is not None else None
-                if start is None or end is None:
-                    return False
-            cut = _Cut("slice", [start, end, int_constant(1)], 1)
-            row = self._cut(cut, source, axis)
-            value = ir.Operation.create("torch.aten.squeeze.dim", results=[op.results[0].type],
-                                        operands=[row, int_constant(axis)]).result
-        rewriter.replace_op(op, [value])
-        return True
+        if self.same(row, size - 1):
+            return True
+        low = self.analysis.min_of(row)
+        return low is not None and low >= 0 and row.is_Integer and (
+            self.analysis.min_of(size) or 0) > int(row)
 
-    def slice(self, op, rewriter) -> bool:
-        source, axis = op.operands[0], constant_int(op.operands[1])
-        shape, result = vtensor_shape(source.type), vtensor_shape(op.results[0].type)
-        if axis is None or shape is None or result is None:
-            return False
-        axis %= len(shape[0])
-        kind = "slice" if op.operation.name == "torch.aten.slice.Tensor" else "index"
-        if kind == "index" and len(vtensor_shape(op.operands[2].type)[0]) != 1:
-            return False
-        cut = _Cut(kind, list(op.operands[2:]), result[0][axis])
-        multi = defining_op(source)
-        if multi is not None and multi.name in _MULTI_RESULT:
-            return self._slice_results(op, rewriter, multi, axis, cut)
-        producer = self._producer_if_movable(source, axis, cut)
+    def plus_one(self, value: ir.Value) -> ir.Value:
+        """value + 1, built from the rooted dims where it is a dim expression, so
+        that equal selections read equal values (and merge)."""
+        expr = self.analysis.scalar(value)
+        built = None if expr is None else self.builder.build(sympy.expand(expr + 1))
+        if built is not None:
+            return built
+        return ir.Operation.create("torch.aten.add.int", results=[int_type()],
+                                   operands=[value, int_constant(1)]).result
+
+    # -- moving -----------------------------------------------------------------
+    def plan(self, producer: ir.Operation, axis: int, cut: _Cut) -> Plan | None:
+        """The rule's plan for ``producer``; None without a rule, or while a
+        result other than the first is still read (native_layer_norm's mean)."""
+        rule = _RULES.get(producer.name)
+        if rule is None or any(_has_real_users(r) for r in list(producer.results)[1:]):
+            return None
+        return rule(self, producer, axis, cut)
+
+    def producer_if_movable(self, source, axis, cut):
+        producer = defining_op(source)
         if producer is None:
-            return False
-        with ir.InsertionPoint(op), op.location:
-            value = self._move(producer, axis, cut, op.results[0].type)
-        if value is None:
-            return False
-        rewriter.replace_op(op, [value])
-        if not any(_has_real_users(r) for r in producer.results):
-            # Dead but for its bindings: erased here so that the next selection
-            # up sees its own producer with one user.
-            for user in [use.owner for r in producer.results for use in r.uses]:
-                rewriter.erase_op(user)
-            rewriter.erase_op(producer)
-        return True
+            return None  # a function argument
+        if not _only_real_user(source) and not _disjoint_slices(users(source), axis):
+            return None  # other users need the whole tensor: the producer stays for them
+        if self.plan(producer, axis, cut) is None:
+            return None
+        return producer
 
-    def gather(self, op, rewriter) -> bool:
-        """gather(x, d, expand(idx)) with one index for every position of the other
-        axes (idx of size 1 on them, expanded to x's sizes) is index_select(x, d,
-        idx as 1-D): then it moves like one."""
-        source, axis, index = op.operands[0], constant_int(op.operands[1]), op.operands[2]
-        expand = defining_op(index)
-        shape = vtensor_shape(source.type)
-        if axis is None or shape is None or expand is None or expand.name != "torch.aten.expand":
-            return False
-        rank = len(shape[0])
-        axis %= rank
-        base = expand.operands[0]
-        base_shape = vtensor_shape(base.type)
-        if base_shape is None or len(base_shape[0]) != rank:
-            return False
-        if any(n != 1 for i, n in enumerate(base_shape[0]) if i != axis):
-            return False  # the index differs along another axis: a per-row gather
-        index_dims, source_dims = self.dims(index), self.dims(source)
-        if index_dims is None or source_dims is None or any(
-                not self.same(index_dims[i], source_dims[i]) for i in range(rank) if i != axis):
-            return False  # gather would read only a corner of x there
-        result = vtensor_shape(op.results[0].type)[0]
-        if not self._movable(source, axis, _Cut("index", None, result[axis])):
-            return False
-        with ir.InsertionPoint(op), op.location:
-            flat = base
-            if rank > 1:
-                flat = ir.Operation.create(
-                    "torch.aten.flatten.using_ints",
-                    results=[vtensor_type([base_shape[0][axis]], base_shape[1])],
-                    operands=[base, int_constant(0), int_constant(rank - 1)]).result
-            value = ir.Operation.create("torch.aten.index_select", results=[op.results[0].type],
-                                        operands=[source, int_constant(axis), flat]).result
-        rewriter.replace_op(op, [value])
-        return True
+    def movable(self, source, axis, cut) -> bool:
+        return self.producer_if_movable(source, axis, cut) is not None
 
-    def _slice_results(self, op, rewriter, producer, axis, cut) -> bool:
+    def move(self, producer, axis, cut, result_type) -> ir.Value | None:
+        """``producer`` re-created on its operands' selected rows (at the current
+        insertion point): its result, which is the selection of the old one."""
+        plan = self.plan(producer, axis, cut)
+        if plan is None:
+            return None
+        operands = list(producer.operands)
+        for position, target in plan.moves.items():
+            if isinstance(target, Recut):
+                operands[position] = self.cut(target.make(), operands[position], target.axis)
+            else:
+                operands[position] = self.cut(cut, operands[position], target)
+        for position, make in plan.replaced.items():
+            operands[position] = make()
+        if plan.build is not None:
+            return self.record(plan.build(operands, result_type), producer.results[0], axis, cut)
+        results = [result_type]
+        for extra in list(producer.results)[1:]:
+            sizes, dtype = vtensor_shape(extra.type)
+            sizes = list(sizes)
+            if axis < len(sizes):
+                sizes[axis] = cut.size
+            results.append(vtensor_type(sizes, dtype))
+        moved = ir.Operation.create(producer.name, results=results, operands=operands,
+                                    attributes={a.name: a.attr for a in producer.attributes})
+        return self.record(moved.results[0], producer.results[0], axis, cut)
+
+    def move_every_result(self, op, rewriter, producer, axis, cut) -> bool:
         """One selection of every used result of a multi-result reduction
         (``var, mean = var_mean(x)``, each reaching the selection through its own
         branch): the reduction runs on the selected rows, once."""
@@ -222,13 +546,13 @@ class _Hoister:
             if any(_selection_key(u) != same for u in readers):
                 return False  # a result is still used whole, or selected otherwise
             selections.append(readers)
-        plan = self._reduction_plan(producer, axis)
+        plan = through_reduction(self, producer, axis, cut)
         if plan is None:
             return False
-        (position, operand_axis), = plan[0].items()
+        (position, operand_axis), = plan.moves.items()
         with ir.InsertionPoint(op), op.location:
             operands = list(producer.operands)
-            operands[position] = self._cut(cut, operands[position], operand_axis)
+            operands[position] = self.cut(cut, operands[position], operand_axis)
             types = []
             for result in producer.results:
                 sizes, dtype = vtensor_shape(result.type)
@@ -238,7 +562,7 @@ class _Hoister:
             moved = ir.Operation.create(producer.name, results=types, operands=operands,
                                         attributes={a.name: a.attr for a in producer.attributes})
         for old, new, readers in zip(producer.results, moved.results, selections, strict=True):
-            self._record(new, old, axis, cut)
+            self.record(new, old, axis, cut)
             for user in readers:
                 rewriter.replace_op(user, [new])
         for user in [use.owner for r in producer.results for use in r.uses]:
@@ -246,305 +570,10 @@ class _Hoister:
         rewriter.erase_op(producer)
         return True
 
-    # -- moving -----------------------------------------------------------------
-    def _producer_if_movable(self, source, axis, cut):
-        producer = defining_op(source)
-        if producer is None:
-            return None  # a function argument
-        if not _only_real_user(source) and not _disjoint_slices(users(source), axis):
-            return None  # other users need the whole tensor: the producer stays for them
-        if self._plan(producer, axis, cut) is None:
-            return None
-        return producer
+    def cut(self, cut: _Cut, value: ir.Value, axis: int) -> ir.Value:
+        return self.record(cut.apply(value, axis), value, axis, cut)
 
-    def _movable(self, source, axis, cut) -> bool:
-        return self._producer_if_movable(source, axis, cut) is not None
-
-    def _plan(self, producer, axis, cut):
-        plan = self._plan_moves(producer, axis, cut)
-        if plan is None or len(plan) == 3:
-            return plan
-        return plan[0], plan[1], None
-
-    def _plan_moves(self, producer, axis, cut):
-        """How the cut moves to the producer's operands, or None: ({operand: axis
-        or (axis, another cut)}, {operand: builder of a replacement}, builder of the
-        result from the new operands or None to re-create the producer)."""
-        name = producer.name
-        if any(_has_real_users(r) for r in list(producer.results)[1:]):
-            return None  # other results (mean/rstd of native_layer_norm) still needed
-        rank = len(vtensor_shape(producer.results[0].type)[0])
-        result_dims = self.dims(producer.results[0])
-        if name in ELEMENTWISE:
-            return self._broadcast_plan(producer, axis, rank, result_dims, range(len(producer.operands)))
-        if name == "torch.aten.dropout":
-            train = defining_op(producer.operands[2])
-            if train is None or train.name != "torch.constant.bool" or ir.BoolAttr(train.attributes["value"]).value:
-                return None
-            return {0: axis}, {}
-        if name in ("torch.aten.layer_norm", "torch.aten.native_layer_norm"):
-            normalized = list_items(producer.operands[1])
-            if normalized is None or axis >= rank - len(normalized):
-                return None
-            return {0: axis}, {}
-        if name in _SOFTMAX:
-            dim = constant_int(producer.operands[_SOFTMAX[name]])
-            return None if dim is None or dim % rank == axis else ({0: axis}, {})
-        if name in _REDUCTIONS:
-            return self._reduction_plan(producer, axis)
-        if name in ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul"):
-            return self._matmul_plan(producer, axis, rank, result_dims, lhs=0, rhs=1, bias=None)
-        if name in ("torch.aten.addmm", "torch.aten.baddbmm"):
-            return self._matmul_plan(producer, axis, rank, result_dims, lhs=1, rhs=2, bias=0)
-        if name == "torch.aten.linear":
-            if axis < rank - 1:
-                return {0: axis}, {}
-            bias = producer.operands[2]
-            return ({1: 0} if is_none(bias) else {1: 0, 2: 0}), {}
-        if name == "torch.aten.transpose.int":
-            a, b = constant_int(producer.operands[1]), constant_int(producer.operands[2])
-            if a is None or b is None:
-                return None
-            a, b = a % rank, b % rank
-            return {0: b if axis == a else a if axis == b else axis}, {}
-        if name == "torch.aten.permute":
-            order = _int_list(producer.operands[1])
-            return None if order is None else ({0: order[axis] % rank}, {})
-        if name == "torch.aten.unsqueeze":
-            dim = constant_int(producer.operands[1])
-            if dim is None or dim % rank == axis:
-                return None
-            return {0: axis - (axis > dim % rank)}, {}
-        if name == "torch.aten.squeeze.dim":
-            in_rank = len(vtensor_shape(producer.operands[0].type)[0])
-            dim = constant_int(producer.operands[1])
-            if dim is None:
-                return None
-            dim %= in_rank
-            return {0: axis + (axis >= dim)}, {}
-        if name == "torch.aten.expand":
-            return self._expand_plan(producer, axis, rank, cut)
-        if name == "torch.aten.flatten.using_ints":
-            return self._flatten_plan(producer, axis, cut)
-        if name == "torch.aten.unflatten.int":
-            return self._unflatten_plan(producer, axis, cut)
-        if name == "torch.aten.scaled_dot_product_attention":
-            return self._attention_plan(producer, axis, rank, result_dims)
-        return None
-
-    def _broadcast_plan(self, producer, axis, rank, result_dims, positions):
-        if result_dims is None or result_dims[axis] is None or result_dims[axis] == 1:
-            return None  # nothing to save on a unit axis; unknown sizes: cannot align
-        moves = {}
-        for i in positions:
-            operand = producer.operands[i]
-            shape = vtensor_shape(operand.type)
-            if shape is None:
-                continue
-            aligned = axis - (rank - len(shape[0]))
-            if aligned < 0 or shape[0][aligned] == 1:
-                continue  # broadcast along the axis: left whole
-            dims = self.dims(operand)
-            if dims is None or not self.same(dims[aligned], result_dims[axis]):
-                return None  # may be 1 at run time, or differ: cannot tell
-            moves[i] = aligned
-        return (moves, {}) if moves else None
-
-    def _reduction_plan(self, producer, axis):
-        dims_at, keep_at = _REDUCTIONS[producer.name]
-        reduced = _int_list(producer.operands[dims_at])
-        if reduced is None and constant_int(producer.operands[dims_at]) is not None:
-            reduced = [constant_int(producer.operands[dims_at])]  # a single-dim reduction
-        keep = defining_op(producer.operands[keep_at])
-        in_rank = len(vtensor_shape(producer.operands[0].type)[0])
-        if not reduced or keep is None or keep.name != "torch.constant.bool":
-            return None
-        reduced = {r % in_rank for r in reduced}
-        if ir.BoolAttr(keep.attributes["value"]).value:
-            return None if axis in reduced else ({0: axis}, {})
-        kept = [i for i in range(in_rank) if i not in reduced]
-        return {0: kept[axis]}, {}
-
-    def _matmul_plan(self, producer, axis, rank, result_dims, lhs, rhs, bias):
-        lhs_rank = len(vtensor_shape(producer.operands[lhs].type)[0])
-        rhs_rank = len(vtensor_shape(producer.operands[rhs].type)[0])
-        if lhs_rank < 2 or rhs_rank < 2:
-            return None
-        if axis == rank - 2:
-            moves = {lhs: lhs_rank - 2}
-        elif axis == rank - 1:
-            moves = {rhs: rhs_rank - 1}
-        else:
-            batch = self._broadcast_plan(producer, axis, rank, result_dims, [lhs, rhs])
-            if batch is None:
-                return None
-            moves = dict(batch[0])
-        if bias is not None:
-            extra = self._broadcast_plan(producer, axis, rank, result_dims, [bias])
-            if extra is None:
-                bias_shape = vtensor_shape(producer.operands[bias].type)[0]
-                aligned = axis - (rank - len(bias_shape))
-                if aligned >= 0 and bias_shape[aligned] != 1:
-                    return None
-            else:
-                moves.update(extra[0])
-        return moves, {}
-
-    def _expand_plan(self, producer, axis, rank, cut):
-        source = producer.operands[0]
-        sizes = list_items(producer.operands[1])
-        shape = vtensor_shape(source.type)[0]
-        aligned = axis - (rank - len(shape))
-        if sizes is None or aligned < 0:
-            return None
-        if shape[aligned] == 1:
-            if cut.size is None:
-                return None  # the new size would have to be computed
-            moves = {}
-        else:
-            moves = {0: aligned}
-
-        def new_sizes():
-            items = list(sizes)
-            items[axis] = int_constant(cut.size if shape[aligned] == 1 else -1)
-            return ir.Operation.create("torch.prim.ListConstruct",
-                                       results=[ir.Type.parse("!torch.list<int>")],
-                                       operands=items).result
-
-        return moves, {1: new_sizes}
-
-    def _flatten_plan(self, producer, axis, cut):
-        source = producer.operands[0]
-        start, end = constant_int(producer.operands[1]), constant_int(producer.operands[2])
-        in_rank = len(vtensor_shape(source.type)[0])
-        if start is None or end is None:
-            return None
-        start, end = start % in_rank, end % in_rank
-        if axis < start:
-            return {0: axis}, {}
-        if axis > start:
-            return {0: axis + end - start}, {}
-        # One row per group of the merged [outer, inner] axis: rows i, i + inner, ...
-        if end != start + 1 or cut.kind != "slice" or cut.operands is None:
-            return None
-        first, last, step = cut.operands
-        dims = self.dims(source)
-        inner = dims[end] if dims else None
-        step_expr = self.analysis.scalar(step)
-        first_expr = self.analysis.scalar(first)
-        last_value = constant_int(last)
-        if inner is None or not self.same(step_expr, inner) or last_value is None or last_value < _INT64_MAX // 2:
-            return None
-        if not self._inside(first_expr, inner):
-            return None  # the start must be a row inside the group
-
-        def one_row():
-            return _Cut("slice", [first, self._plus_one(first), int_constant(1)], 1)
-
-        return {0: (end, one_row)}, {}
-
-    def _unflatten_plan(self, producer, axis, cut):
-        dim = constant_int(producer.operands[1])
-        sizes = list_items(producer.operands[2])
-        in_rank = len(vtensor_shape(producer.operands[0].type)[0])
-        if dim is None or sizes is None:
-            return None
-        dim %= in_rank
-        if axis < dim:
-            return {0: axis}, {}
-        if axis >= dim + len(sizes):
-            return {0: axis - len(sizes) + 1}, {}
-        if len(sizes) != 2 or axis != dim + 1 or not cut.is_one_row():
-            return None
-        inner = sizes[1]
-        if cut.operands is not None and not self._inside(self.analysis.scalar(cut.operands[0]),
-                                                         self.analysis.scalar(inner)):
-            return None
-
-        def strided():  # one row per group: as many rows as groups (static if known)
-            return _Cut("slice", [cut.operands[0], int_constant(_INT64_MAX), inner],
-                        constant_int(sizes[0]))
-
-        def unsqueezed(operands, result_type):
-            # The type the unsqueeze of its operand has (torch-mlir's lowering
-            # builds that one), then cast to the selection's type.
-            sizes_in, dtype = vtensor_shape(operands[0].type)
-            natural = vtensor_type(sizes_in[:axis] + [1] + sizes_in[axis:], dtype)
-            value = ir.Operation.create("torch.aten.unsqueeze", results=[natural],
-                                        operands=[operands[0], int_constant(axis)]).result
-            return static_info_cast(value, result_type)
-
-        return {0: (dim, strided)}, {}, unsqueezed
-
-    def _inside(self, row, size) -> bool:
-        """0 <= row < size, provably (a row index inside an axis of ``size``)."""
-        if row is None or size is None:
-            return False
-        if self.same(row, size - 1):
-            return True
-        low = self.analysis.min_of(row)
-        return low is not None and low >= 0 and row.is_Integer and (
-            self.analysis.min_of(size) or 0) > int(row)
-
-    def _attention_plan(self, producer, axis, rank, result_dims):
-        causal = defining_op(producer.operands[5])
-        if causal is None or causal.name != "torch.constant.bool" or ir.BoolAttr(causal.attributes["value"]).value:
-            return None  # a causal mask depends on the row's position
-        if axis == rank - 1:
-            return None
-        if axis == rank - 2:
-            moves = {0: len(vtensor_shape(producer.operands[0].type)[0]) - 2}
-            mask = producer.operands[3]
-            if vtensor_shape(mask.type) is not None:
-                extra = self._broadcast_plan(producer, axis, rank, result_dims, [3])
-                mask_shape = vtensor_shape(mask.type)[0]
-                if extra is None and mask_shape[axis - (rank - len(mask_shape))] != 1:
-                    return None
-                moves.update(extra[0] if extra else {})
-            return moves, {}
-        return self._broadcast_plan(producer, axis, rank, result_dims, [0, 1, 2, 3])
-
-    def _plus_one(self, value: ir.Value) -> ir.Value:
-        """value + 1, built from the rooted dims where it is a dim expression, so
-        that equal selections read equal values (and merge)."""
-        expr = self.analysis.scalar(value)
-        built = None if expr is None else self.builder.build(sympy.expand(expr + 1))
-        if built is not None:
-            return built
-        return ir.Operation.create("torch.aten.add.int", results=[int_type()],
-                                   operands=[value, int_constant(1)]).result
-
-    def _move(self, producer, axis, cut, result_type) -> ir.Value | None:
-        plan = self._plan(producer, axis, cut)
-        if plan is None:
-            return None
-        moves, replaced, build = plan
-        operands = list(producer.operands)
-        for position, target in moves.items():
-            if isinstance(target, tuple):  # another cut, on another axis
-                target_axis, make_cut = target
-                operands[position] = self._cut(make_cut(), operands[position], target_axis)
-            else:
-                operands[position] = self._cut(cut, operands[position], target)
-        for position, make in replaced.items():
-            operands[position] = make()
-        if build is not None:
-            return self._record(build(operands, result_type), producer.results[0], axis, cut)
-        results = [result_type]
-        for extra in list(producer.results)[1:]:
-            sizes, dtype = vtensor_shape(extra.type)
-            sizes = list(sizes)
-            if axis < len(sizes):
-                sizes[axis] = cut.size
-            results.append(vtensor_type(sizes, dtype))
-        moved = ir.Operation.create(producer.name, results=results, operands=operands,
-                                    attributes={a.name: a.attr for a in producer.attributes})
-        return self._record(moved.results[0], producer.results[0], axis, cut)
-
-    def _cut(self, cut: _Cut, value: ir.Value, axis: int) -> ir.Value:
-        return self._record(cut.apply(value, axis), value, axis, cut)
-
-    def _record(self, new: ir.Value, old: ir.Value, axis: int, cut: _Cut) -> ir.Value:
+    def record(self, new: ir.Value, old: ir.Value, axis: int, cut: _Cut) -> ir.Value:
         """``new`` has ``old``'s dims but the cut axis: later moves (and the range
         checks of selects above them) read it from the analysis."""
         dims = self.analysis.dims.get(old)
@@ -555,16 +584,120 @@ class _Hoister:
         return new
 
 
+# -- patterns -------------------------------------------------------------------
+def select_as_row_slice(h: _Hoister, op, rewriter) -> bool:
+    """select(v, a, i) -> squeeze(slice(v, a, i, i + 1), a), when the slice can
+    move (and row i provably exists: otherwise the select must keep raising
+    its index error)."""
+    source, axis, index = op.operands[0], constant_int(op.operands[1]), constant_int(op.operands[2])
+    shape = vtensor_shape(source.type)
+    if axis is None or index is None or shape is None:
+        return False
+    axis %= len(shape[0])
+    size = h.dims(source)[axis]
+    row = sympy.Integer(index) if index >= 0 else None if size is None else size + index
+    if not h.inside(row, size):
+        return False  # may be out of range: the select must keep raising its error
+    if not h.movable(source, axis, _Cut("slice", None, 1)):
+        return False
+    with ir.InsertionPoint(op), op.location:
+        if index >= 0:
+            start, end = int_constant(index), int_constant(index + 1)
+        else:
+            start = h.builder.build(size + index) if size is not None else None
+            end = h.builder.build(size + index + 1) if size is not None else None
+            if start is None or end is None:
+                return False
+        cut = _Cut("slice", [start, end, int_constant(1)], 1)
+        row = h.cut(cut, source, axis)
+        value = ir.Operation.create("torch.aten.squeeze.dim", results=[op.results[0].type],
+                                    operands=[row, int_constant(axis)]).result
+    rewriter.replace_op(op, [value])
+    return True
+
+
+def move_selection(h: _Hoister, op, rewriter) -> bool:
+    """slice(producer(...)) or index_select(producer(...)) -> producer(selected
+    operands), by the producer's rule; the producer goes when nothing else
+    reads it."""
+    source, axis = op.operands[0], constant_int(op.operands[1])
+    shape, result = vtensor_shape(source.type), vtensor_shape(op.results[0].type)
+    if axis is None or shape is None or result is None:
+        return False
+    axis %= len(shape[0])
+    kind = "slice" if op.operation.name == "torch.aten.slice.Tensor" else "index"
+    if kind == "index" and len(vtensor_shape(op.operands[2].type)[0]) != 1:
+        return False
+    cut = _Cut(kind, list(op.operands[2:]), result[0][axis])
+    multi = defining_op(source)
+    if multi is not None and multi.name in _MULTI_RESULT:
+        return h.move_every_result(op, rewriter, multi, axis, cut)
+    producer = h.producer_if_movable(source, axis, cut)
+    if producer is None:
+        return False
+    with ir.InsertionPoint(op), op.location:
+        value = h.move(producer, axis, cut, op.results[0].type)
+    if value is None:
+        return False
+    rewriter.replace_op(op, [value])
+    if not any(_has_real_users(r) for r in producer.results):
+        # Dead but for its bindings: erased here so that the next selection
+        # up sees its own producer with one user.
+        for user in [use.owner for r in producer.results for use in r.uses]:
+            rewriter.erase_op(user)
+        rewriter.erase_op(producer)
+    return True
+
+
+def gather_as_index_select(h: _Hoister, op, rewriter) -> bool:
+    """gather(x, d, expand(idx)) with one index for every position of the other
+    axes (idx of size 1 on them, expanded to x's sizes) is index_select(x, d,
+    idx as 1-D): then it moves like one."""
+    source, axis, index = op.operands[0], constant_int(op.operands[1]), op.operands[2]
+    expand = defining_op(index)
+    shape = vtensor_shape(source.type)
+    if axis is None or shape is None or expand is None or expand.name != "torch.aten.expand":
+        return False
+    rank = len(shape[0])
+    axis %= rank
+    base = expand.operands[0]
+    base_shape = vtensor_shape(base.type)
+    if base_shape is None or len(base_shape[0]) != rank:
+        return False
+    if any(n != 1 for i, n in enumerate(base_shape[0]) if i != axis):
+        return False  # the index differs along another axis: a per-row gather
+    index_dims, source_dims = h.dims(index), h.dims(source)
+    if index_dims is None or source_dims is None or any(
+            not h.same(index_dims[i], source_dims[i]) for i in range(rank) if i != axis):
+        return False  # gather would read only a corner of x there
+    result = vtensor_shape(op.results[0].type)[0]
+    if not h.movable(source, axis, _Cut("index", None, result[axis])):
+        return False
+    with ir.InsertionPoint(op), op.location:
+        flat = base
+        if rank > 1:
+            flat = ir.Operation.create(
+                "torch.aten.flatten.using_ints",
+                results=[vtensor_type([base_shape[0][axis]], base_shape[1])],
+                operands=[base, int_constant(0), int_constant(rank - 1)]).result
+        value = ir.Operation.create("torch.aten.index_select", results=[op.results[0].type],
+                                    operands=[source, int_constant(axis), flat]).result
+    rewriter.replace_op(op, [value])
+    return True
+
+
+# -- selections compared, and the patterns that tidy up -------------------------
 def _selection_key(op) -> tuple | None:
-    """What a slice/index_select selects (kind, axis, bounds or index), without
-    its source; None for other ops."""
+    """What a slice/index_select selects (kind, axis, bounds or index, the
+    result's sizes), without its source or dtype (the results of ``max.dim``
+    differ in dtype); None for other ops."""
     if op.name not in ("torch.aten.slice.Tensor", "torch.aten.index_select"):
         return None
     rank = len(vtensor_shape(op.operands[0].type)[0])
     axis = constant_int(op.operands[1])
     if axis is None:
         return None
-    return (op.name, axis % rank, str(op.results[0].type)) + tuple(
+    return (op.name, axis % rank, tuple(vtensor_shape(op.results[0].type)[0])) + tuple(
         _value_key(v) for v in list(op.operands)[2:])
 
 
@@ -601,7 +734,7 @@ def split_into_slices(op, rewriter) -> bool:
     split = defining_op(op.operands[0])
     if split is None or split.name != "torch.aten.split_with_sizes":
         return False
-    sizes, axis = _int_list(split.operands[1]), constant_int(split.operands[2])
+    sizes, axis = int_list(split.operands[1]), constant_int(split.operands[2])
     if sizes is None or axis is None or len(sizes) != len(op.results):
         return False
     with ir.InsertionPoint(op), op.location:
@@ -616,12 +749,6 @@ def split_into_slices(op, rewriter) -> bool:
     if not list(split.results[0].uses):
         rewriter.erase_op(split)  # so the slices are the value's only users
     return True
-
-
-def _int_list(value: ir.Value) -> list[int] | None:
-    items = list_items(value)
-    values = None if items is None else [constant_int(v) for v in items]
-    return None if values is None or None in values else values
 
 
 def squeeze_of_unsqueeze(op, rewriter) -> bool:
@@ -672,10 +799,10 @@ class HoistSlicesPass(ModulePass):
         for func in functions(module_op):
             hoist_argument_bindings(func)  # root queries go after them
             hoister = _Hoister(func)
-            patterns = [("torch.aten.select.int", hoister.select),
-                        ("torch.aten.slice.Tensor", hoister.slice),
-                        ("torch.aten.index_select", hoister.slice),
-                        ("torch.aten.gather", hoister.gather),
+            patterns = [("torch.aten.select.int", functools.partial(select_as_row_slice, hoister)),
+                        ("torch.aten.slice.Tensor", functools.partial(move_selection, hoister)),
+                        ("torch.aten.index_select", functools.partial(move_selection, hoister)),
+                        ("torch.aten.gather", functools.partial(gather_as_index_select, hoister)),
                         ("torch.aten.squeeze.dim", squeeze_of_unsqueeze),
                         ("torch.prim.ListUnpack", split_into_slices)]
             # Branches that rejoin (x used by both halves of x * tanh(x)) each bring

@@ -1,5 +1,6 @@
 """Write docs/passes.md from the passes themselves: each pass's argument,
-description and options, its class docstring and its module's docstring.
+description and options, its class docstring and the docstring of the module
+that defines it (a pass with helpers is a package: its ``pass_`` module).
 
     python tools/gen_pass_docs.py            # rewrite docs/passes.md
     python tools/gen_pass_docs.py --check    # exit 1 when docs/passes.md is stale
@@ -38,7 +39,7 @@ def render() -> str:
         module = sys.modules[cls.__module__]
         source = Path(module.__file__).relative_to(DOC.parent.parent)
         lines += [f"## `{argument}`", "", f"{cls.description}", "",
-                  f"Source: `passes/{source.name}` (`{cls.__qualname__}`)."]
+                  f"Source: `{source.as_posix()}` (`{cls.__qualname__}`){_helpers(source)}."]
         options = cls.options()
         if options:
             lines += ["", "Options:"]
@@ -49,6 +50,15 @@ def render() -> str:
                 lines += ["", text]
         lines.append("")
     return "\n".join(lines)
+
+
+def _helpers(source: Path) -> str:
+    """", with its helpers ..." for a pass module in a package of its own."""
+    if source.parent.name == "passes":
+        return ""
+    helpers = sorted(p.name for p in (DOC.parent.parent / source.parent).glob("*.py")
+                     if p.name not in ("__init__.py", source.name))
+    return ", with its helpers " + ", ".join(f"`{h}`" for h in helpers) if helpers else ""
 
 
 def _own_doc(cls) -> str | None:

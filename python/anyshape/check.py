@@ -137,7 +137,7 @@ class PaddingContract:
 def padding_contract(module) -> PaddingContract | None:
     import re
 
-    from anyshape.passes.eliminate_padding import PADDING_ATTR
+    from anyshape.passes.eliminate_padding.pass_ import PADDING_ATTR
 
     stage = next((s for s in module.stages if s.startswith("anyshape-eliminate-padding")), None)
     if stage is None:

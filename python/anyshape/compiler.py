@@ -28,7 +28,7 @@ from anyshape.iree.parameters import ARCHIVE, externalize_weights
 from anyshape.iree.workarounds import separate_dynamic_operand_packing
 from anyshape.mlir import MLIRError, ir, module_to_bytecode, new_context, parse_module, versions
 from anyshape.passes import DEFAULT_PIPELINE
-from anyshape.passes.eliminate_padding import dense_twin
+from anyshape.passes.eliminate_padding.pass_ import dense_twin
 from anyshape.pipeline import (diagnostics_of, make_anyshape_pass, opt_command_flag, run_pipeline,
                                split_pass_element)
 from anyshape.runtime import CompiledModule, check_threads

@@ -2,7 +2,7 @@
 
 ``count_flops(module)`` returns a :class:`FlopReport` for one function;
 ``count_module_flops`` one per function. Dims come from
-:class:`~anyshape.passes.shape_analysis.ShapeAnalysis`, so a count is a
+:class:`~anyshape.passes.torch_ir.shape_analysis.ShapeAnalysis`, so a count is a
 polynomial over the symbols rooted at argument dims (the
 ``torch.symbolic_int`` names where the import bound them, ``arg{i}_dim{j}``
 for dynamic argument dims nothing binds); ``report.symbols`` says which
@@ -69,8 +69,8 @@ import sympy
 
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir, new_context, parse_module
-from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import defining_op, is_none
+from anyshape.passes.torch_ir.constants import constant_number, is_none
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
 
 __all__ = ["FlopReport", "UnknownOp", "count_flops", "count_module_flops", "FREE",
            "PER_OUTPUT_ELEMENT", "PER_INPUT_ELEMENT", "MATMULS"]
@@ -366,17 +366,6 @@ def _is_tensor_type(type_: ir.Type) -> bool:
     return text.startswith(("!torch.vtensor", "!torch.tensor", "tensor<"))
 
 
-def _constant_number(value: ir.Value) -> float | None:
-    op = defining_op(value)
-    if op is None:
-        return None
-    if op.name == "torch.constant.int":
-        return ir.IntegerAttr(op.attributes["value"]).value
-    if op.name == "torch.constant.float":
-        return ir.FloatAttr(op.attributes["value"]).value
-    return None
-
-
 class _FunctionCounter:
     def __init__(self, func: ir.Operation):
         self.analysis = ShapeAnalysis(func)
@@ -429,7 +418,7 @@ class _FunctionCounter:
             return PER_INPUT_ELEMENT[name] * self.numel(op.operands[0], "the input"), 0
         if name in ("torch.aten.add.Tensor", "torch.aten.sub.Tensor", "torch.aten.add.Scalar",
                     "torch.aten.sub.Scalar", "torch.aten.rsub.Scalar", "torch.aten.rsub.Tensor"):
-            alpha = _constant_number(op.operands[2]) if len(op.operands) > 2 else 1
+            alpha = constant_number(op.operands[2]) if len(op.operands) > 2 else 1
             per_element = 1 if alpha == 1 else 2
             return per_element * self.numel(op.results[0], "the result"), 0
         if name in ("torch.aten.layer_norm", "torch.aten.native_layer_norm"):
@@ -449,7 +438,7 @@ class _FunctionCounter:
             has_bias = len(op.operands) > 2 and not is_none(op.operands[2])
             extra = out if has_bias else 0
         elif op.name in ("torch.aten.addmm", "torch.aten.baddbmm"):
-            beta, alpha = (_constant_number(v) for v in op.operands[3:5])
+            beta, alpha = (constant_number(v) for v in op.operands[3:5])
             if beta != 0:
                 extra += out  # + self
                 extra += 0 if beta == 1 else out

@@ -211,3 +211,31 @@ func.func @reduction_of_a_0d_tensor(%arg0: !torch.vtensor<[?],f32>, %arg1: !torc
   %1 = torch.aten.add.Tensor %arg0, %0, %int1 : !torch.vtensor<[?],f32>, !torch.vtensor<[],f32>, !torch.int -> !torch.vtensor<[?],f32>
   return %1 : !torch.vtensor<[?],f32>
 }
+
+// -----
+
+/// var.dim, std.dim and var_mean.dim take their dims at operand 1 and keepdim
+/// at operand 3 (unbiased in between), as the .correction forms do: a size of
+/// their results is rooted like any other.
+// CHECK-LABEL: func.func @rooted_through_var_dim_forms
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,8],f32>)
+// CHECK: %[[L:.*]] = torch.aten.size.int %[[X]], %{{.*}}
+// CHECK-NOT: torch.aten.size.int
+// CHECK: return %[[L]], %[[L]], %[[L]]
+func.func @rooted_through_var_dim_forms(%arg0: !torch.vtensor<[?,?,8],f32>) -> (!torch.int, !torch.int, !torch.int) {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 2, max_val = 512} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1, 8)> : !torch.vtensor<[?,?,8],f32>
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %true = torch.constant.bool true
+  %false = torch.constant.bool false
+  %dims = torch.prim.ListConstruct %int2 : (!torch.int) -> !torch.list<int>
+  %0 = torch.aten.var.dim %arg0, %dims, %true, %false : !torch.vtensor<[?,?,8],f32>, !torch.list<int>, !torch.bool, !torch.bool -> !torch.vtensor<[?,?],f32>
+  %1 = torch.aten.std.dim %arg0, %dims, %true, %true : !torch.vtensor<[?,?,8],f32>, !torch.list<int>, !torch.bool, !torch.bool -> !torch.vtensor<[?,?,1],f32>
+  %var, %mean = torch.aten.var_mean.dim %arg0, %dims, %true, %false : !torch.vtensor<[?,?,8],f32>, !torch.list<int>, !torch.bool, !torch.bool -> !torch.vtensor<[?,?],f32>, !torch.vtensor<[?,?],f32>
+  %2 = torch.aten.size.int %0, %int1 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  %3 = torch.aten.size.int %1, %int1 : !torch.vtensor<[?,?,1],f32>, !torch.int -> !torch.int
+  %4 = torch.aten.size.int %mean, %int1 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
+  return %2, %3, %4 : !torch.int, !torch.int, !torch.int
+}

@@ -153,3 +153,21 @@ func.func @head_split_gathered_unsplit(%x: !torch.vtensor<[?,?,4],f32>, %mask: !
   %1 = torch.aten.unflatten.int %0, %int2, %heads : !torch.vtensor<[?,?,4],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,?,2,2],f32>
   return %1 : !torch.vtensor<[?,?,2,2],f32>
 }
+
+// -----
+
+/// An empty dims list reduces every dim (as torch reads it), the padded
+/// positions too: refused, naming the reduction.
+func.func @negative_sum_over_every_dim(%x: !torch.vtensor<[?,?,4],f32>, %mask: !torch.vtensor<[?,?],si64>, %w: !torch.vtensor<[4,4],f32>) -> !torch.vtensor<[],f32> {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %x, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1, 4)> : !torch.vtensor<[?,?,4],f32>
+  torch.bind_symbolic_shape %mask, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],si64>
+  %none = torch.constant.none
+  %false = torch.constant.bool false
+  %0 = torch.aten.linear %x, %w, %none : !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[4,4],f32>, !torch.none -> !torch.vtensor<[?,?,4],f32>
+  %dims = torch.prim.ListConstruct  : () -> !torch.list<int>
+  // expected-error@+1 {{'torch.aten.sum.dim_IntList' reads across positions (a reduction sums over padded positions)}}
+  %1 = torch.aten.sum.dim_IntList %0, %dims, %false, %none : !torch.vtensor<[?,?,4],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[],f32>
+  return %1 : !torch.vtensor<[],f32>
+}

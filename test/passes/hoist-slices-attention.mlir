@@ -1,5 +1,6 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-hoist-slices | FileCheck %s
 
+/// [Pattern: through_matmul, through_softmax, through_elementwise (decomposed attention)]
 /// The last encoder layer of a classifier, decomposed attention with a
 /// residual: out = (softmax(Q Kᵀ s + mask) V) Wo + h, then out[:, 0]. The row
 /// moves into Q and the mask rows, never into K or V; h is needed whole by K,
@@ -48,6 +49,7 @@ func.func @encoder_layer_classifier_row(%h: !torch.vtensor<[?,?,8],f32>, %mask: 
 
 // -----
 
+/// [Pattern: through_attention]
 /// scaled_dot_product_attention (not decomposed): a row of the output is a row
 /// of Q with its mask row; K and V whole.
 // CHECK-LABEL: func.func @sdpa_query_rows
@@ -92,6 +94,7 @@ func.func @negative_sdpa_causal(%q: !torch.vtensor<[1,2,8,4],f32>, %k: !torch.vt
 
 // -----
 
+/// [Pattern: split_into_slices]
 /// A fused QKV projection split into Q, K and V: the split becomes three
 /// column slices, each takes its own copy of the projection (together the same
 /// work), so the Q part alone can be row-sliced. K and V stay whole.
@@ -122,6 +125,7 @@ func.func @fused_qkv_split(%x: !torch.vtensor<[?,?,8],f32>, %w: !torch.vtensor<[
 
 // -----
 
+/// [Pattern: move_selection (a producer other users need whole)]
 /// Two selections of one value along different axes: each needs rows the
 /// other drops, so the value is computed whole once and neither moves.
 // CHECK-LABEL: func.func @negative_two_different_selections

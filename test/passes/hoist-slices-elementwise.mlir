@@ -1,5 +1,6 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-hoist-slices | FileCheck %s
 
+/// [Pattern: through_elementwise]
 /// features[:, 0] of gelu(x + bias): the row is selected from x, the bias
 /// ([H], no sequence axis) broadcasts as before, and gelu runs on one row.
 // CHECK-LABEL: func.func @select_moves_through_elementwise
@@ -59,6 +60,29 @@ func.func @negative_operand_may_broadcast(%arg0: !torch.vtensor<[?,?,8],f32>, %a
 
 // -----
 
+/// index_select of rows [L] -> [n] moves like a slice: each operand with the
+/// full axis gets the same index_select.
+// CHECK-LABEL: func.func @index_select_moves_through_where
+// CHECK-SAME: (%[[C:.*]]: !torch.vtensor<[?,?],i1>, %[[X:.*]]: !torch.vtensor<[?,?],f32>, %[[IDX:.*]]: !torch.vtensor<[3],si64>)
+// CHECK-DAG: %[[CS:.*]] = torch.aten.index_select %[[C]], %{{.*}}, %[[IDX]]
+// CHECK-DAG: %[[XS:.*]] = torch.aten.index_select %[[X]], %{{.*}}, %[[IDX]]
+// CHECK: %[[W:.*]] = torch.aten.where.ScalarOther %[[CS]], %[[XS]]
+// CHECK: return %[[W]]
+func.func @index_select_moves_through_where(%arg0: !torch.vtensor<[?,?],i1>, %arg1: !torch.vtensor<[?,?],f32>, %arg2: !torch.vtensor<[3],si64>) -> !torch.vtensor<[?,3],f32> {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 4} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],i1>
+  torch.bind_symbolic_shape %arg1, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],f32>
+  %int1 = torch.constant.int 1
+  %float = torch.constant.float 0.000000e+00
+  %0 = torch.aten.where.ScalarOther %arg0, %arg1, %float : !torch.vtensor<[?,?],i1>, !torch.vtensor<[?,?],f32>, !torch.float -> !torch.vtensor<[?,?],f32>
+  %1 = torch.aten.index_select %0, %int1, %arg2 : !torch.vtensor<[?,?],f32>, !torch.int, !torch.vtensor<[3],si64> -> !torch.vtensor<[?,3],f32>
+  return %1 : !torch.vtensor<[?,3],f32>
+}
+
+// -----
+
+/// [Pattern: select_as_row_slice]
 /// x[:, -1] with a rooted length L: the row is L - 1, computed from the
 /// argument's dim; a cast and dropout in eval are moved through.
 // CHECK-LABEL: func.func @negative_index_normalized_with_rooted_dim
@@ -91,6 +115,22 @@ func.func @negative_index_normalized_with_rooted_dim(%arg0: !torch.vtensor<[?,?,
 
 // -----
 
+/// x[:, 3] with a length that may be 3 or less: eager raises an index error,
+/// a one-row slice would silently be empty. The select stays.
+// CHECK-LABEL: func.func @negative_select_may_be_out_of_range
+// CHECK: %[[T:.*]] = torch.aten.tanh
+// CHECK: torch.aten.select.int %[[T]]
+func.func @negative_select_may_be_out_of_range(%arg0: !torch.vtensor<[?,?,8],f32>) -> !torch.vtensor<[?,8],f32> {
+  %int1 = torch.constant.int 1
+  %int3 = torch.constant.int 3
+  %0 = torch.aten.tanh %arg0 : !torch.vtensor<[?,?,8],f32> -> !torch.vtensor<[?,?,8],f32>
+  %1 = torch.aten.select.int %0, %int1, %int3 : !torch.vtensor<[?,?,8],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,8],f32>
+  return %1 : !torch.vtensor<[?,8],f32>
+}
+
+// -----
+
+/// [Pattern: through_dropout]
 /// Dropout in training mode draws a fresh mask per element: not moved.
 // CHECK-LABEL: func.func @negative_dropout_in_training
 // CHECK: %[[D:.*]] = torch.aten.dropout
@@ -107,43 +147,7 @@ func.func @negative_dropout_in_training(%arg0: !torch.vtensor<[?,?,8],f32>) -> !
 
 // -----
 
-/// index_select of rows [L] -> [n] moves like a slice: each operand with the
-/// full axis gets the same index_select.
-// CHECK-LABEL: func.func @index_select_moves_through_where
-// CHECK-SAME: (%[[C:.*]]: !torch.vtensor<[?,?],i1>, %[[X:.*]]: !torch.vtensor<[?,?],f32>, %[[IDX:.*]]: !torch.vtensor<[3],si64>)
-// CHECK-DAG: %[[CS:.*]] = torch.aten.index_select %[[C]], %{{.*}}, %[[IDX]]
-// CHECK-DAG: %[[XS:.*]] = torch.aten.index_select %[[X]], %{{.*}}, %[[IDX]]
-// CHECK: %[[W:.*]] = torch.aten.where.ScalarOther %[[CS]], %[[XS]]
-// CHECK: return %[[W]]
-func.func @index_select_moves_through_where(%arg0: !torch.vtensor<[?,?],i1>, %arg1: !torch.vtensor<[?,?],f32>, %arg2: !torch.vtensor<[3],si64>) -> !torch.vtensor<[?,3],f32> {
-  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 4} : !torch.int
-  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
-  torch.bind_symbolic_shape %arg0, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],i1>
-  torch.bind_symbolic_shape %arg1, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],f32>
-  %int1 = torch.constant.int 1
-  %float = torch.constant.float 0.000000e+00
-  %0 = torch.aten.where.ScalarOther %arg0, %arg1, %float : !torch.vtensor<[?,?],i1>, !torch.vtensor<[?,?],f32>, !torch.float -> !torch.vtensor<[?,?],f32>
-  %1 = torch.aten.index_select %0, %int1, %arg2 : !torch.vtensor<[?,?],f32>, !torch.int, !torch.vtensor<[3],si64> -> !torch.vtensor<[?,3],f32>
-  return %1 : !torch.vtensor<[?,3],f32>
-}
-
-// -----
-
-/// x[:, 3] with a length that may be 3 or less: eager raises an index error,
-/// a one-row slice would silently be empty. The select stays.
-// CHECK-LABEL: func.func @negative_select_may_be_out_of_range
-// CHECK: %[[T:.*]] = torch.aten.tanh
-// CHECK: torch.aten.select.int %[[T]]
-func.func @negative_select_may_be_out_of_range(%arg0: !torch.vtensor<[?,?,8],f32>) -> !torch.vtensor<[?,8],f32> {
-  %int1 = torch.constant.int 1
-  %int3 = torch.constant.int 3
-  %0 = torch.aten.tanh %arg0 : !torch.vtensor<[?,?,8],f32> -> !torch.vtensor<[?,?,8],f32>
-  %1 = torch.aten.select.int %0, %int1, %int3 : !torch.vtensor<[?,?,8],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,8],f32>
-  return %1 : !torch.vtensor<[?,8],f32>
-}
-
-// -----
-
+/// [Pattern: gather_as_index_select]
 /// gather(x, 1, expand(idx[1, 2, 1], [B, 2, 8])): the same two rows for every
 /// batch and column, an index_select of idx as 1-D, which then moves.
 // CHECK-LABEL: func.func @gather_of_expanded_index

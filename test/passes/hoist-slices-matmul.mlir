@@ -1,5 +1,6 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-hoist-slices | FileCheck %s
 
+/// [Pattern: through_matmul]
 /// bmm [b, m, k] x [b, k, n] sliced on the batch axis: both operands are.
 // CHECK-LABEL: func.func @bmm_batch_axis
 // CHECK-SAME: (%[[A:.*]]: !torch.vtensor<[4,?,8],f32>, %[[B:.*]]: !torch.vtensor<[4,8,?],f32>)
@@ -34,43 +35,6 @@ func.func @matmul_row_axis(%arg0: !torch.vtensor<[?,?,8],f32>, %arg1: !torch.vte
 
 // -----
 
-/// Sliced on the last (column) axis: the right operand's columns; for linear
-/// the weight's rows and the bias.
-// CHECK-LABEL: func.func @linear_column_axis
-// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,8],f32>, %[[W:.*]]: !torch.vtensor<[16,8],f32>, %[[BIAS:.*]]: !torch.vtensor<[16],f32>)
-// CHECK-DAG: %[[WS:.*]] = torch.aten.slice.Tensor %[[W]], %{{.*}} -> !torch.vtensor<[4,8],f32>
-// CHECK-DAG: %[[BS:.*]] = torch.aten.slice.Tensor %[[BIAS]], %{{.*}} -> !torch.vtensor<[4],f32>
-// CHECK: %[[Y:.*]] = torch.aten.linear %[[X]], %[[WS]], %[[BS]]
-// CHECK: return %[[Y]]
-func.func @linear_column_axis(%arg0: !torch.vtensor<[?,?,8],f32>, %arg1: !torch.vtensor<[16,8],f32>, %arg2: !torch.vtensor<[16],f32>) -> !torch.vtensor<[?,?,4],f32> {
-  %int0 = torch.constant.int 0
-  %int1 = torch.constant.int 1
-  %int2 = torch.constant.int 2
-  %int4 = torch.constant.int 4
-  %0 = torch.aten.linear %arg0, %arg1, %arg2 : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[16,8],f32>, !torch.vtensor<[16],f32> -> !torch.vtensor<[?,?,16],f32>
-  %1 = torch.aten.slice.Tensor %0, %int2, %int0, %int4, %int1 : !torch.vtensor<[?,?,16],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,?,4],f32>
-  return %1 : !torch.vtensor<[?,?,4],f32>
-}
-
-// -----
-
-/// addmm(bias[N], a, b) sliced on rows: a's rows; the bias has no row axis.
-// CHECK-LABEL: func.func @addmm_row_axis_bias_broadcast
-// CHECK-SAME: (%[[BIAS:.*]]: !torch.vtensor<[16],f32>, %[[A:.*]]: !torch.vtensor<[?,8],f32>, %[[B:.*]]: !torch.vtensor<[8,16],f32>)
-// CHECK: %[[AS:.*]] = torch.aten.slice.Tensor %[[A]]
-// CHECK: %[[P:.*]] = torch.aten.addmm %[[BIAS]], %[[AS]], %[[B]]
-// CHECK: return %[[P]]
-func.func @addmm_row_axis_bias_broadcast(%arg0: !torch.vtensor<[16],f32>, %arg1: !torch.vtensor<[?,8],f32>, %arg2: !torch.vtensor<[8,16],f32>) -> !torch.vtensor<[2,16],f32> {
-  %int0 = torch.constant.int 0
-  %int1 = torch.constant.int 1
-  %int2 = torch.constant.int 2
-  %0 = torch.aten.addmm %arg0, %arg1, %arg2, %int1, %int1 : !torch.vtensor<[16],f32>, !torch.vtensor<[?,8],f32>, !torch.vtensor<[8,16],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,16],f32>
-  %1 = torch.aten.slice.Tensor %0, %int0, %int0, %int2, %int1 : !torch.vtensor<[?,16],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,16],f32>
-  return %1 : !torch.vtensor<[2,16],f32>
-}
-
-// -----
-
 /// A batch axis where one operand broadcasts (size 1): only the other is sliced.
 // CHECK-LABEL: func.func @matmul_batch_axis_broadcast_operand
 // CHECK-SAME: (%[[A:.*]]: !torch.vtensor<[4,?,8],f32>, %[[B:.*]]: !torch.vtensor<[1,8,16],f32>)
@@ -98,4 +62,43 @@ func.func @negative_matmul_with_vector(%arg0: !torch.vtensor<[?,8],f32>, %arg1: 
   %0 = torch.aten.matmul %arg0, %arg1 : !torch.vtensor<[?,8],f32>, !torch.vtensor<[8],f32> -> !torch.vtensor<[?],f32>
   %1 = torch.aten.select.int %0, %int0, %int0 : !torch.vtensor<[?],f32>, !torch.int, !torch.int -> !torch.vtensor<[],f32>
   return %1 : !torch.vtensor<[],f32>
+}
+
+// -----
+
+/// [Pattern: through_matmul_with_bias]
+/// addmm(bias[N], a, b) sliced on rows: a's rows; the bias has no row axis.
+// CHECK-LABEL: func.func @addmm_row_axis_bias_broadcast
+// CHECK-SAME: (%[[BIAS:.*]]: !torch.vtensor<[16],f32>, %[[A:.*]]: !torch.vtensor<[?,8],f32>, %[[B:.*]]: !torch.vtensor<[8,16],f32>)
+// CHECK: %[[AS:.*]] = torch.aten.slice.Tensor %[[A]]
+// CHECK: %[[P:.*]] = torch.aten.addmm %[[BIAS]], %[[AS]], %[[B]]
+// CHECK: return %[[P]]
+func.func @addmm_row_axis_bias_broadcast(%arg0: !torch.vtensor<[16],f32>, %arg1: !torch.vtensor<[?,8],f32>, %arg2: !torch.vtensor<[8,16],f32>) -> !torch.vtensor<[2,16],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %0 = torch.aten.addmm %arg0, %arg1, %arg2, %int1, %int1 : !torch.vtensor<[16],f32>, !torch.vtensor<[?,8],f32>, !torch.vtensor<[8,16],f32>, !torch.int, !torch.int -> !torch.vtensor<[?,16],f32>
+  %1 = torch.aten.slice.Tensor %0, %int0, %int0, %int2, %int1 : !torch.vtensor<[?,16],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,16],f32>
+  return %1 : !torch.vtensor<[2,16],f32>
+}
+
+// -----
+
+/// [Pattern: through_linear]
+/// Sliced on the last (column) axis: the right operand's columns; for linear
+/// the weight's rows and the bias.
+// CHECK-LABEL: func.func @linear_column_axis
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,8],f32>, %[[W:.*]]: !torch.vtensor<[16,8],f32>, %[[BIAS:.*]]: !torch.vtensor<[16],f32>)
+// CHECK-DAG: %[[WS:.*]] = torch.aten.slice.Tensor %[[W]], %{{.*}} -> !torch.vtensor<[4,8],f32>
+// CHECK-DAG: %[[BS:.*]] = torch.aten.slice.Tensor %[[BIAS]], %{{.*}} -> !torch.vtensor<[4],f32>
+// CHECK: %[[Y:.*]] = torch.aten.linear %[[X]], %[[WS]], %[[BS]]
+// CHECK: return %[[Y]]
+func.func @linear_column_axis(%arg0: !torch.vtensor<[?,?,8],f32>, %arg1: !torch.vtensor<[16,8],f32>, %arg2: !torch.vtensor<[16],f32>) -> !torch.vtensor<[?,?,4],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int4 = torch.constant.int 4
+  %0 = torch.aten.linear %arg0, %arg1, %arg2 : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[16,8],f32>, !torch.vtensor<[16],f32> -> !torch.vtensor<[?,?,16],f32>
+  %1 = torch.aten.slice.Tensor %0, %int2, %int0, %int4, %int1 : !torch.vtensor<[?,?,16],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,?,4],f32>
+  return %1 : !torch.vtensor<[?,?,4],f32>
 }

@@ -1,5 +1,6 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-hoist-slices | FileCheck %s
 
+/// [Pattern: through_unflatten, through_flatten]
 /// [B, L, H] -> [B*L, H] -> mm -> [B, L, N], then [:, -1]: one row per batch of
 /// the merged axis is the strided slice (L-1)::L; through the mm it becomes
 /// one row of the unmerged input. The mm runs on B rows, not B*L.
@@ -33,6 +34,7 @@ func.func @sequence_row_through_merged_axis(%arg0: !torch.vtensor<[?,?,8],f32>, 
 
 // -----
 
+/// [Pattern: through_unflatten]
 /// Slicing the batch axis of [B, L, H] -> [B, L, 2, 4] (heads split, an
 /// unflatten of a later axis): the axis keeps its number.
 // CHECK-LABEL: func.func @batch_slice_through_head_split
@@ -72,6 +74,7 @@ func.func @negative_multi_row_slice_of_merged_axis(%arg0: !torch.vtensor<[?,8],f
 
 // -----
 
+/// [Pattern: through_transpose, through_permute]
 /// Transpose and permute remap the axis: axis 2 of permute(x, [0, 2, 1, 3]) is
 /// axis 1 of x, and axis 1 of transpose(y, 1, 2) is axis 2 of y.
 // CHECK-LABEL: func.func @transpose_and_permute_remap
@@ -94,6 +97,7 @@ func.func @transpose_and_permute_remap(%arg0: !torch.vtensor<[?,?,2,4],f32>) -> 
 
 // -----
 
+/// [Pattern: through_unsqueeze, through_squeeze, through_expand]
 /// unsqueeze/squeeze shift the axis; an expand of a full axis keeps it (-1),
 /// and a broadcast axis (size 1) gets the selected size.
 // CHECK-LABEL: func.func @unsqueeze_and_expand

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from anyshape.dialects import builtin_tensor_text, vtensor_shape
 from anyshape.mlir import iree_bindings
-from anyshape.passes.torch_ir import ELEMENTWISE
+from anyshape.passes.torch_ir.ops import ELEMENTWISE
 
 # Products, and the operands of each that IREE's data tiling packs (not a
 # linear's bias or addmm's added term).

@@ -31,18 +31,10 @@ import sympy
 
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
-from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import (bool_constant, constant_int, defining_op, int_constant, list_items,
-                                      static_info_cast, vtensor_type)
-
-# Elementwise ops whose tensor operands broadcast against each other.
-BROADCASTING_ELEMENTWISE = {
-    "torch.aten.add.Tensor", "torch.aten.sub.Tensor", "torch.aten.mul.Tensor",
-    "torch.aten.div.Tensor", "torch.aten.where.self", "torch.aten.maximum", "torch.aten.minimum",
-    "torch.aten.eq.Tensor", "torch.aten.ne.Tensor", "torch.aten.lt.Tensor", "torch.aten.gt.Tensor",
-    "torch.aten.le.Tensor", "torch.aten.ge.Tensor", "torch.aten.bitwise_and.Tensor",
-    "torch.aten.bitwise_or.Tensor", "torch.aten.logical_and", "torch.aten.logical_or",
-}
+from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int_constant,
+                                                int_list_construct, list_items)
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir.values import defining_op, static_info_cast, vtensor_type
 
 
 def _same(a, b) -> bool:
@@ -79,9 +71,7 @@ def rewrite_expand(op, rewriter, analysis: ShapeAnalysis) -> bool:
         return False
     with ir.InsertionPoint(op), op.location:
         minus_one = int_constant(-1)
-        size_list = ir.Operation.create(
-            "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
-            operands=[minus_one if i in renamed else v for i, v in enumerate(items)]).result
+        size_list = int_list_construct([minus_one if i in renamed else v for i, v in enumerate(items)])
         expanded = ir.Operation.create(op.name, results=[op.results[0].type],
                                        operands=[source, size_list, *op.operands[2:]]).result
     analysis.dims[expanded] = analysis.dims.get(op.results[0])
@@ -104,9 +94,7 @@ def sink_expand_below_embedding(op, rewriter, analysis: ShapeAnalysis) -> bool:
         looked_up = ir.Operation.create(
             op.name, results=[vtensor_type(index_shape[0] + table_shape[0][-1:], result_shape[1])],
             operands=[op.operands[0], index, *op.operands[2:]]).result
-        size_list = ir.Operation.create(
-            "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
-            operands=[*items, int_constant(-1)]).result
+        size_list = int_list_construct([*items, int_constant(-1)])
         expanded = ir.Operation.create(
             "torch.aten.expand", results=[op.results[0].type],
             operands=[looked_up, size_list, index_op.operands[2]]).result
@@ -267,9 +255,7 @@ def and_with_all_true(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
             else:
                 sizes = [int_constant(-1) if s else builder.build(result_dims[i])
                          for i, s in enumerate(same)]
-                size_list = ir.Operation.create(
-                    "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
-                    operands=sizes).result
+                size_list = int_list_construct(sizes)
                 replacement = ir.Operation.create(
                     "torch.aten.expand", results=[result.type],
                     operands=[kept, size_list, bool_constant(False)]).result

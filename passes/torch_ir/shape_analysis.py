@@ -17,9 +17,27 @@ import sympy
 
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
-from anyshape.passes.torch_ir import constant_int, defining_op, is_none, list_items, size_query
+from anyshape.passes.torch_ir.constants import constant_int, int_list, is_none, list_items
+from anyshape.passes.torch_ir.ops import (BROADCASTING, REDUCTIONS, SAME_SHAPE, keepdim,
+                                          reduced_axes)
+from anyshape.passes.torch_ir.values import defining_op
 
 Expr = sympy.Expr
+
+
+def size_query(value: ir.Value) -> tuple[ir.Value, int] | None:
+    """(tensor, non-negative dim) when ``value`` is ``aten.size.int tensor, <constant>``."""
+    op = defining_op(value)
+    if op is None or op.name != "torch.aten.size.int":
+        return None
+    tensor, dim_value = op.operands
+    dim = constant_int(dim_value)
+    shape = vtensor_shape(tensor.type)
+    if dim is None or shape is None:
+        return None
+    rank = len(shape[0])
+    dim = dim + rank if dim < 0 else dim
+    return (tensor, dim) if 0 <= dim < rank else None
 
 
 def _symbol(name: str) -> sympy.Symbol:
@@ -50,41 +68,6 @@ def affine_to_sympy(expr, operand_symbols: list[Expr | None]) -> Expr | None:
     return None
 
 
-_ELEMENTWISE_BINARY = {
-    "torch.aten.add.Tensor", "torch.aten.sub.Tensor", "torch.aten.mul.Tensor",
-    "torch.aten.div.Tensor", "torch.aten.pow.Tensor_Tensor", "torch.aten.where.self",
-    "torch.aten.maximum", "torch.aten.minimum", "torch.aten.eq.Tensor", "torch.aten.ne.Tensor",
-    "torch.aten.lt.Tensor", "torch.aten.gt.Tensor", "torch.aten.le.Tensor", "torch.aten.ge.Tensor",
-    "torch.aten.bitwise_and.Tensor", "torch.aten.bitwise_or.Tensor", "torch.aten.masked_fill.Scalar",
-    "torch.aten.masked_fill.Tensor", "torch.aten.where.ScalarOther", "torch.aten.where.ScalarSelf",
-    "torch.aten.logical_and", "torch.aten.logical_or",
-}
-# Ops whose result has the shape of their first operand.
-_SAME_SHAPE = {
-    "torch.aten.tanh", "torch.aten.relu", "torch.aten.gelu", "torch.aten.erf", "torch.aten.neg",
-    "torch.aten.rsqrt", "torch.aten.sqrt", "torch.aten.exp", "torch.aten.sigmoid",
-    "torch.aten.clone", "torch.aten.contiguous", "torch.aten.to.dtype", "torch.aten._to_copy",
-    "torch.aten.add.Scalar", "torch.aten.sub.Scalar", "torch.aten.mul.Scalar",
-    "torch.aten.div.Scalar", "torch.aten.pow.Tensor_Scalar", "torch.aten.softmax.int",
-    "torch.aten._softmax", "torch.aten.log_softmax.int", "torch.aten.layer_norm",
-    "torch.aten.dropout", "torch.aten.ne.Scalar", "torch.aten.eq.Scalar", "torch.aten.ge.Scalar",
-    "torch.aten.gt.Scalar", "torch.aten.lt.Scalar", "torch.aten.le.Scalar",
-    "torch.aten.cumsum", "torch.aten.tensor_static_info_cast", "torch.aten.logical_not",
-    "torch.aten.bitwise_not", "torch.aten.abs", "torch.aten.log", "torch.aten.sin",
-    "torch.aten.cos", "torch.aten.silu", "torch.aten.ones_like", "torch.aten.zeros_like",
-    "torch.aten.full_like", "torch.aten.empty_like", "torch.aten.type_as",
-    "torch.aten.to.dtype_layout",
-    "torch.aten.detach", "torch.aten.alias", "torch.aten._log_softmax", "torch.aten.rsub.Scalar",
-    "torch.prims.convert_element_type", "torch.aten.native_layer_norm",
-}
-# Reductions: (input, dims, keepdim) operand positions.
-_REDUCTIONS = {
-    "torch.aten.sum.dim_IntList": (1, 2), "torch.aten.mean.dim": (1, 2), "torch.aten.amax": (1, 2),
-    "torch.aten.amin": (1, 2), "torch.aten.any.dim": (1, 2), "torch.aten.all.dim": (1, 2),
-    "torch.aten.max.dim": (1, 2), "torch.aten.min.dim": (1, 2), "torch.aten.argmax": (1, 2),
-    "torch.aten.argmin": (1, 2), "torch.aten.var.correction": (1, 3), "torch.aten.var_mean.correction": (1, 3),
-    "torch.aten.std.correction": (1, 3), "torch.aten.logsumexp": (1, 2), "torch.aten.prod.dim_int": (1, 2),
-}
 # Constructors from a size list: operand position of the list.
 _FROM_SIZE_LIST = {
     "torch.aten.ones": 0, "torch.aten.zeros": 0, "torch.aten.empty.memory_format": 0,
@@ -217,9 +200,9 @@ class ShapeAnalysis:
     def _derive(self, op: ir.Operation, rank: int) -> list[Expr | None] | None:
         name = op.name
         operands = list(op.operands)
-        if name in _SAME_SHAPE and operands:
+        if name in SAME_SHAPE and operands:
             return self._operand_dims(operands[0])
-        if name in _ELEMENTWISE_BINARY:
+        if name in BROADCASTING:
             return self.broadcast([self._operand_dims(v) for v in operands
                                     if vtensor_shape(v.type) is not None], rank)
         if name in ("torch.aten.transpose.int",):
@@ -233,7 +216,7 @@ class ShapeAnalysis:
             return dims
         if name == "torch.aten.permute":
             dims = self._operand_dims(operands[0])
-            order = _int_list(operands[1])
+            order = int_list(operands[1])
             if dims is None or order is None:
                 return None
             return [dims[p % len(dims)] for p in order]
@@ -328,8 +311,8 @@ class ShapeAnalysis:
                 return None
             axis %= len(dims)
             return dims[:axis] + index + dims[axis + 1:]
-        if name in _REDUCTIONS:
-            return self._reduced(dims, operands, *_REDUCTIONS[name])
+        if name in REDUCTIONS:
+            return self._reduced(op, dims)
         if name in ("torch.aten.addmm", "torch.aten.baddbmm"):
             lhs, rhs = self._operand_dims(operands[1]), self._operand_dims(operands[2])
             if lhs is None or rhs is None:
@@ -353,18 +336,13 @@ class ShapeAnalysis:
         out[axis] = sympy.Add(*[s[axis] for s in shapes])
         return out
 
-    def _reduced(self, dims: list, operands: list, dims_at: int, keepdim_at: int):
-        reduced = _int_list(operands[dims_at])
-        if reduced is None:
-            single = constant_int(operands[dims_at])
-            reduced = None if single is None else [single]
-        keepdim = _constant_bool(operands[keepdim_at]) if keepdim_at < len(operands) else None
-        if reduced is None or keepdim is None:
+    def _reduced(self, op, dims: list):
+        reduced, keep = reduced_axes(op, len(dims)), keepdim(op)
+        if reduced is None or keep is None:
             return None
         if not dims:  # torch takes dim 0 or -1 of a 0-d tensor as the tensor itself
             return []
-        reduced = {r % len(dims) for r in reduced} if reduced else set(range(len(dims)))
-        if keepdim:
+        if keep:
             return [sympy.Integer(1) if i in reduced else d for i, d in enumerate(dims)]
         return [d for i, d in enumerate(dims) if i not in reduced]
 
@@ -469,15 +447,3 @@ class ShapeAnalysis:
                 out.append(None)  # e.g. s0 against s1: either may be 1 at run time
         return out
 
-
-def _constant_bool(value: ir.Value) -> bool | None:
-    op = defining_op(value)
-    if op is None or op.name != "torch.constant.bool":
-        return None
-    return ir.BoolAttr(op.attributes["value"]).value
-
-
-def _int_list(value: ir.Value) -> list[int] | None:
-    values = list_items(value)
-    items = None if values is None else [constant_int(v) for v in values]
-    return None if items is None or any(i is None for i in items) else items

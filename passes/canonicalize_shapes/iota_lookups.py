@@ -24,9 +24,10 @@ import sympy
 
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
-from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import (bool_constant, constant_int, defining_op, dtype_code, int_constant,
-                                      list_items, size_query, static_info_cast, vtensor_type)
+from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int_constant,
+                                                int_list_construct, list_items)
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, size_query
+from anyshape.passes.torch_ir.values import defining_op, dtype_code, static_info_cast, vtensor_type
 
 
 def _trace_to_iota(index: ir.Value):
@@ -196,9 +197,7 @@ def rewrite_iota_lookup(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
                 items = list_items(arg)
                 if items is None:
                     return False
-                size_list = ir.Operation.create(
-                    "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
-                    operands=items + [int_constant(-1)]).result
+                size_list = int_list_construct(items + [int_constant(-1)])
                 expanded = vtensor_shape(op.results[0].type)[0]
                 dims = expanded[:len(items)] + dims[len(items):]
                 false = bool_constant(False)

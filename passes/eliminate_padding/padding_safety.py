@@ -33,8 +33,11 @@ import sympy
 
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
-from anyshape.passes.shape_analysis import _REDUCTIONS as REDUCTION_OPERANDS
-from anyshape.passes.torch_ir import ELEMENTWISE, constant_int, defining_op, list_items
+from anyshape.passes.torch_ir.constants import constant_int, constant_number, list_items
+from anyshape.passes.torch_ir.ops import (BROADCASTING, ELEMENTWISE, LAYER_NORMS,
+                                          REDUCTIONS, SOFTMAXES, VIEWS, dropout_in_eval,
+                                          keepdim, reduced_axes)
+from anyshape.passes.torch_ir.values import defining_op
 
 BIG_NEGATIVE = -1e30
 FACTS = frozenset({"keep", "pad", "add", "dead", "zero"})
@@ -59,29 +62,26 @@ class Poison:
 _CASTS = {"torch.aten._to_copy", "torch.aten.to.dtype", "torch.prims.convert_element_type",
           "torch.aten.clone", "torch.aten.contiguous", "torch.aten.detach", "torch.aten.alias",
           "torch.tensor_static_info_cast", "torch.aten.type_as", "torch.aten.to.dtype_layout"}
-_SOFTMAX = {"torch.aten.softmax.int": True, "torch.aten._softmax": True,
-            "torch.aten.log_softmax.int": False, "torch.aten._log_softmax": False}
 _MATMULS = {"torch.aten.bmm", "torch.aten.matmul", "torch.aten.mm"}
 _ZERO_FILLS = {"torch.aten.zeros_like", "torch.aten.zeros", "torch.aten.new_zeros"}
 
 
-def float_constant(value: ir.Value) -> float | None:
+def held_number(value: ir.Value) -> float | None:
     """The number a scalar operand, a 0-d tensor or a splat literal holds."""
     op = defining_op(value)
     if op is None:
         return None
     if op.name in ("torch.constant.float", "torch.constant.int"):
-        attr = op.attributes["value"]
-        return ir.FloatAttr(attr).value if op.name.endswith("float") else ir.IntegerAttr(attr).value
+        return constant_number(value)
     if op.name in ("torch.aten.scalar_tensor", "torch.aten.full_like", "torch.aten.new_full",
                    "torch.aten.full"):
-        return float_constant(op.operands[1] if op.name in ("torch.aten.full_like",
+        return held_number(op.operands[1] if op.name in ("torch.aten.full_like",
                                                             "torch.aten.new_full",
                                                             "torch.aten.full") else op.operands[0])
     if op.name in _ZERO_FILLS:
         return 0.0
     if op.name in _CASTS:
-        return float_constant(op.operands[0])
+        return held_number(op.operands[0])
     if op.name == "torch.vtensor.literal":
         try:
             dense = ir.DenseElementsAttr(op.attributes["value"])
@@ -143,9 +143,9 @@ class PaddingSafety:
             if any(s is not None and tainted(s) for s in states):
                 raise _Unsafe("a tainted tensor becomes a non-tensor value")
             return [None] * len(op.results)
-        if name in _SOFTMAX:
-            return [self._softmax(op, states[0], _SOFTMAX[name])]
-        if name in REDUCTION_OPERANDS:
+        if name in SOFTMAXES:
+            return [self._softmax(op, states[0], not SOFTMAXES[name].log)]
+        if name in REDUCTIONS:
             return [self._reduction(op, states[0])] * len(op.results)
         if name in _MATMULS:
             return [self._matmul(op, states[0], states[1])]
@@ -156,12 +156,10 @@ class PaddingSafety:
             if any(s is not None and tainted(s) for s in states[1:]):
                 raise _Unsafe("a linear's weight depends on padded values")
             return [_drop_facts(roles[:-1]) + [_NO_ROLES]]
-        if name in ("torch.aten.layer_norm", "torch.aten.native_layer_norm"):
+        if name in LAYER_NORMS:
             return self._layer_norm(op, states)
         if name == "torch.aten.dropout":
-            train = defining_op(op.operands[2])
-            if train is None or train.name != "torch.constant.bool" or \
-                    ir.BoolAttr(train.attributes["value"]).value:
+            if not dropout_in_eval(op):
                 raise _Unsafe("dropout in training mode")
             return [states[0]]
         shaped = self._shape_op(op, states)
@@ -190,21 +188,16 @@ class PaddingSafety:
 
     def _reduction(self, op, state):
         roles = list(self._need(state, op, 0))
-        dims_at, keep_at = REDUCTION_OPERANDS[op.name]
-        items = list_items(op.operands[dims_at])
-        dims = [constant_int(v) for v in items] if items is not None else \
-            [constant_int(op.operands[dims_at])]
-        keep = defining_op(op.operands[keep_at])
-        if None in dims or keep is None or keep.name != "torch.constant.bool":
+        dims, keep = reduced_axes(op, len(roles)), keepdim(op)
+        if dims is None or keep is None:
             if tainted(roles):
                 raise _Unsafe("a reduction over axes it cannot tell")
             return None
-        dims = {d % len(roles) for d in dims}
         for d in dims:
             if roles[d] & _TAINT_ANY or (tainted(roles) and "B" in roles[d]):
                 raise _Unsafe("a reduction sums over padded positions")
         out = _drop_facts(roles)
-        if ir.BoolAttr(keep.attributes["value"]).value:
+        if keep:
             return [_NO_ROLES if i in dims else r for i, r in enumerate(out)]
         return [r for i, r in enumerate(out) if i not in dims]
 
@@ -225,7 +218,7 @@ class PaddingSafety:
 
     def _layer_norm(self, op, states):
         roles = self._need(states[0], op, 0)
-        normalized = list_items(op.operands[1])
+        normalized = list_items(op.operands[LAYER_NORMS[op.name]])
         count = len(normalized) if normalized is not None else len(roles)
         if any(r & _TAINT_ANY or ("B" in r and tainted(roles)) for r in roles[len(roles) - count:]):
             raise _Unsafe("a normalization over padded positions")
@@ -364,9 +357,9 @@ class PaddingSafety:
                     "torch.aten.squeeze.dim": _squeeze, "torch.aten.expand": _expand,
                     "torch.aten.broadcast_to": _expand,
                     "torch.aten.flatten.using_ints": _flatten,
-                    "torch.aten.unflatten.int": _unflatten, "torch.aten.view": _view,
-                    "torch.aten.reshape": _view, "torch.aten._unsafe_view": _view,
-                    "torch.aten.slice.Tensor": _slice, "torch.aten.select.int": _select}
+                    "torch.aten.unflatten.int": _unflatten,
+                    "torch.aten.slice.Tensor": _slice, "torch.aten.select.int": _select,
+                    **dict.fromkeys(VIEWS, _view)}
 
     def _split(self, roles, sizes):
         """Roles of the parts an axis splits into (``sizes``: their dims)."""
@@ -433,20 +426,20 @@ class PaddingSafety:
             return frozenset(taint | batch | first)
         compared = _MASK_COMPARISONS.get(name)
         if compared is not None and first & {"keep", "pad"}:
-            threshold = float_constant(op.operands[1])
+            threshold = held_number(op.operands[1])
             flip = compared(threshold) if threshold is not None else None
             if flip is not None:
                 return frozenset(taint | batch | _flip(first, flip))
         if name in ("torch.aten.logical_not", "torch.aten.bitwise_not"):
             return frozenset(taint | batch | _flip(first, True))
-        if name == "torch.aten.rsub.Scalar" and float_constant(op.operands[1]) == 1 \
-                and float_constant(op.operands[2]) == 1:
+        if name == "torch.aten.rsub.Scalar" and held_number(op.operands[1]) == 1 \
+                and held_number(op.operands[2]) == 1:
             return frozenset(taint | batch | _flip(first, True))
         if name == "torch.aten.sub.Tensor" and len(facts) == 2 and \
-                float_constant(op.operands[0]) == 1 and float_constant(op.operands[2]) == 1:
+                held_number(op.operands[0]) == 1 and held_number(op.operands[2]) == 1:
             return frozenset(taint | batch | _flip(facts[1], True))  # 1.0 - mask
         if name in ("torch.aten.mul.Scalar", "torch.aten.mul.Tensor") and positions_only:
-            scale = float_constant(op.operands[1])
+            scale = held_number(op.operands[1])
             if "pad" in first and scale is not None and scale <= BIG_NEGATIVE and not taint:
                 return frozenset(batch | {"add"})
             # 0 (the mask's padding, or zeroed probabilities) times a finite value is 0.
@@ -462,14 +455,14 @@ class PaddingSafety:
                 return frozenset(batch | self._padded_value(op.operands[chosen], facts[chosen],
                                                             bool(taint)))
         if name == "torch.aten.where.self" and positions_only and \
-                all("zero" in f or float_constant(v) == 0 for f, v in
+                all("zero" in f or held_number(v) == 0 for f, v in
                     zip(facts[1:], list(op.operands)[1:])):
             return frozenset(batch | {"zero"})  # both choices 0 at padded positions
         if name in ("torch.aten.masked_fill.Scalar", "torch.aten.masked_fill.Tensor") \
                 and positions_only and len(facts) > 1 and "pad" in facts[1]:
             return frozenset(batch | self._padded_value(op.operands[2], _NO_ROLES, bool(taint)))
         if name == "torch.aten.add.Tensor" and positions_only and len(facts) == 2:
-            if any(f & {"add", "dead"} for f in facts) and float_constant(op.operands[2]) == 1:
+            if any(f & {"add", "dead"} for f in facts) and held_number(op.operands[2]) == 1:
                 return frozenset(batch | {"dead" if taint else "add"})
         return frozenset(taint | batch)
 
@@ -477,7 +470,7 @@ class PaddingSafety:
     def _padded_value(value: ir.Value, facts: frozenset, tainted_elsewhere: bool) -> set:
         """The facts of a result whose padded entries are ``value``'s (its facts
         there, or a constant): empty when they are merely exact."""
-        constant = float_constant(value)
+        constant = held_number(value)
         if facts & {"zero"} or constant == 0:
             return {"zero"}
         if facts & {"add", "dead"} or (constant is not None and constant <= BIG_NEGATIVE):
@@ -568,6 +561,4 @@ def _rank(value: ir.Value) -> int | None:
 
 
 def _elementwise(name: str) -> bool:
-    return name in ELEMENTWISE or name in ("torch.aten.logical_and", "torch.aten.logical_or",
-                                           "torch.aten.bitwise_and.Tensor",
-                                           "torch.aten.bitwise_or.Tensor")
+    return name in ELEMENTWISE or name in BROADCASTING

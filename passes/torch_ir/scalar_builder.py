@@ -10,8 +10,8 @@ from __future__ import annotations
 import sympy
 
 from anyshape.mlir import ir
-from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import int_constant, int_type, size_query
+from anyshape.passes.torch_ir.constants import int_constant, int_type
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, size_query
 
 
 class ScalarBuilder:

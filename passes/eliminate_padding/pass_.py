@@ -43,31 +43,28 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, PassFailure, register
-from anyshape.passes.canonicalize_shapes import hoist_argument_bindings
-from anyshape.passes.padding_safety import PaddingSafety, Poison, is_taint
-from anyshape.passes.scalar_builder import ScalarBuilder
-from anyshape.passes.shape_analysis import _REDUCTIONS as REDUCTION_OPERANDS
-from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import (ELEMENTWISE, constant_int, create, defining_op, functions,
-                                      int_constant, int_type, list_items, users, vtensor_type)
+from anyshape.passes.eliminate_padding.padding_safety import PaddingSafety, Poison, is_taint
+from anyshape.passes.torch_ir.constants import (constant_int, int_constant, int_list_construct,
+                                                int_type, list_items)
+from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, RESHAPES,
+                                          SOFTMAXES, dropout_in_eval, reduced_axes)
+from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir.values import (create, defining_op, functions,
+                                             hoist_argument_bindings, users, vtensor_type)
 
 PADDING_ATTR = "anyshape.padding"
 _OLD, _NEW = "anyshape.padded_rows", "anyshape.token_rows"  # marks, while the pass runs
 _UNBOUNDED = 2**63 - 1
 _MATMULS = {"torch.aten.linear", "torch.aten.matmul", "torch.aten.mm", "torch.aten.addmm"}
-_RESHAPES = {"torch.aten.view", "torch.aten.reshape", "torch.aten._unsafe_view",
-             "torch.aten.flatten.using_ints", "torch.aten.unflatten.int"}
 # Ops that only move or select feature entries: a region does not start with them. (It may
 # end with them: a projection's head split stays next to it, where
 # anyshape-data-tiling-forms finds the projections to fuse.)
-_SHAPE_ONLY = _RESHAPES | {"torch.aten.permute", "torch.aten.transpose.int",
-                           "torch.aten.unsqueeze", "torch.aten.squeeze.dim",
-                           "torch.aten.slice.Tensor", "torch.aten.select.int",
-                           "torch.tensor_static_info_cast", "torch.aten.clone",
-                           "torch.aten.contiguous"}
-_NORMS = {"torch.aten.layer_norm", "torch.aten.native_layer_norm"}
-_SOFTMAX = {"torch.aten.softmax.int", "torch.aten._softmax", "torch.aten.log_softmax.int",
-            "torch.aten._log_softmax"}
+_SHAPE_ONLY = RESHAPES | {"torch.aten.permute", "torch.aten.transpose.int",
+                          "torch.aten.unsqueeze", "torch.aten.squeeze.dim",
+                          "torch.aten.slice.Tensor", "torch.aten.select.int",
+                          "torch.tensor_static_info_cast", "torch.aten.clone",
+                          "torch.aten.contiguous"}
 
 
 @register
@@ -173,7 +170,7 @@ class _Packer:
         kind = self.layout(first)
         prefix = 2 if kind == "BL" else 1
         rank = len(vtensor_shape(results[0].type)[0])
-        if name in _RESHAPES:
+        if name in RESHAPES:
             return kind is not None and all(isinstance(d, sympy.Integer) or d.is_Integer
                                             for d in self.analysis.dims[results[0]]
                                             [2 if self.layout(results[0]) == "BL" else 1:])
@@ -183,7 +180,7 @@ class _Packer:
         if kind is None or any(self.layout(r) != kind for r in results):
             return False
         if name in ELEMENTWISE or name == "torch.aten.dropout":
-            if name == "torch.aten.dropout" and _truthy(op.operands[2]):
+            if name == "torch.aten.dropout" and not dropout_in_eval(op):
                 return False
             return all(self._broadcasts_over_tokens(v, kind, rank) for v in op.operands
                        if vtensor_shape(v.type) is not None)
@@ -191,20 +188,16 @@ class _Packer:
             weight = op.operands[1]
             return self._no_token_dims(list(op.operands)[1:]) and \
                 len(vtensor_shape(weight.type)[0]) <= 2
-        if name in _NORMS:
-            normalized = list_items(op.operands[1])
+        if name in LAYER_NORMS:
+            normalized = list_items(op.operands[LAYER_NORMS[name]])
             return normalized is not None and len(normalized) <= rank - prefix and \
                 self._no_token_dims(list(op.operands)[2:4])
-        if name in _SOFTMAX:
-            dim = constant_int(op.operands[1])
+        if name in SOFTMAXES:
+            dim = constant_int(op.operands[SOFTMAXES[name].axis_at])
             return dim is not None and dim % rank >= prefix
-        if name in REDUCTION_OPERANDS:
-            dims_at, _ = REDUCTION_OPERANDS[name]
-            items = list_items(op.operands[dims_at])
-            dims = [constant_int(v) for v in items] if items is not None else \
-                [constant_int(op.operands[dims_at])]
-            in_rank = len(vtensor_shape(first.type)[0])
-            return None not in dims and all(d % in_rank >= prefix for d in dims)
+        if name in REDUCTIONS:
+            dims = reduced_axes(op, len(vtensor_shape(first.type)[0]))
+            return dims is not None and all(d >= prefix for d in dims)
         if name == "torch.aten.permute":
             order = [constant_int(v) for v in list_items(op.operands[1]) or []]
             return order[:prefix] == list(range(prefix))
@@ -380,10 +373,8 @@ class _Packer:
         flat = self._feature_rows(rows, 2 if kind == "BL" else 1, dtype)
         grid = self._select_rows(flat, self.slots, sizes[0] if kind == "F" else None, rest, dtype)
         if kind == "BL":
-            split = ir.Operation.create("torch.prim.ListConstruct",
-                                        results=[ir.Type.parse("!torch.list<int>")],
-                                        operands=[self.builder.build(self.batch),
-                                                  self.builder.build(self.length)]).result
+            split = int_list_construct([self.builder.build(self.batch),
+                                        self.builder.build(self.length)])
             grid = self._op("torch.aten.unflatten.int", sizes, dtype, grid,
                             int_constant(0), split)
         return grid
@@ -420,9 +411,7 @@ class _Packer:
         picked = self._op("torch.aten.index_select", [count, *features], dtype,
                           rows, int_constant(0), index)
         if features != list(rest):
-            split = ir.Operation.create(
-                "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
-                operands=[int_constant(n) for n in rest]).result
+            split = int_list_construct([int_constant(n) for n in rest])
             picked = self._op("torch.aten.unflatten.int", [count, *rest], dtype, picked,
                               int_constant(1), split)
         return picked
@@ -433,7 +422,7 @@ class _Packer:
         return op.result
 
     def _recreate(self, op: ir.Operation, operands: list) -> list:
-        if op.name in _RESHAPES:
+        if op.name in RESHAPES:
             return [self._reshape(operands[0], op.operands[0], op.results[0])]
         types = []
         for result in op.results:
@@ -463,9 +452,7 @@ class _Packer:
                                 *([rows, int_constant(axis), int_constant(-1)] if rest_in
                                   else [rows, int_constant(axis)]))
             if len(rest_out) > 1:
-                split = ir.Operation.create(
-                    "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
-                    operands=[int_constant(n) for n in rest_out]).result
+                split = int_list_construct([int_constant(n) for n in rest_out])
                 rows = self._op("torch.aten.unflatten.int", [*lead, *rest_out], dtype,
                                 rows, int_constant(axis), split)
             elif not rest_out:
@@ -586,11 +573,6 @@ def _show(roles) -> str:
 
 def _same(a, b) -> bool:
     return a is not None and b is not None and sympy.simplify(a - b) == 0
-
-
-def _truthy(value: ir.Value) -> bool:
-    op = defining_op(value)
-    return op is None or op.name != "torch.constant.bool" or ir.BoolAttr(op.attributes["value"]).value
 
 
 def _product(sizes) -> int:

@@ -3,7 +3,7 @@
 Rewrites, in this order:
 - **dim rooting**: every shape query (``aten.size.int``, ``aten.size`` +
   ``__getitem__``, ``aten.numel``, ``aten.dim``) of any value becomes the same
-  fact over function-argument dims (see ``shape_analysis.py``): static dims
+  fact over function-argument dims (see ``torch_ir/shape_analysis.py``): static dims
   fold to constants, derived dims (``2*s0``, ``s0*s1``, ``s0//2``) become scalar
   arithmetic, and dims equal by a shared symbol read one SSA value, the
   ``aten.size.int`` of the first argument dim bound to it, placed at the entry.
@@ -34,17 +34,21 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, apply_patterns, register
-from anyshape.passes.broadcasts import (BROADCASTING_ELEMENTWISE, and_with_all_true,
-                                       drop_implied_expand, gather_from_expanded_table,
-                                       rewrite_expand, sink_expand_below_embedding,
-                                       sink_expand_below_scalars)
-from anyshape.passes.iota_lookups import (rewrite_arange_constant_slice, rewrite_iota_gather,
-                                          rewrite_iota_index, rewrite_iota_lookup)
-from anyshape.passes.scalar_builder import ScalarBuilder
-from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.structural_reshapes import rewrite_view
-from anyshape.passes.torch_ir import (constant_int, defining_op, dtype_code, functions, is_none,
-                                      size_query, static_info_cast, vtensor_type)
+from anyshape.passes.canonicalize_shapes.broadcasts import (and_with_all_true, drop_implied_expand,
+                                       gather_from_expanded_table, rewrite_expand,
+                                       sink_expand_below_embedding, sink_expand_below_scalars)
+from anyshape.passes.canonicalize_shapes.iota_lookups import (rewrite_arange_constant_slice,
+                                                              rewrite_iota_gather,
+                                                              rewrite_iota_index,
+                                                              rewrite_iota_lookup)
+from anyshape.passes.canonicalize_shapes.structural_reshapes import rewrite_view
+from anyshape.passes.torch_ir.constants import constant_int, is_none
+from anyshape.passes.torch_ir.ops import SYMMETRIC_BROADCASTING
+from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, size_query
+from anyshape.passes.torch_ir.values import (defining_op, dtype_code, erase_unused, functions,
+                                             hoist_argument_bindings, static_info_cast,
+                                             vtensor_type)
 
 # arange overload -> (index of start or None for 0, index of end, index of step or
 # None for 1, index of dtype)
@@ -184,54 +188,7 @@ def _lookup_patterns(builder: ScalarBuilder):
             ("torch.aten.gather", gather), ("torch.aten.expand", expand),
             ("torch.aten.broadcast_to", expand)] + [
         (name, conjunction if name in _CONJUNCTIONS else elementwise)
-        for name in sorted(BROADCASTING_ELEMENTWISE)]
-
-
-def hoist_argument_bindings(func: ir.Operation) -> None:
-    """Argument bindings right after the symbolic ints they use, duplicates erased.
-
-    torch.export can bind an argument again further down; the root queries go
-    after the argument bindings (see ``_place_at_entry``), so those must all be
-    at the top of the function.
-    """
-    block = func.regions[0].blocks[0]
-    last_symbol, seen, bindings = None, set(), []
-    for op in block.operations:
-        op = op.operation
-        if op.name == "torch.symbolic_int":
-            last_symbol = op
-        elif op.name == "torch.bind_symbolic_shape" and isinstance(op.operands[0].owner, ir.Block):
-            bindings.append(op)
-    for op in bindings:
-        key = (op.operands[0].arg_number, tuple(str(v.get_name()) for v in op.operands[1:]),
-               str(op.attributes["shape_expressions"]))
-        if key in seen:
-            op.erase()
-            continue
-        seen.add(key)
-        if last_symbol is not None:
-            op.move_after(last_symbol)
-            last_symbol = op
-
-
-_ERASABLE_PREFIXES = ("torch.aten.", "torch.prim.ListConstruct", "torch.constant.",
-                      "torch.tensor_static_info_cast", "anyshape.")
-
-
-def erase_unused(func: ir.Operation) -> None:
-    """Erase value-semantics ops the rewrites left unused but for their own
-    ``torch.bind_symbolic_shape`` (the greedy driver keeps those alive)."""
-    block = func.regions[0].blocks[0]
-    for op in reversed(list(block.operations)):
-        op = op.operation
-        if not op.results or not op.name.startswith(_ERASABLE_PREFIXES):
-            continue
-        users = [use.owner for result in op.results for use in result.uses]
-        if any(user.name != "torch.bind_symbolic_shape" for user in users):
-            continue
-        for user in users:
-            user.erase()
-        op.erase()
+        for name in sorted(SYMMETRIC_BROADCASTING)]
 
 
 @register

@@ -18,8 +18,10 @@ import sympy
 
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir
-from anyshape.passes.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir import constant_int, int_constant, list_items, vtensor_type
+from anyshape.passes.torch_ir.constants import (constant_int, int_constant, int_list_construct,
+                                                list_items)
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir.values import vtensor_type
 
 
 def _divides(a, b) -> bool:
@@ -102,9 +104,7 @@ def rewrite_view(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
                     if value is None:
                         return False
                     values.append(value)
-                size_list = ir.Operation.create(
-                    "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
-                    operands=values).result
+                size_list = int_list_construct(values)
                 dims = dims[:start] + parts + dims[start + 1:]
                 current = ir.Operation.create(
                     "torch.aten.unflatten.int",

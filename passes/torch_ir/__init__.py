@@ -1,0 +1,14 @@
+"""What anyshape's passes know about torch-dialect IR, in one place.
+
+- ``ops.py``: ops by family (elementwise, reductions, softmax forms,
+  normalizations, reshapes), one table each, with readers of their operands;
+- ``constants.py``: one reader per constant kind (int, float, bool, none, int
+  list) and the builders of constants and int lists;
+- ``values.py``: producers and users of values, tensor types, and tidying a
+  function (argument bindings first, unused ops erased);
+- ``shape_analysis.py``: every tensor dim as an expression over the function
+  arguments' dims;
+- ``scalar_builder.py``: such expressions built back as torch scalar ops.
+
+The passes import from these modules; nothing here registers a pass.
+"""
