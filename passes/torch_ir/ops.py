@@ -104,7 +104,7 @@ class Reduction:
 #   or kept as 1);
 # - anyshape-hoist-slices: a selection of an axis that is not reduced moves to
 #   the input; an op with several results moves when every used result carries
-#   the same selection (``_slice_results``);
+#   the same selection (``_Hoister.move_every_result``);
 # - the padding proof (padding_safety.py): a reduction over a position axis of
 #   a value with padded positions is refused;
 # - anyshape-eliminate-padding: one over feature axes only runs on token rows.
