@@ -77,8 +77,8 @@ from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, 
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions,
-                                             hoist_argument_bindings, static_info_cast, users,
-                                             vtensor_type)
+                                             hoist_argument_bindings, static_info_cast, typed,
+                                             users, vtensor_type)
 
 _INT64_MAX = 2**63 - 1
 _MAX_ROUNDS = 1000
@@ -193,7 +193,7 @@ def through_dropout(h, producer, axis, cut) -> Plan | None:
 def through_layer_norm(h, producer, axis, cut) -> Plan | None:
     """An axis before the normalized ones moves to the input; weight and bias
     stay whole."""
-    normalized = list_items(producer.operands[LAYER_NORMS[producer.name]])
+    normalized = list_items(typed(producer).normalized_shape)
     if normalized is None or axis >= _rank(producer) - len(normalized):
         return None
     return Plan({0: axis})
@@ -201,7 +201,7 @@ def through_layer_norm(h, producer, axis, cut) -> Plan | None:
 
 def through_softmax(h, producer, axis, cut) -> Plan | None:
     """A softmax over another axis."""
-    dim = constant_int(producer.operands[SOFTMAXES[producer.name].axis_at])
+    dim = constant_int(typed(producer).dim)
     return None if dim is None or dim % _rank(producer) == axis else Plan({0: axis})
 
 
@@ -397,22 +397,30 @@ def through_attention(h, producer, axis, cut) -> Plan | None:
     """``scaled_dot_product_attention`` without a causal mask: query rows to Q
     and the mask's rows (where it has them), batch and head axes to Q, K, V and
     the mask; never a value column."""
-    if constant_bool(producer.operands[5]) is not False:
+    sdpa = typed(producer)
+    if constant_bool(sdpa.is_causal) is not False:
         return None  # a causal mask depends on the row's position
     rank = _rank(producer)
     if axis == rank - 1:
         return None
     if axis == rank - 2:
-        moves = {0: _operand_rank(producer, 0) - 2}
-        mask = producer.operands[3]
+        moves = {_QUERY: len(vtensor_shape(sdpa.query.type)[0]) - 2}
+        mask = sdpa.attn_mask
         if vtensor_shape(mask.type) is not None:
-            extra = _broadcast(h, producer, axis, [3])
+            extra = _broadcast(h, producer, axis, [_MASK])
             mask_shape = vtensor_shape(mask.type)[0]
             if extra is None and mask_shape[axis - (rank - len(mask_shape))] != 1:
                 return None
             moves.update(extra.moves if extra else {})
         return Plan(moves)
-    return _broadcast(h, producer, axis, [0, 1, 2, 3])
+    return _broadcast(h, producer, axis, [_QUERY, _KEY, _VALUE, _MASK])
+
+
+# The positions of scaled_dot_product_attention's query, key, value and
+# attn_mask, in its definition's order: a Plan names the operands of the op it
+# re-creates by position (test_hoist_slices_rules.py checks them against the
+# generated class).
+_QUERY, _KEY, _VALUE, _MASK = range(4)
 
 
 def _by_op(*groups: tuple) -> dict[str, Rule]:

@@ -37,7 +37,7 @@ from anyshape.passes.torch_ir.constants import constant_int, constant_number, li
 from anyshape.passes.torch_ir.ops import (BROADCASTING, ELEMENTWISE, LAYER_NORMS,
                                           REDUCTIONS, SOFTMAXES, VIEWS, dropout_in_eval,
                                           keepdim, reduced_axes)
-from anyshape.passes.torch_ir.values import defining_op
+from anyshape.passes.torch_ir.values import defining_op, typed
 
 BIG_NEGATIVE = -1e30
 FACTS = frozenset({"keep", "pad", "add", "dead", "zero"})
@@ -178,7 +178,7 @@ class PaddingSafety:
 
     def _softmax(self, op, state, is_softmax):
         roles = list(self._need(state, op, 0))
-        dim = constant_int(op.operands[1]) % len(roles)
+        dim = constant_int(typed(op).dim) % len(roles)
         axis = roles[dim]
         if axis & _TAINT_ANY or (tainted(roles) and "B" in axis):
             raise _Unsafe("a softmax normalizes over padded positions no mask removes")
@@ -218,7 +218,7 @@ class PaddingSafety:
 
     def _layer_norm(self, op, states):
         roles = self._need(states[0], op, 0)
-        normalized = list_items(op.operands[LAYER_NORMS[op.name]])
+        normalized = list_items(typed(op).normalized_shape)
         count = len(normalized) if normalized is not None else len(roles)
         if any(r & _TAINT_ANY or ("B" in r and tainted(roles)) for r in roles[len(roles) - count:]):
             raise _Unsafe("a normalization over padded positions")

@@ -51,7 +51,8 @@ from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, 
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir.values import (create, defining_op, functions,
-                                             hoist_argument_bindings, users, vtensor_type)
+                                             hoist_argument_bindings, typed, users,
+                                             vtensor_type)
 
 PADDING_ATTR = "anyshape.padding"
 _OLD, _NEW = "anyshape.padded_rows", "anyshape.token_rows"  # marks, while the pass runs
@@ -189,11 +190,12 @@ class _Packer:
             return self._no_token_dims(list(op.operands)[1:]) and \
                 len(vtensor_shape(weight.type)[0]) <= 2
         if name in LAYER_NORMS:
-            normalized = list_items(op.operands[LAYER_NORMS[name]])
+            norm = typed(op)
+            normalized = list_items(norm.normalized_shape)
             return normalized is not None and len(normalized) <= rank - prefix and \
-                self._no_token_dims(list(op.operands)[2:4])
+                self._no_token_dims([norm.weight, norm.bias])
         if name in SOFTMAXES:
-            dim = constant_int(op.operands[SOFTMAXES[name].axis_at])
+            dim = constant_int(typed(op).dim)
             return dim is not None and dim % rank >= prefix
         if name in REDUCTIONS:
             dims = reduced_axes(op, len(vtensor_shape(first.type)[0]))

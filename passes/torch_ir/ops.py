@@ -15,7 +15,7 @@ from anyshape.mlir import ir
 from anyshape.passes.torch_ir.constants import (bool_constant, constant_bool, constant_int,
                                                 int_constant, int_list_construct, int_or_int_list,
                                                 is_none, none_constant)
-from anyshape.passes.torch_ir.values import create, vtensor_type
+from anyshape.passes.torch_ir.values import create, typed, vtensor_type
 
 # -- elementwise --------------------------------------------------------------
 # Ops computing each element of their result from the same element of their
@@ -86,7 +86,7 @@ SAME_SHAPE = frozenset({
 
 def dropout_in_eval(op: ir.Operation) -> bool:
     """``aten.dropout(x, p, train)`` with ``train`` a constant false: the identity."""
-    return constant_bool(op.operands[2]) is False
+    return constant_bool(typed(op).train) is False
 
 
 # -- reductions ---------------------------------------------------------------
@@ -104,7 +104,7 @@ class Reduction:
 #   or kept as 1);
 # - anyshape-hoist-slices: a selection of an axis that is not reduced moves to
 #   the input; an op with several results moves when every used result carries
-#   the same selection (``_slice_results``);
+#   the same selection (``_Hoister.move_every_result``);
 # - the padding proof (padding_safety.py): a reduction over a position axis of
 #   a value with padded positions is refused;
 # - anyshape-eliminate-padding: one over feature axes only runs on token rows.
@@ -159,18 +159,18 @@ def keepdim(op: ir.Operation) -> bool | None:
 # -- softmax ------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Softmax:
-    """A softmax form: the axis is operand 1; operand 2 may change the dtype."""
+    """A softmax form. Its operands read by name (``typed``): ``self_``, ``dim``
+    (the axis), and ``dtype`` (none: the input's) or, in the ``_softmax`` forms,
+    ``half_to_float`` (false: the input's)."""
 
-    log: bool             # log_softmax
-    half_to_float: bool   # operand 2 is ``half_to_float`` (false: same dtype), not ``dtype`` (none: same)
-    axis_at: int = 1
+    log: bool  # log_softmax
 
 
 SOFTMAXES: dict[str, Softmax] = {
-    "torch.aten.softmax.int": Softmax(log=False, half_to_float=False),
-    "torch.aten._softmax": Softmax(log=False, half_to_float=True),
-    "torch.aten.log_softmax.int": Softmax(log=True, half_to_float=False),
-    "torch.aten._log_softmax": Softmax(log=True, half_to_float=True),
+    "torch.aten.softmax.int": Softmax(log=False),
+    "torch.aten._softmax": Softmax(log=False),
+    "torch.aten.log_softmax.int": Softmax(log=True),
+    "torch.aten._log_softmax": Softmax(log=True),
 }
 # The forms that compute probabilities (not their logarithms).
 PROBABILITY_SOFTMAXES = tuple(n for n, s in SOFTMAXES.items() if not s.log)
@@ -181,11 +181,15 @@ _FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
 def softmax_axis(op: ir.Operation) -> int | None:
     """The reduced axis (non-negative) of a SOFTMAXES op that computes in its
     input's (float) dtype; None otherwise."""
-    form = SOFTMAXES[op.name]
-    x, dim, dtype = op.operands[0], op.operands[form.axis_at], op.operands[2]
-    if (constant_bool(dtype) is not False) if form.half_to_float else not is_none(dtype):
+    softmax = typed(op)
+    x = softmax.self_
+    if hasattr(softmax, "half_to_float"):
+        same_dtype = constant_bool(softmax.half_to_float) is False
+    else:
+        same_dtype = is_none(softmax.dtype)
+    if not same_dtype:
         return None  # a dtype conversion inside the softmax
-    axis = constant_int(dim)
+    axis = constant_int(softmax.dim)
     shape = vtensor_shape(x.type)
     if axis is None or shape is None:
         return None
@@ -222,8 +226,9 @@ def shifted_exponentials(x: ir.Value, axis: int) -> ShiftedExponentials:
 
 
 # -- normalizations -----------------------------------------------------------
-# op -> operand holding the normalized shape (the trailing dims normalized over).
-LAYER_NORMS: dict[str, int] = {"torch.aten.layer_norm": 1, "torch.aten.native_layer_norm": 1}
+# Layer norms: ``typed(op).normalized_shape`` lists the trailing dims normalized
+# over; ``weight`` and ``bias`` have those dims.
+LAYER_NORMS = frozenset({"torch.aten.layer_norm", "torch.aten.native_layer_norm"})
 
 # -- reshapes -----------------------------------------------------------------
 # Reshapes by a size list (operand 1).

@@ -13,6 +13,16 @@ def defining_op(value: ir.Value) -> ir.Operation | None:
     return None if isinstance(owner, ir.Block) else owner.operation
 
 
+def typed(op) -> ir.OpView:
+    """``op`` as the class torch-mlir generates from the op's definition
+    (``AtenScaledDotProductAttentionOp``, ``AtenSoftmaxIntOp``, ...), whose
+    operands read by their names there: ``typed(op).is_causal``, not
+    ``op.operands[5]``. Ops without such a class (anyshape's own) come back
+    as a plain ``OpView``; those, and the operands a table in ``ops.py`` names
+    by position (REDUCTIONS), are read through ``op.operands[i]``."""
+    return op.operation.opview
+
+
 def users(value: ir.Value) -> list:
     """The ops using ``value``, its ``torch.bind_symbolic_shape`` annotations aside."""
     return [use.owner for use in value.uses if use.owner.name != "torch.bind_symbolic_shape"]

@@ -1,6 +1,7 @@
 """The lit cases of anyshape-hoist-slices are grouped under ``/// [Pattern: ...]``
 headers naming the rules and patterns of passes/hoist_slices.py they exercise:
-a header naming nothing there, or a rule no header names, fails here."""
+a header naming nothing there, or a rule no header names, fails here; so do
+attention operand positions that disagree with torch-mlir's op class."""
 import re
 from pathlib import Path
 
@@ -27,3 +28,28 @@ def test_headers_name_rules_and_patterns_that_exist():
 def test_every_rule_is_exercised_under_a_header():
     rules = {rule.__name__ for rule in hoist_slices._RULES.values()}
     assert rules - _named_in_headers() == set()
+
+
+def test_attention_positions_match_the_generated_class():
+    """through_attention reads scaled_dot_product_attention's operands by name and
+    names them by position in its Plan: the two must agree."""
+    from anyshape.mlir import new_context, parse_module
+    from anyshape.passes.torch_ir.values import typed
+
+    t = "!torch.vtensor<[2,3,4],f32>"
+    text = f"""func.func @f(%q: {t}, %k: {t}, %v: {t}, %m: {t}) -> {t} {{
+      %p = torch.constant.float 0.000000e+00
+      %false = torch.constant.bool false
+      %none = torch.constant.none
+      %0 = torch.aten.scaled_dot_product_attention %q, %k, %v, %m, %p, %false, %none, %false :
+        {t}, {t}, {t}, {t}, !torch.float, !torch.bool, !torch.none, !torch.bool -> {t}
+      return %0 : {t}
+    }}"""
+    module = parse_module(text, new_context())
+    func = module.body.operations[0]
+    sdpa = next(op for op in func.regions[0].blocks[0].operations
+                if op.operation.name == "torch.aten.scaled_dot_product_attention")
+    view, operands = typed(sdpa), list(sdpa.operation.operands)
+    for name, position in (("query", hoist_slices._QUERY), ("key", hoist_slices._KEY),
+                           ("value", hoist_slices._VALUE), ("attn_mask", hoist_slices._MASK)):
+        assert getattr(view, name) == operands[position], name
