@@ -111,6 +111,12 @@ class IotaLikeOp(AnyshapeDialect.Operation, name="iota_like"):
         return None
 
 
+def iota_like(ref: ir.Value, dim: int, result_type: ir.Type) -> ir.Value:
+    """A new ``anyshape.iota_like`` at the current insertion point."""
+    return IotaLikeOp(ref, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim),
+                      result_type).result
+
+
 def load_anyshape_dialect() -> None:
     """Load the dialect into the current context (a no-op if it is already there)."""
     if ir.Context.current.is_dialect_loaded(AnyshapeDialect.DIALECT_NAMESPACE):

@@ -75,15 +75,15 @@ import math
 import sympy
 
 from anyshape.dialects import vtensor_shape
-from anyshape.mlir import ir
+from anyshape.mlir import ir, torch_ops
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int_constant,
                                                 int_list_construct, is_none, list_items,
                                                 none_constant)
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir.values import (create, defining_op, erase_unused, functions, users,
-                                             vtensor_type)
+from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions, rebuilt,
+                                             users, vtensor_type)
 
 
 def _flattened_4d(value: ir.Value):
@@ -163,17 +163,15 @@ class _Rewrites:
         if a_shape[2] != 1 or not self.same_dims(a, b, (0, 1)) or not self.same_dims(a, op.results[0], (0, 1)):
             return False
         with ir.InsertionPoint(op), op.location:
-            column = ir.Operation.create(
-                "torch.aten.transpose.int",
-                results=[vtensor_type([a_shape[0], a_shape[1], a_shape[3], 1], result[1])],
-                operands=[a, int_constant(2), int_constant(3)]).result
-            products = ir.Operation.create(
-                "torch.aten.mul.Tensor", results=[vtensor_type(list(b_shape), result[1])],
-                operands=[column, b]).result
+            column = torch_ops.AtenTransposeIntOp(
+                vtensor_type([a_shape[0], a_shape[1], a_shape[3], 1], result[1]), a,
+                int_constant(2), int_constant(3)).result
+            products = torch_ops.AtenMulTensorOp(vtensor_type(list(b_shape), result[1]), column,
+                                                 b).result
             none = none_constant()
-            total = ir.Operation.create(
-                "torch.aten.sum.dim_IntList", results=[op.results[0].type],
-                operands=[products, int_list_construct([int_constant(2)]), bool_constant(True), none]).result
+            total = torch_ops.AtenSumDimIntListOp(op.results[0].type, products,
+                                                  int_list_construct([int_constant(2)]),
+                                                  bool_constant(True), none).result
         rewriter.replace_op(op, [total])
         return True
 
@@ -214,19 +212,15 @@ class _Rewrites:
             index_type = vtensor_type([count], "si64")
             constant = constant_int(op.operands[2])
             if one_row and constant is not None:
-                index = ir.Operation.create(
-                    "torch.vtensor.literal", results=[index_type],
-                    attributes={"value": ir.DenseElementsAttr.get_splat(
-                        ir.RankedTensorType.get([1], ir.IntegerType.get_signed(64)),
-                        ir.IntegerAttr.get(ir.IntegerType.get_signed(64), constant))}).result
+                index = torch_ops.ValueTensorLiteralOp(ir.DenseElementsAttr.get_splat(
+                    ir.RankedTensorType.get([1], ir.IntegerType.get_signed(64)),
+                    ir.IntegerAttr.get(ir.IntegerType.get_signed(64), constant))).result
             else:
                 none = none_constant()
-                index = ir.Operation.create(
-                    "torch.aten.arange.start_step", results=[index_type],
-                    operands=[op.operands[2], end_value, op.operands[4], int_constant(4),
-                              none, none, none]).result
-            rows = ir.Operation.create("torch.aten.index_select", results=[op.results[0].type],
-                                       operands=[source, op.operands[1], index]).result
+                index = torch_ops.AtenArangeStartStepOp(index_type, op.operands[2], end_value,
+                                                        op.operands[4], int_constant(4), none, none,
+                                                        none).result
+            rows = torch_ops.AtenIndexSelectOp(op.results[0].type, source, op.operands[1], index).result
         rewriter.replace_op(op, [rows])
         return True
 
@@ -257,10 +251,8 @@ class _Rewrites:
         operands = list(op.operands)
         operands[lhs_at] = source
         with ir.InsertionPoint(op), op.location:
-            product = ir.Operation.create(op.name, results=[whole.results[0].type],
-                                          operands=operands).result
-            selected = ir.Operation.create(rows.name, results=[op.results[0].type],
-                                           operands=[product, *rows.operands[1:]]).result
+            product = rebuilt(op, operands, [whole.results[0].type]).result
+            selected = rebuilt(rows, [product, *rows.operands[1:]], [op.results[0].type]).result
         rewriter.replace_op(op, [selected])
         return True
 
@@ -283,13 +275,11 @@ class _Rewrites:
             operands = [bias[0]] + operands + list(op.operands[3:])
         columns = vtensor_shape(whole_weight.type)[0][1]
         with ir.InsertionPoint(op), op.location:
-            whole = ir.Operation.create(
-                op.name, results=[vtensor_type([result[0][0], columns], result[1])],
-                operands=operands).result
-            sliced = ir.Operation.create(
-                "torch.aten.slice.Tensor", results=[op.results[0].type],
-                operands=[whole, int_constant(1), int_constant(start), int_constant(end),
-                          int_constant(step)]).result
+            whole = rebuilt(op, operands,
+                            [vtensor_type([result[0][0], columns], result[1])]).result
+            sliced = torch_ops.AtenSliceTensorOp(op.results[0].type, whole, int_constant(1),
+                                                 int_constant(start), int_constant(end),
+                                                 int_constant(step)).result
         rewriter.replace_op(op, [sliced])
         return True
 
@@ -334,26 +324,24 @@ class _Rewrites:
         with ir.InsertionPoint(op), op.location:
             if vector:  # [1, K] * [N, K] -> [N, K], summed over K (axis 1)
                 column = _unsqueeze(x, 0, [1, k], dtype)
-                products = _binary("torch.aten.mul.Tensor", [n, k], dtype, column, weight)
+                products = _multiply([n, k], dtype, column, weight)
                 axis, summed_sizes = 1, [n]
             elif transposed:  # [M, 1, K] * [N, K] -> [M, N, K], summed over K (axis 2)
                 column = _unsqueeze(x, 1, [m, 1, k], dtype)
-                products = _binary("torch.aten.mul.Tensor", [m, n, k], dtype, column, weight)
+                products = _multiply([m, n, k], dtype, column, weight)
                 axis, summed_sizes = 2, [m, n]
             else:  # [M, K, 1] * [K, N] -> [M, K, N], summed over K (axis 1)
                 column = _unsqueeze(x, 2, [m, k, 1], dtype)
-                products = _binary("torch.aten.mul.Tensor", [m, k, n], dtype, column, weight)
+                products = _multiply([m, k, n], dtype, column, weight)
                 axis, summed_sizes = 1, [m, n]
-            summed = ir.Operation.create(
-                "torch.aten.sum.dim_IntList", results=[vtensor_type(summed_sizes, dtype)],
-                operands=[products, int_list_construct([int_constant(axis)]), bool_constant(False),
-                          none_constant()]).result
+            summed = torch_ops.AtenSumDimIntListOp(vtensor_type(summed_sizes, dtype), products,
+                                                   int_list_construct([int_constant(axis)]),
+                                                   bool_constant(False), none_constant()).result
             bias = op.operands[0] if name == "torch.aten.addmm" else (
                 op.operands[2] if name == "torch.aten.linear" else None)
             if bias is not None and not is_none(bias):
-                summed = ir.Operation.create(
-                    "torch.aten.add.Tensor", results=[op.results[0].type],
-                    operands=[summed, bias, int_constant(1)]).result
+                summed = torch_ops.AtenAddTensorOp(op.results[0].type, summed, bias,
+                                                   int_constant(1)).result
         rewriter.replace_op(op, [summed])
         return True
 
@@ -364,11 +352,11 @@ _ROWS_PER_TILE = 16
 
 
 def _unsqueeze(x: ir.Value, axis: int, sizes: list, dtype: str) -> ir.Value:
-    return create("torch.aten.unsqueeze", vtensor_type(sizes, dtype), x, int_constant(axis))
+    return torch_ops.AtenUnsqueezeOp(vtensor_type(sizes, dtype), x, int_constant(axis)).result
 
 
-def _binary(name: str, sizes: list, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
-    return create(name, vtensor_type(sizes, dtype), a, b)
+def _multiply(sizes: list, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
+    return torch_ops.AtenMulTensorOp(vtensor_type(sizes, dtype), a, b).result
 
 
 def _literal(value: ir.Value) -> ir.Operation | None:
@@ -427,8 +415,8 @@ def _row_gather(op: ir.Operation) -> ir.Operation | None:
 
 
 def _concatenated(values: list[ir.Value], result_type: ir.Type, axis: int = 0) -> ir.Value:
-    parts = create("torch.prim.ListConstruct", ir.Type.parse("!torch.list<vtensor>"), *values)
-    return create("torch.aten.cat", result_type, parts, int_constant(axis))
+    parts = torch_ops.PrimListConstructOp(ir.Type.parse("!torch.list<vtensor>"), list(values)).result
+    return torch_ops.AtenCatOp(result_type, parts, int_constant(axis)).result
 
 
 def fuse_shared_input_linears(block: ir.Block) -> None:
@@ -469,15 +457,14 @@ def fuse_shared_input_linears(block: ir.Block) -> None:
             else:
                 biases = _concatenated([parts[1].results[0] for _, parts in members],
                                        vtensor_type([total], dtype))
-            fused = ir.Operation.create(
-                "torch.aten.linear", results=[vtensor_type([*result_shape[:-1], total], dtype)],
-                operands=[x, weights, biases]).result
+            fused = torch_ops.AtenLinearOp(vtensor_type([*result_shape[:-1], total], dtype), x,
+                                           weights, biases).result
             start = 0
             for (linear, _), width in zip(members, out_features, strict=True):
-                columns = ir.Operation.create(
-                    "torch.aten.slice.Tensor", results=[linear.results[0].type],
-                    operands=[fused, int_constant(len(result_shape) - 1), int_constant(start),
-                              int_constant(start + width), int_constant(1)]).result
+                columns = torch_ops.AtenSliceTensorOp(linear.results[0].type, fused,
+                                                      int_constant(len(result_shape) - 1),
+                                                      int_constant(start),
+                                                      int_constant(start + width), int_constant(1)).result
                 linear.results[0].replace_all_uses_with(columns)
                 start += width
         for linear, _ in members:
@@ -509,15 +496,15 @@ def _gather_rows_once(fused: ir.Value) -> None:
     with ir.InsertionPoint(first), first.location:
         rows = fused
         if len(shape) == 3:
-            rows = create("torch.aten.flatten.using_ints", vtensor_type([None, shape[-1]], dtype),
-                          fused, int_constant(0), int_constant(1))
+            rows = torch_ops.AtenFlattenUsingIntsOp(vtensor_type([None, shape[-1]], dtype), fused,
+                                                    int_constant(0), int_constant(1)).result
         count = vtensor_shape(gathers[0].results[0].type)[0][0]
-        gathered = create("torch.aten.index_select", vtensor_type([count, shape[-1]], dtype),
-                          rows, int_constant(0), index)
+        gathered = torch_ops.AtenIndexSelectOp(vtensor_type([count, shape[-1]], dtype), rows,
+                                               int_constant(0), index).result
         for columns, gather in zip(slices, gathers):
             start, end = (columns.operands[i] for i in (2, 3))
-            part = create("torch.aten.slice.Tensor", gather.results[0].type, gathered,
-                          int_constant(1), start, end, int_constant(1))
+            part = torch_ops.AtenSliceTensorOp(gather.results[0].type, gathered, int_constant(1),
+                                               start, end, int_constant(1)).result
             gather.results[0].replace_all_uses_with(part)
     for columns, gather in zip(slices, gathers):
         flat = defining_op(gather.operands[0])
@@ -537,18 +524,15 @@ def linear_on_flat_rows(op: ir.Operation, rewriter) -> bool:
     leading, (in_features, dtype) = shape[0][:-1], (shape[0][-1], shape[1])
     rows = None if None in leading else math.prod(leading)
     with ir.InsertionPoint(op), op.location:
-        flat = ir.Operation.create(
-            "torch.aten.flatten.using_ints", results=[vtensor_type([rows, in_features], dtype)],
-            operands=[x, int_constant(0), int_constant(len(leading) - 1)]).result
-        product = ir.Operation.create(
-            "torch.aten.linear", results=[vtensor_type([rows, result[0][-1]], result[1])],
-            operands=[flat, *op.operands[1:]]).result
-        sizes = [int_constant(size) if size is not None else ir.Operation.create(
-            "torch.aten.size.int", results=[ir.Type.parse("!torch.int")],
-            operands=[x, int_constant(axis)]).result for axis, size in enumerate(leading)]
-        unflattened = ir.Operation.create(
-            "torch.aten.unflatten.int", results=[op.results[0].type],
-            operands=[product, int_constant(0), int_list_construct(sizes)]).result
+        flat = torch_ops.AtenFlattenUsingIntsOp(vtensor_type([rows, in_features], dtype), x,
+                                                int_constant(0), int_constant(len(leading) - 1)).result
+        product = torch_ops.AtenLinearOp(vtensor_type([rows, result[0][-1]], result[1]), flat,
+                                         *op.operands[1:]).result
+        sizes = [int_constant(size) if size is not None
+                 else torch_ops.AtenSizeIntOp(x, int_constant(axis)).result
+                 for axis, size in enumerate(leading)]
+        unflattened = torch_ops.AtenUnflattenIntOp(op.results[0].type, product, int_constant(0),
+                                                   int_list_construct(sizes)).result
     rewriter.replace_op(op, [unflattened])
     return True
 
@@ -578,22 +562,22 @@ def mask_as_contraction_column(op: ir.Operation, rewriter) -> bool:
         return False
     with ir.InsertionPoint(op), op.location:
         zero, one, two = int_constant(0), int_constant(1), int_constant(2)
-        first_column = create("torch.aten.slice.Tensor", vtensor_type([flat, rows, 1], dtype), lhs,
-                              two, zero, one, one)
+        first_column = torch_ops.AtenSliceTensorOp(vtensor_type([flat, rows, 1], dtype), lhs, two,
+                                                   zero, one, one).result
         none = none_constant()
-        ones = create("torch.aten.full_like", first_column.type, first_column, one, none, none,
-                      none, none, none)
+        ones = torch_ops.AtenFullLikeOp(first_column.type, first_column, one, none, none, none,
+                                        none, none).result
         lhs = _concatenated([lhs, ones], vtensor_type([flat, rows, depth + 1], dtype), 2)
         minus_one = int_constant(-1)
-        per_head = create("torch.aten.expand", vtensor_type([batch, heads, 1, columns], dtype),
-                          mask, int_list_construct([*batch_sizes, minus_one, minus_one]),
-                          bool_constant(False))
-        mask_row = create("torch.aten.flatten.using_ints", vtensor_type([flat, 1, columns], dtype),
-                          per_head, zero, one)
+        per_head = torch_ops.AtenExpandOp(vtensor_type([batch, heads, 1, columns], dtype), mask,
+                                          int_list_construct([*batch_sizes, minus_one, minus_one]),
+                                          bool_constant(False)).result
+        mask_row = torch_ops.AtenFlattenUsingIntsOp(vtensor_type([flat, 1, columns], dtype),
+                                                    per_head, zero, one).result
         rhs = _concatenated([rhs, mask_row], vtensor_type([flat, depth + 1, columns], dtype), 1)
-        result = create("torch.aten.unflatten.int", scores.type,
-                        create("torch.aten.bmm", product.type, lhs, rhs), zero,
-                        unflatten.operands[2])
+        result = torch_ops.AtenUnflattenIntOp(scores.type,
+                                              torch_ops.AtenBmmOp(product.type, lhs, rhs).result,
+                                              zero, unflatten.operands[2]).result
     rewriter.replace_op(op, [result])
     return True
 

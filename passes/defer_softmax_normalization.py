@@ -31,14 +31,14 @@ import dataclasses
 import math
 
 from anyshape.dialects import vtensor_shape
-from anyshape.mlir import ir
+from anyshape.mlir import ir, torch_ops
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.torch_ir.constants import (constant_bool, constant_float, constant_int,
                                                 float_constant)
 from anyshape.passes.torch_ir.ops import (PROBABILITY_SOFTMAXES, shifted_exponentials,
                                           softmax_axis)
-from anyshape.passes.torch_ir.values import (create, defining_op, erase_unused, functions, users,
-                                             vtensor_type)
+from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions, rebuilt,
+                                             users, vtensor_type)
 
 
 def _defined_by(value: ir.Value, name: str) -> ir.Operation | None:
@@ -130,9 +130,8 @@ def _flattened(value: ir.Value, plan: _Probabilities) -> ir.Value:
     start, end = (constant_int(d) % len(sizes) for d in plan.flatten_dims)
     merged = sizes[start:end + 1]
     size = None if None in merged else math.prod(merged)
-    return create("torch.aten.flatten.using_ints",
-                  vtensor_type(sizes[:start] + [size] + sizes[end + 1:], dtype), value,
-                  *plan.flatten_dims)
+    flat_type = vtensor_type(sizes[:start] + [size] + sizes[end + 1:], dtype)
+    return torch_ops.AtenFlattenUsingIntsOp(flat_type, value, *plan.flatten_dims).result
 
 
 def defer_normalization(op: ir.Operation, rewriter) -> bool:
@@ -148,17 +147,16 @@ def defer_normalization(op: ir.Operation, rewriter) -> bool:
     with ir.InsertionPoint(op), op.location:
         parts = shifted_exponentials(scores, len(sizes) - 1)
         row_max, total = parts.row_max, parts.total
-        product = create(op.name, op.results[0].type, _flattened(parts.exponentials, plan), values)
-        result = create("torch.aten.div.Tensor", op.results[0].type, product,
-                        _flattened(total, plan))
+        product = rebuilt(op, [_flattened(parts.exponentials, plan), values]).result
+        result = torch_ops.AtenDivTensorOp(op.results[0].type, product, _flattened(total, plan)).result
         if plan.guard is not None:
             minus_inf = float_constant(-math.inf)
-            all_minus_inf = create("torch.aten.eq.Scalar", vtensor_type(sizes[:-1] + [1], "i1"),
-                                   row_max, minus_inf)
+            all_minus_inf = torch_ops.AtenEqScalarOp(vtensor_type(sizes[:-1] + [1], "i1"), row_max,
+                                                     minus_inf).result
             fill = defining_op(plan.guard.operands[1])
-            zeros = create("torch.aten.full_like", result.type, result, *list(fill.operands)[1:])
-            result = create("torch.aten.where.self", result.type,
-                            _flattened(all_minus_inf, plan), zeros, result)
+            zeros = torch_ops.AtenFullLikeOp(result.type, result, *list(fill.operands)[1:]).result
+            result = torch_ops.AtenWhereSelfOp(result.type, _flattened(all_minus_inf, plan), zeros,
+                                               result).result
     rewriter.replace_op(op, [result])
     return True
 

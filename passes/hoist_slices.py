@@ -67,10 +67,10 @@ from typing import Callable
 import sympy
 
 from anyshape.dialects import vtensor_shape
-from anyshape.mlir import ir
+from anyshape.mlir import ir, torch_ops
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.torch_ir.constants import (constant_bool, constant_int, int_constant,
-                                                int_list, int_list_construct, int_type, is_none,
+                                                int_list, int_list_construct, is_none,
                                                 list_items)
 from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, SOFTMAXES,
                                           dropout_in_eval, keepdim, reduced_axes)
@@ -78,7 +78,7 @@ from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions,
                                              hoist_argument_bindings, static_info_cast, typed,
-                                             users, vtensor_type)
+                                             rebuilt, users, vtensor_type)
 
 _INT64_MAX = 2**63 - 1
 _MAX_ROUNDS = 1000
@@ -107,11 +107,10 @@ class _Cut:
         sizes = list(sizes)
         sizes[axis] = self.size
         if self.kind == "slice":
-            return ir.Operation.create(
-                "torch.aten.slice.Tensor", results=[vtensor_type(sizes, dtype)],
-                operands=[value, int_constant(axis), *self.operands]).result
-        return ir.Operation.create("torch.aten.index_select", results=[vtensor_type(sizes, dtype)],
-                                   operands=[value, int_constant(axis), *self.operands]).result
+            return torch_ops.AtenSliceTensorOp(vtensor_type(sizes, dtype), value,
+                                               int_constant(axis), *self.operands).result
+        return torch_ops.AtenIndexSelectOp(vtensor_type(sizes, dtype), value, int_constant(axis),
+                                           *self.operands).result
 
     def is_one_row(self) -> bool:
         """A one-row, step-1 slice (``x[i:i+1]``)."""
@@ -386,8 +385,7 @@ def through_unflatten(h, producer, axis, cut) -> Plan | None:
         # builds that one), then cast to the selection's type.
         sizes_in, dtype = vtensor_shape(operands[0].type)
         natural = vtensor_type(sizes_in[:axis] + [1] + sizes_in[axis:], dtype)
-        value = ir.Operation.create("torch.aten.unsqueeze", results=[natural],
-                                    operands=[operands[0], int_constant(axis)]).result
+        value = torch_ops.AtenUnsqueezeOp(natural, operands[0], int_constant(axis)).result
         return static_info_cast(value, result_type)
 
     return Plan({0: Recut(dim, strided)}, build=unsqueezed)
@@ -491,8 +489,7 @@ class _Hoister:
         built = None if expr is None else self.builder.build(sympy.expand(expr + 1))
         if built is not None:
             return built
-        return ir.Operation.create("torch.aten.add.int", results=[int_type()],
-                                   operands=[value, int_constant(1)]).result
+        return torch_ops.AtenAddIntOp(value, int_constant(1)).result
 
     # -- moving -----------------------------------------------------------------
     def plan(self, producer: ir.Operation, axis: int, cut: _Cut) -> Plan | None:
@@ -539,8 +536,7 @@ class _Hoister:
             if axis < len(sizes):
                 sizes[axis] = cut.size
             results.append(vtensor_type(sizes, dtype))
-        moved = ir.Operation.create(producer.name, results=results, operands=operands,
-                                    attributes={a.name: a.attr for a in producer.attributes})
+        moved = rebuilt(producer, operands, results)
         return self.record(moved.results[0], producer.results[0], axis, cut)
 
     def move_every_result(self, op, rewriter, producer, axis, cut) -> bool:
@@ -567,8 +563,7 @@ class _Hoister:
                 sizes = list(sizes)
                 sizes[axis] = cut.size
                 types.append(vtensor_type(sizes, dtype))
-            moved = ir.Operation.create(producer.name, results=types, operands=operands,
-                                        attributes={a.name: a.attr for a in producer.attributes})
+            moved = rebuilt(producer, operands, types)
         for old, new, readers in zip(producer.results, moved.results, selections, strict=True):
             self.record(new, old, axis, cut)
             for user in readers:
@@ -618,8 +613,7 @@ def select_as_row_slice(h: _Hoister, op, rewriter) -> bool:
                 return False
         cut = _Cut("slice", [start, end, int_constant(1)], 1)
         row = h.cut(cut, source, axis)
-        value = ir.Operation.create("torch.aten.squeeze.dim", results=[op.results[0].type],
-                                    operands=[row, int_constant(axis)]).result
+        value = torch_ops.AtenSqueezeDimOp(op.results[0].type, row, int_constant(axis)).result
     rewriter.replace_op(op, [value])
     return True
 
@@ -684,12 +678,9 @@ def gather_as_index_select(h: _Hoister, op, rewriter) -> bool:
     with ir.InsertionPoint(op), op.location:
         flat = base
         if rank > 1:
-            flat = ir.Operation.create(
-                "torch.aten.flatten.using_ints",
-                results=[vtensor_type([base_shape[0][axis]], base_shape[1])],
-                operands=[base, int_constant(0), int_constant(rank - 1)]).result
-        value = ir.Operation.create("torch.aten.index_select", results=[op.results[0].type],
-                                    operands=[source, int_constant(axis), flat]).result
+            flat = torch_ops.AtenFlattenUsingIntsOp(vtensor_type([base_shape[0][axis]], base_shape[1]),
+                                                    base, int_constant(0), int_constant(rank - 1)).result
+        value = torch_ops.AtenIndexSelectOp(op.results[0].type, source, int_constant(axis), flat).result
     rewriter.replace_op(op, [value])
     return True
 
@@ -748,10 +739,9 @@ def split_into_slices(op, rewriter) -> bool:
     with ir.InsertionPoint(op), op.location:
         parts, start = [], 0
         for size, result in zip(sizes, op.results):
-            parts.append(ir.Operation.create(
-                "torch.aten.slice.Tensor", results=[result.type],
-                operands=[split.operands[0], int_constant(axis), int_constant(start),
-                          int_constant(start + size), int_constant(1)]).result)
+            parts.append(torch_ops.AtenSliceTensorOp(result.type, split.operands[0],
+                                                     int_constant(axis), int_constant(start),
+                                                     int_constant(start + size), int_constant(1)).result)
             start += size
     rewriter.replace_op(op, parts)
     if not list(split.results[0].uses):

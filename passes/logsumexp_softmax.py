@@ -23,11 +23,11 @@ from __future__ import annotations
 import dataclasses
 
 from anyshape.dialects import vtensor_shape
-from anyshape.mlir import ir
+from anyshape.mlir import ir, torch_ops
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.torch_ir.constants import int_constant
 from anyshape.passes.torch_ir.ops import PROBABILITY_SOFTMAXES, shifted_exponentials, softmax_axis
-from anyshape.passes.torch_ir.values import create, functions
+from anyshape.passes.torch_ir.values import functions
 
 
 def softmax_as_logsumexp(op: ir.Operation, rewriter) -> bool:
@@ -41,9 +41,10 @@ def softmax_as_logsumexp(op: ir.Operation, rewriter) -> bool:
     with ir.InsertionPoint(op), op.location:
         parts = shifted_exponentials(x, axis)
         reduced = parts.total.type
-        log_total = create("torch.aten.log", reduced, parts.total)
-        result = create("torch.aten.exp", x.type, create("torch.aten.sub.Tensor", x.type,
-                                                         parts.shifted, log_total, int_constant(1)))
+        log_total = torch_ops.AtenLogOp(reduced, parts.total).result
+        log_probabilities = torch_ops.AtenSubTensorOp(x.type, parts.shifted, log_total,
+                                                      int_constant(1)).result
+        result = torch_ops.AtenExpOp(x.type, log_probabilities).result
     rewriter.replace_op(op, [result])
     return True
 

@@ -30,11 +30,11 @@ from __future__ import annotations
 import sympy
 
 from anyshape.dialects import vtensor_shape
-from anyshape.mlir import ir
+from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int_constant,
                                                 int_list_construct, list_items)
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir.values import defining_op, static_info_cast, vtensor_type
+from anyshape.passes.torch_ir.values import defining_op, rebuilt, static_info_cast, vtensor_type
 
 
 def _same(a, b) -> bool:
@@ -72,8 +72,7 @@ def rewrite_expand(op, rewriter, analysis: ShapeAnalysis) -> bool:
     with ir.InsertionPoint(op), op.location:
         minus_one = int_constant(-1)
         size_list = int_list_construct([minus_one if i in renamed else v for i, v in enumerate(items)])
-        expanded = ir.Operation.create(op.name, results=[op.results[0].type],
-                                       operands=[source, size_list, *op.operands[2:]]).result
+        expanded = rebuilt(op, [source, size_list, *op.operands[2:]]).result
     analysis.dims[expanded] = analysis.dims.get(op.results[0])
     rewriter.replace_op(op, [expanded])
     return True
@@ -91,13 +90,12 @@ def sink_expand_below_embedding(op, rewriter, analysis: ShapeAnalysis) -> bool:
         return False
     result_shape = vtensor_shape(op.results[0].type)
     with ir.InsertionPoint(op), op.location:
-        looked_up = ir.Operation.create(
-            op.name, results=[vtensor_type(index_shape[0] + table_shape[0][-1:], result_shape[1])],
-            operands=[op.operands[0], index, *op.operands[2:]]).result
+        looked_up = rebuilt(
+            op, [op.operands[0], index, *op.operands[2:]],
+            [vtensor_type(index_shape[0] + table_shape[0][-1:], result_shape[1])]).result
         size_list = int_list_construct([*items, int_constant(-1)])
-        expanded = ir.Operation.create(
-            "torch.aten.expand", results=[op.results[0].type],
-            operands=[looked_up, size_list, index_op.operands[2]]).result
+        expanded = torch_ops.AtenExpandOp(op.results[0].type, looked_up, size_list,
+                                          index_op.operands[2]).result
     analysis.dims[looked_up] = list(index_dims) + [table_dims[-1]]
     analysis.dims[expanded] = analysis.dims.get(op.results[0])
     rewriter.replace_op(op, [expanded])
@@ -128,9 +126,7 @@ def drop_implied_expand(op, rewriter, analysis: ShapeAnalysis) -> bool:
             continue
         new_operands = operands[:position] + [source] + operands[position + 1:]
         with ir.InsertionPoint(op), op.location:
-            replacement = ir.Operation.create(op.name, results=[op.results[0].type],
-                                              operands=new_operands,
-                                              attributes={a.name: a.attr for a in op.attributes}).result
+            replacement = rebuilt(op, new_operands).result
         analysis.dims[replacement] = list(result_dims)
         rewriter.replace_op(op, [replacement])
         return True
@@ -163,18 +159,16 @@ def gather_from_expanded_table(op, rewriter, analysis: ShapeAnalysis) -> bool:
     with ir.InsertionPoint(op), op.location:
         column = table
         if len(sizes) > 1:
-            column = ir.Operation.create(
-                "torch.aten.flatten.using_ints", results=[vtensor_type([rows], dtype)],
-                operands=[table, int_constant(0), int_constant(len(sizes) - 1)]).result
-        column = ir.Operation.create("torch.aten.unsqueeze", results=[vtensor_type([rows, 1], dtype)],
-                                     operands=[column, int_constant(1)]).result
+            column = torch_ops.AtenFlattenUsingIntsOp(
+                vtensor_type([rows], dtype), table, int_constant(0),
+                int_constant(len(sizes) - 1)).result
+        column = torch_ops.AtenUnsqueezeOp(vtensor_type([rows, 1], dtype), column,
+                                           int_constant(1)).result
         false = bool_constant(False)
-        looked_up = ir.Operation.create(
-            "torch.aten.embedding", results=[vtensor_type(index_shape[0] + [1], dtype)],
-            operands=[column, index, int_constant(-1), false, false]).result
-        value = ir.Operation.create(
-            "torch.aten.squeeze.dim", results=[vtensor_type(index_shape[0], dtype)],
-            operands=[looked_up, int_constant(-1)]).result
+        looked_up = torch_ops.AtenEmbeddingOp(vtensor_type(index_shape[0] + [1], dtype), column,
+                                              index, int_constant(-1), false, false).result
+        value = torch_ops.AtenSqueezeDimOp(vtensor_type(index_shape[0], dtype), looked_up,
+                                           int_constant(-1)).result
         value = static_info_cast(value, op.results[0].type)
     analysis.dims[looked_up] = list(index_dims) + [sympy.Integer(1)]
     analysis.dims[value] = list(index_dims)
@@ -256,9 +250,8 @@ def and_with_all_true(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
                 sizes = [int_constant(-1) if s else builder.build(result_dims[i])
                          for i, s in enumerate(same)]
                 size_list = int_list_construct(sizes)
-                replacement = ir.Operation.create(
-                    "torch.aten.expand", results=[result.type],
-                    operands=[kept, size_list, bool_constant(False)]).result
+                replacement = torch_ops.AtenExpandOp(result.type, kept, size_list,
+                                                     bool_constant(False)).result
         analysis.dims[replacement] = list(result_dims)
         rewriter.replace_op(op, [replacement])
         return True
@@ -282,13 +275,9 @@ def sink_expand_below_scalars(op, rewriter, analysis: ShapeAnalysis) -> bool:
     if source_shape is None or result_shape is None:
         return False
     with ir.InsertionPoint(op), op.location:
-        small = ir.Operation.create(
-            op.name, results=[vtensor_type(source_shape[0], result_shape[1])],
-            operands=operands[:expanded[0]] + [source] + operands[expanded[0] + 1:],
-            attributes={a.name: a.attr for a in op.attributes}).result
-        replacement = ir.Operation.create(
-            "torch.aten.expand", results=[result.type],
-            operands=[small, *list(expand.operands)[1:]]).result
+        small = rebuilt(op, operands[:expanded[0]] + [source] + operands[expanded[0] + 1:],
+                        [vtensor_type(source_shape[0], result_shape[1])]).result
+        replacement = torch_ops.AtenExpandOp(result.type, small, *list(expand.operands)[1:]).result
     if source in analysis.dims:
         analysis.dims[small] = list(analysis.dims[source])
     if result in analysis.dims:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import sympy
 
-from anyshape.dialects import vtensor_shape
-from anyshape.mlir import ir
+from anyshape.dialects import iota_like, vtensor_shape
+from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int_constant,
                                                 int_list_construct, list_items)
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, size_query
@@ -56,9 +56,8 @@ def _trace_to_iota(index: ir.Value):
 
 
 def _slice(value: ir.Value, axis: int, end: ir.Value, dims: list, dtype: str) -> ir.Value:
-    return ir.Operation.create(
-        "torch.aten.slice.Tensor", results=[vtensor_type(dims, dtype)],
-        operands=[value, int_constant(axis), int_constant(0), end, int_constant(1)]).result
+    return torch_ops.AtenSliceTensorOp(vtensor_type(dims, dtype), value, int_constant(axis),
+                                       int_constant(0), end, int_constant(1)).result
 
 
 def _arange_axis(literal: ir.Operation) -> int | None:
@@ -96,9 +95,7 @@ def rewrite_arange_constant_slice(op, rewriter, analysis: ShapeAnalysis) -> bool
         return False  # the slice would clamp; an iota would not
     length_size = vtensor_shape(ref.type)[0][dim]
     with ir.InsertionPoint(op), op.location:
-        value = ir.Operation.create(
-            "anyshape.iota_like", results=[vtensor_type([length_size], dtype)], operands=[ref],
-            attributes={"dim": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim)}).result
+        value = iota_like(ref, dim, vtensor_type([length_size], dtype))
         analysis.dims[value] = [length]
         value, exprs = _unit_axes_around(value, [length_size], [length], dtype, {arange_axis},
                                          len(sizes), analysis)
@@ -116,9 +113,8 @@ def _unit_axes_around(value, sizes, exprs, dtype, kept: set, rank: int, analysis
         if position not in kept:
             sizes.insert(position, 1)
             exprs.insert(position, sympy.Integer(1))
-            value = ir.Operation.create(
-                "torch.aten.unsqueeze", results=[vtensor_type(sizes, dtype)],
-                operands=[value, int_constant(position)]).result
+            value = torch_ops.AtenUnsqueezeOp(vtensor_type(sizes, dtype), value,
+                                              int_constant(position)).result
             analysis.dims[value] = list(exprs)
     return value, exprs
 
@@ -184,15 +180,13 @@ def rewrite_iota_lookup(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
             return False
         row_count = None if not length.is_Integer else int(length)
         dims = [row_count] + sizes[1:]
-        value = ir.Operation.create(
-            "torch.aten.slice.Tensor", results=[vtensor_type(dims, dtype)],
-            operands=[table, int_constant(0), int_constant(0), end, int_constant(1)]).result
+        value = torch_ops.AtenSliceTensorOp(vtensor_type(dims, dtype), table, int_constant(0),
+                                            int_constant(0), end, int_constant(1)).result
         for kind, arg in steps:
             if kind == "unsqueeze":
                 dims = dims[:arg] + [1] + dims[arg:]
-                value = ir.Operation.create(
-                    "torch.aten.unsqueeze", results=[vtensor_type(dims, dtype)],
-                    operands=[value, int_constant(arg)]).result
+                value = torch_ops.AtenUnsqueezeOp(vtensor_type(dims, dtype), value,
+                                                  int_constant(arg)).result
             else:  # expand to the index's sizes, the table's row width kept (-1)
                 items = list_items(arg)
                 if items is None:
@@ -201,12 +195,9 @@ def rewrite_iota_lookup(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
                 expanded = vtensor_shape(op.results[0].type)[0]
                 dims = expanded[:len(items)] + dims[len(items):]
                 false = bool_constant(False)
-                value = ir.Operation.create(
-                    "torch.aten.expand", results=[vtensor_type(dims, dtype)],
-                    operands=[value, size_list, false]).result
+                value = torch_ops.AtenExpandOp(vtensor_type(dims, dtype), value, size_list, false).result
         if value.type != op.results[0].type:
-            value = ir.Operation.create("torch.tensor_static_info_cast",
-                                        results=[op.results[0].type], operands=[value]).result
+            value = torch_ops.TensorStaticInfoCastOp(op.results[0].type, value).result
     rewriter.replace_op(op, [value])
     return True
 

@@ -31,7 +31,7 @@ import dataclasses
 
 import sympy
 
-from anyshape.dialects import vtensor_shape
+from anyshape.dialects import iota_like, vtensor_shape
 from anyshape.mlir import ir
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.canonicalize_shapes.broadcasts import (and_with_all_true, drop_implied_expand,
@@ -77,9 +77,7 @@ def arange_to_iota(op, rewriter) -> bool:
     ref, dim = query
     length = vtensor_shape(ref.type)[0][dim]
     with ir.InsertionPoint(op), op.location:
-        iota = ir.Operation.create(
-            "anyshape.iota_like", results=[vtensor_type([length], result[1])], operands=[ref],
-            attributes={"dim": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim)}).result
+        iota = iota_like(ref, dim, vtensor_type([length], result[1]))
         replacement = static_info_cast(iota, op.results[0].type)
     rewriter.replace_op(op, [replacement])
     return True

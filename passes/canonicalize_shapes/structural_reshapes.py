@@ -17,11 +17,11 @@ from __future__ import annotations
 import sympy
 
 from anyshape.dialects import vtensor_shape
-from anyshape.mlir import ir
+from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import (constant_int, int_constant, int_list_construct,
                                                 list_items)
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir.values import vtensor_type
+from anyshape.passes.torch_ir.values import rebuilt, vtensor_type
 
 
 def _divides(a, b) -> bool:
@@ -89,10 +89,9 @@ def rewrite_view(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
             start = gi[0]
             if len(gi) > 1:
                 dims = dims[:start] + [sympy.Mul(*dims[start:gi[-1] + 1])] + dims[gi[-1] + 1:]
-                current = ir.Operation.create(
-                    "torch.aten.flatten.using_ints",
-                    results=[vtensor_type([_static(d) for d in dims], dtype)],
-                    operands=[current, int_constant(start), int_constant(gi[-1])]).result
+                current = torch_ops.AtenFlattenUsingIntsOp(
+                    vtensor_type([_static(d) for d in dims], dtype), current, int_constant(start),
+                                                           int_constant(gi[-1])).result
                 analysis.dims[current] = list(dims)
             elif len(gj) > 1:
                 parts = [out_dims[k] for k in gj]
@@ -106,14 +105,11 @@ def rewrite_view(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
                     values.append(value)
                 size_list = int_list_construct(values)
                 dims = dims[:start] + parts + dims[start + 1:]
-                current = ir.Operation.create(
-                    "torch.aten.unflatten.int",
-                    results=[vtensor_type([_static(d) for d in dims], dtype)],
-                    operands=[current, int_constant(start), size_list]).result
+                current = torch_ops.AtenUnflattenIntOp(vtensor_type([_static(d) for d in dims], dtype),
+                                                       current, int_constant(start), size_list).result
                 analysis.dims[current] = list(dims)
         if current.type != op.results[0].type:
-            current = ir.Operation.create("torch.tensor_static_info_cast",
-                                          results=[op.results[0].type], operands=[current]).result
+            current = torch_ops.TensorStaticInfoCastOp(op.results[0].type, current).result
             analysis.dims[current] = list(dims)
     rewriter.replace_op(op, [current])  # all groups 1 -> 1: the view is its input
     return True
@@ -135,42 +131,34 @@ def view_through_one_dim(op, rewriter, analysis: ShapeAnalysis, in_dims: list,
         return False
     source, result = op.operands[0], op.results[0]
     dtype = vtensor_shape(result.type)[1]
-    int_type = ir.Type.parse("!torch.int")
     numel = sympy.Mul(*in_dims)
     with ir.InsertionPoint(op), op.location:
-        count = ir.Operation.create("torch.aten.numel", results=[int_type], operands=[source]).result
+        count = torch_ops.AtenNumelOp(source).result
         known = [v for v, c in zip(sizes, constants) if c != -1]
         product = known[0] if known else int_constant(1)
         for value in known[1:]:
-            product = ir.Operation.create("torch.aten.mul.int", results=[int_type],
-                                          operands=[product, value]).result
+            product = torch_ops.AtenMulIntOp(product, value).result
         if -1 in constants:  # the inferred size: the count must be a multiple of the rest
-            left = ir.Operation.create("torch.aten.remainder.int", results=[int_type],
-                                       operands=[count, product]).result
+            left = torch_ops.AtenRemainderIntOp(count, product).result
             right = int_constant(0)
         else:
             left, right = count, product
-        fits = ir.Operation.create("torch.aten.eq.int", results=[ir.Type.parse("!torch.bool")],
-                                   operands=[left, right]).result
+        fits = torch_ops.AtenEqIntOp(left, right).result
         shown = ", ".join("?" if c is None else str(c) for c in constants)
-        ir.Operation.create("torch.runtime.assert", operands=[fits], attributes={
-            "message": ir.StringAttr.get(
-                f"view/reshape to [{shown}] at {_where(op)}: the input's {len(in_dims)}-d "
-                f"shape has a number of elements these sizes cannot hold (as eager's "
-                f"'shape is invalid for input of size')")})
-        flat = ir.Operation.create(
-            "torch.aten.flatten.using_ints", results=[vtensor_type([_static(numel)], dtype)],
-            operands=[source, int_constant(0), int_constant(len(in_dims) - 1)]).result
+        torch_ops.RuntimeAssertOp(
+            fits, f"view/reshape to [{shown}] at {_where(op)}: the input's {len(in_dims)}-d "
+                  f"shape has a number of elements these sizes cannot hold (as eager's "
+                  f"'shape is invalid for input of size')")
+        flat = torch_ops.AtenFlattenUsingIntsOp(vtensor_type([_static(numel)], dtype), source,
+                                                int_constant(0), int_constant(len(in_dims) - 1)).result
         analysis.dims[flat] = [numel]
         # Constant sizes in the type too: the lowering reads a [?, ?] result of
         # view(-1, 4) as static sizes [-1 * 4] ("expected sizes to be non-negative").
         refined = vtensor_type([c if c is not None and c >= 0 else None for c in constants],
                                dtype)
-        view = ir.Operation.create(op.name, results=[refined],
-                                   operands=[flat, op.operands[1]]).result
+        view = rebuilt(op, [flat, op.operands[1]], [refined]).result
         if refined != result.type:
-            view = ir.Operation.create("torch.tensor_static_info_cast", results=[result.type],
-                                       operands=[view]).result
+            view = torch_ops.TensorStaticInfoCastOp(result.type, view).result
     rewriter.replace_op(op, [view])
     return True
 

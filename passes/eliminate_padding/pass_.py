@@ -41,16 +41,16 @@ import dataclasses
 import sympy
 
 from anyshape.dialects import vtensor_shape
-from anyshape.mlir import ir
+from anyshape.mlir import ir, torch_ops
 from anyshape.passes import ModulePass, PassFailure, register
 from anyshape.passes.eliminate_padding.padding_safety import PaddingSafety, Poison, is_taint
 from anyshape.passes.torch_ir.constants import (constant_int, int_constant, int_list_construct,
-                                                int_type, list_items)
+                                                list_items)
 from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, RESHAPES,
                                           SOFTMAXES, dropout_in_eval, reduced_axes)
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir.values import (create, defining_op, functions,
+from anyshape.passes.torch_ir.values import (defining_op, rebuilt, functions,
                                              hoist_argument_bindings, typed, users,
                                              vtensor_type)
 
@@ -339,22 +339,16 @@ class _Packer:
                               f"torch.bind_symbolic_shape: its dims' ranges are unknown")
         high = self.analysis.max_of(self.batch * self.length)
         with ir.InsertionPoint(binding), binding.location:
-            i64 = ir.IntegerType.get_signless(64)
-            count = ir.Operation.create("torch.symbolic_int", results=[int_type()], attributes={
-                "symbol_name": ir.StringAttr.get("anyshape_tokens"),
-                "min_val": ir.IntegerAttr.get(i64, 1),
-                "max_val": ir.IntegerAttr.get(i64, min(high or _UNBOUNDED, _UNBOUNDED))})
+            count = torch_ops.SymbolicIntOp("anyshape_tokens", 1,
+                                            min(high or _UNBOUNDED, _UNBOUNDED)).result
         with ir.InsertionPoint.after(binding), binding.location:
-            ir.Operation.create("torch.bind_symbolic_shape", results=[],
-                                operands=[self.tokens, count.result], attributes={
-                                    "shape_expressions": ir.AffineMapAttr.get(ir.AffineMap.get(
-                                        0, 1, [ir.AffineSymbolExpr.get(0)]))})
+            torch_ops.BindSymbolicShapeOp(self.tokens, [count], ir.AffineMapAttr.get(
+                ir.AffineMap.get(0, 1, [ir.AffineSymbolExpr.get(0)])))
             mask_map = ir.AffineMapAttr(binding.attributes["shape_expressions"]).value
-            ir.Operation.create("torch.bind_symbolic_shape", results=[],
-                                operands=[self.slots, *list(binding.operands)[1:]], attributes={
-                                    "shape_expressions": ir.AffineMapAttr.get(ir.AffineMap.get(
-                                        0, mask_map.n_symbols,
-                                        [mask_map.results[0] * mask_map.results[1]]))})
+            torch_ops.BindSymbolicShapeOp(self.slots, list(binding.operands)[1:],
+                                          ir.AffineMapAttr.get(ir.AffineMap.get(
+                                              0, mask_map.n_symbols,
+                                              [mask_map.results[0] * mask_map.results[1]])))
         self.analysis = ShapeAnalysis(self.func)  # the new arguments' dims, rooted
         self.builder = ScalarBuilder(self.analysis)
 
@@ -365,7 +359,7 @@ class _Packer:
         flat = self._feature_rows(value, 2 if kind == "BL" else 1, dtype)
         rows = self._select_rows(flat, self.tokens, None, rest, dtype)
         if kind == "BL":
-            rows = self._op("torch.aten.unsqueeze", [1, None, *rest], dtype,
+            rows = self._op(torch_ops.AtenUnsqueezeOp, [1, None, *rest], dtype,
                             rows, int_constant(0))
         return rows
 
@@ -377,7 +371,7 @@ class _Packer:
         if kind == "BL":
             split = int_list_construct([self.builder.build(self.batch),
                                         self.builder.build(self.length)])
-            grid = self._op("torch.aten.unflatten.int", sizes, dtype, grid,
+            grid = self._op(torch_ops.AtenUnflattenIntOp, sizes, dtype, grid,
                             int_constant(0), split)
         return grid
 
@@ -397,11 +391,11 @@ class _Packer:
                 and len(vtensor_shape(split.operands[0].type)[0]) == lead + 1):
             value, features = split.operands[0], vtensor_shape(split.operands[0].type)[0][lead:]
         elif len(features) > 1 and all(isinstance(d, int) for d in features):
-            value = self._op("torch.aten.flatten.using_ints", [*sizes[:lead], _product(features)],
+            value = self._op(torch_ops.AtenFlattenUsingIntsOp, [*sizes[:lead], _product(features)],
                              dtype, value, int_constant(lead), int_constant(-1))
             features = [_product(features)]
         if lead == 2:
-            value = self._op("torch.aten.flatten.using_ints", [None, *features], dtype,
+            value = self._op(torch_ops.AtenFlattenUsingIntsOp, [None, *features], dtype,
                              value, int_constant(0), int_constant(1))
         return value
 
@@ -410,16 +404,16 @@ class _Packer:
         """``rows`` (``[N, ...]``, ``_feature_rows``) at ``index`` along axis 0, as
         ``[count, *rest]``."""
         features = vtensor_shape(rows.type)[0][1:]
-        picked = self._op("torch.aten.index_select", [count, *features], dtype,
+        picked = self._op(torch_ops.AtenIndexSelectOp, [count, *features], dtype,
                           rows, int_constant(0), index)
         if features != list(rest):
             split = int_list_construct([int_constant(n) for n in rest])
-            picked = self._op("torch.aten.unflatten.int", [count, *rest], dtype, picked,
+            picked = self._op(torch_ops.AtenUnflattenIntOp, [count, *rest], dtype, picked,
                               int_constant(1), split)
         return picked
 
-    def _op(self, name: str, sizes, dtype, *operands) -> ir.Value:
-        op = ir.Operation.create(name, results=[vtensor_type(sizes, dtype)], operands=list(operands))
+    def _op(self, op_class: type, sizes, dtype, *operands) -> ir.Value:
+        op = op_class(vtensor_type(sizes, dtype), *operands).operation
         op.attributes[_NEW] = ir.UnitAttr.get()
         return op.result
 
@@ -432,8 +426,7 @@ class _Packer:
             kind = self.layout(result)
             types.append(vtensor_type([1, None, *sizes[2:]] if kind == "BL" else [None, *sizes[1:]],
                                       dtype))
-        new = ir.Operation.create(op.name, results=types, operands=operands,
-                                  attributes=_attributes(op))
+        new = rebuilt(op, operands, types, _attributes(op))
         new.attributes[_NEW] = ir.UnitAttr.get()
         return list(new.results)
 
@@ -449,21 +442,21 @@ class _Packer:
         if rest_in != rest_out:
             axis = len(lead)
             if len(rest_in) != 1:
-                rows = self._op("torch.aten.flatten.using_ints" if rest_in else
-                                "torch.aten.unsqueeze", [*lead, _product(rest_in)], dtype,
+                rows = self._op(torch_ops.AtenFlattenUsingIntsOp if rest_in else
+                                torch_ops.AtenUnsqueezeOp, [*lead, _product(rest_in)], dtype,
                                 *([rows, int_constant(axis), int_constant(-1)] if rest_in
                                   else [rows, int_constant(axis)]))
             if len(rest_out) > 1:
                 split = int_list_construct([int_constant(n) for n in rest_out])
-                rows = self._op("torch.aten.unflatten.int", [*lead, *rest_out], dtype,
+                rows = self._op(torch_ops.AtenUnflattenIntOp, [*lead, *rest_out], dtype,
                                 rows, int_constant(axis), split)
             elif not rest_out:
-                rows = self._op("torch.aten.squeeze.dim", lead, dtype, rows, int_constant(axis))
+                rows = self._op(torch_ops.AtenSqueezeDimOp, lead, dtype, rows, int_constant(axis))
         if kind_in == "BL" and kind_out == "F":
-            rows = self._op("torch.aten.squeeze.dim", [None, *rest_out], dtype, rows,
+            rows = self._op(torch_ops.AtenSqueezeDimOp, [None, *rest_out], dtype, rows,
                             int_constant(0))
         elif kind_in == "F" and kind_out == "BL":
-            rows = self._op("torch.aten.unsqueeze", [1, None, *rest_out], dtype, rows,
+            rows = self._op(torch_ops.AtenUnsqueezeOp, [1, None, *rest_out], dtype, rows,
                             int_constant(0))
         return rows
 
@@ -527,22 +520,21 @@ class _Packer:
                                   ret.location)
             with ir.InsertionPoint(ret), ret.location:
                 if keep is None:
-                    keep = create("torch.aten.ne.Scalar",
-                                  vtensor_type(vtensor_shape(self.mask.type)[0], "i1"),
-                                  self.mask, int_constant(0))
+                    keep = torch_ops.AtenNeScalarOp(
+                        vtensor_type(vtensor_shape(self.mask.type)[0], "i1"), self.mask,
+                        int_constant(0)).result
                 condition = keep
                 if layout == "F":
-                    condition = create("torch.aten.flatten.using_ints",
-                                       vtensor_type([None], "i1"), keep, int_constant(0),
-                                       int_constant(1))
+                    condition = torch_ops.AtenFlattenUsingIntsOp(
+                        vtensor_type([None], "i1"), keep, int_constant(0), int_constant(1)).result
                 rank = len(vtensor_shape(value.type)[0])
                 sizes = vtensor_shape(condition.type)[0]
                 while len(sizes) < rank:
                     sizes = [*sizes, 1]
-                    condition = create("torch.aten.unsqueeze", vtensor_type(sizes, "i1"),
-                                       condition, int_constant(len(sizes) - 1))
-                zeroed = create("torch.aten.where.ScalarOther", value.type, condition, value,
-                                int_constant(0))
+                    condition = torch_ops.AtenUnsqueezeOp(vtensor_type(sizes, "i1"), condition,
+                                                          int_constant(len(sizes) - 1)).result
+                zeroed = torch_ops.AtenWhereScalarOtherOp(value.type, condition, value,
+                                                          int_constant(0)).result
             ret.operands[position] = zeroed
             per_token.append(position)
         text = (f'{{mask = {self.mask_position} : i64, per_token = [{", ".join(map(str, per_token))}], '

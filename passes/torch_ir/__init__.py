@@ -10,5 +10,12 @@
   arguments' dims;
 - ``scalar_builder.py``: such expressions built back as torch scalar ops.
 
+Ops are read and built through torch-mlir's generated op classes
+(``anyshape.mlir.torch_ops``): operands by name (``typed(op).keepdim``), new
+ops by their typed builders (``torch_ops.AtenUnsqueezeOp(type, x, dim)``).
+``values.rebuilt`` is the one generic builder, for re-issuing whichever op of
+a family a rewrite matched. ``test/python/test_torch_ir_ops.py`` holds the
+tables to the generated classes.
+
 The passes import from these modules; nothing here registers a pass.
 """

@@ -5,7 +5,7 @@ A reader returns the Python value a ``torch.constant.*`` (or a
 such a constant: a pass that needs the value to decide leaves the op alone.
 """
 
-from anyshape.mlir import ir
+from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.values import defining_op
 
 
@@ -71,35 +71,26 @@ def int_or_int_list(value: ir.Value) -> list[int] | None:
 
 
 # -- builders (at the current insertion point) ------------------------------
-def int_type() -> ir.Type:
-    return ir.Type.parse("!torch.int")
-
-
 def int_constant(value: int) -> ir.Value:
     """``torch.constant.int value``."""
-    return ir.Operation.create("torch.constant.int", results=[int_type()], attributes={
-        "value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)}).result
+    return torch_ops.ConstantIntOp(value).result
 
 
 def float_constant(value: float) -> ir.Value:
     """``torch.constant.float value``."""
-    return ir.Operation.create("torch.constant.float", results=[ir.Type.parse("!torch.float")],
-                               attributes={"value": ir.FloatAttr.get(ir.F64Type.get(), value)}).result
+    return torch_ops.ConstantFloatOp(value).result
 
 
 def bool_constant(value: bool) -> ir.Value:
     """``torch.constant.bool value``."""
-    return ir.Operation.create("torch.constant.bool", results=[ir.Type.parse("!torch.bool")],
-                               attributes={"value": ir.BoolAttr.get(value)}).result
+    return torch_ops.ConstantBoolOp(value).result
 
 
 def none_constant() -> ir.Value:
     """``torch.constant.none``."""
-    return ir.Operation.create("torch.constant.none", results=[ir.Type.parse("!torch.none")]).result
+    return torch_ops.ConstantNoneOp().result
 
 
 def int_list_construct(items: list[ir.Value]) -> ir.Value:
     """``torch.prim.ListConstruct`` of ``!torch.int`` values: a ``!torch.list<int>``."""
-    return ir.Operation.create("torch.prim.ListConstruct",
-                               results=[ir.Type.parse("!torch.list<int>")],
-                               operands=list(items)).result
+    return torch_ops.PrimListConstructOp(ir.Type.parse("!torch.list<int>"), list(items)).result

@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 
 from anyshape.dialects import vtensor_shape
-from anyshape.mlir import ir
+from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import (bool_constant, constant_bool, constant_int,
                                                 int_constant, int_list_construct, int_or_int_list,
                                                 is_none, none_constant)
-from anyshape.passes.torch_ir.values import create, typed, vtensor_type
+from anyshape.passes.torch_ir.values import typed, vtensor_type
 
 # -- elementwise --------------------------------------------------------------
 # Ops computing each element of their result from the same element of their
@@ -92,10 +92,11 @@ def dropout_in_eval(op: ir.Operation) -> bool:
 # -- reductions ---------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Reduction:
-    """Where a reduction's operands are (the input is operand 0)."""
+    """A reduction form. Its operands read by name (``typed``), the same in
+    every form here: ``self_`` (the input), ``dim`` (the reduced dims: an int
+    list, one int, or none: every dim) and ``keepdim`` (a bool);
+    ``test_reduction_operands_read_by_name`` holds every form to that."""
 
-    dims_at: int      # the reduced dims: an int list, or one int (None: every dim)
-    keepdim_at: int   # keepdim, a bool
     results: int = 1  # results, all shaped alike (values and indices, var and mean)
 
 
@@ -110,31 +111,31 @@ class Reduction:
 # - anyshape-eliminate-padding: one over feature axes only runs on token rows.
 # Dims that are not constants (or none: every dim) stop all four.
 REDUCTIONS: dict[str, Reduction] = {
-    "torch.aten.sum.dim_IntList": Reduction(1, 2),
-    "torch.aten.mean.dim": Reduction(1, 2),
-    "torch.aten.amax": Reduction(1, 2),
-    "torch.aten.amin": Reduction(1, 2),
-    "torch.aten.any.dim": Reduction(1, 2),
-    "torch.aten.all.dim": Reduction(1, 2),
+    "torch.aten.sum.dim_IntList": Reduction(),
+    "torch.aten.mean.dim": Reduction(),
+    "torch.aten.amax": Reduction(),
+    "torch.aten.amin": Reduction(),
+    "torch.aten.any.dim": Reduction(),
+    "torch.aten.all.dim": Reduction(),
     # Hoisting: values and indices differ in dtype, so the selections of the
     # two are compared by their sizes, not their types.
-    "torch.aten.max.dim": Reduction(1, 2, results=2),
-    "torch.aten.min.dim": Reduction(1, 2, results=2),
+    "torch.aten.max.dim": Reduction(results=2),
+    "torch.aten.min.dim": Reduction(results=2),
     # Hoisting through these three was missing: each result row is computed
     # from the same input row, as for sum; now moved, lit-tested.
-    "torch.aten.argmax": Reduction(1, 2),
-    "torch.aten.argmin": Reduction(1, 2),
-    "torch.aten.logsumexp": Reduction(1, 2),
-    "torch.aten.prod.dim_int": Reduction(1, 2),
-    "torch.aten.var.correction": Reduction(1, 3),
-    "torch.aten.std.correction": Reduction(1, 3),
-    "torch.aten.var_mean.correction": Reduction(1, 3, results=2),
+    "torch.aten.argmax": Reduction(),
+    "torch.aten.argmin": Reduction(),
+    "torch.aten.logsumexp": Reduction(),
+    "torch.aten.prod.dim_int": Reduction(),
+    "torch.aten.var.correction": Reduction(),
+    "torch.aten.std.correction": Reduction(),
+    "torch.aten.var_mean.correction": Reduction(results=2),
     # The shape analysis (and so the padding proof and padding elimination)
-    # missed the .dim forms: unbiased is operand 2 where the .correction forms
-    # have the correction, keepdim is operand 3 in both; now derived, lit-tested.
-    "torch.aten.var.dim": Reduction(1, 3),
-    "torch.aten.std.dim": Reduction(1, 3),
-    "torch.aten.var_mean.dim": Reduction(1, 3, results=2),
+    # missed the .dim forms (unbiased where the .correction forms have the
+    # correction); now derived, lit-tested.
+    "torch.aten.var.dim": Reduction(),
+    "torch.aten.std.dim": Reduction(),
+    "torch.aten.var_mean.dim": Reduction(results=2),
 }
 
 
@@ -142,7 +143,7 @@ def reduced_axes(op: ir.Operation, rank: int) -> set[int] | None:
     """The axes of its ``rank``-d input a REDUCTIONS op reduces (non-negative;
     every axis for an empty dims list, as torch reads it); None when its dims
     are not constants."""
-    dims = int_or_int_list(op.operands[REDUCTIONS[op.name].dims_at])
+    dims = int_or_int_list(typed(op).dim)
     if dims is None:
         return None
     if rank == 0:
@@ -152,8 +153,7 @@ def reduced_axes(op: ir.Operation, rank: int) -> set[int] | None:
 
 def keepdim(op: ir.Operation) -> bool | None:
     """A REDUCTIONS op's keepdim; None when it is not a constant."""
-    at = REDUCTIONS[op.name].keepdim_at
-    return constant_bool(op.operands[at]) if at < len(op.operands) else None
+    return constant_bool(typed(op).keepdim)
 
 
 # -- softmax ------------------------------------------------------------------
@@ -217,11 +217,11 @@ def shifted_exponentials(x: ir.Value, axis: int) -> ShiftedExponentials:
     reduced = vtensor_type([1 if i == axis else s for i, s in enumerate(sizes)], dtype)
     axes = int_list_construct([int_constant(axis)])
     keepdim = bool_constant(True)
-    row_max = create("torch.aten.amax", reduced, x, axes, keepdim)
-    shifted = create("torch.aten.sub.Tensor", x.type, x, row_max, int_constant(1))
-    exponentials = create("torch.aten.exp", x.type, shifted)
-    total = create("torch.aten.sum.dim_IntList", reduced, exponentials, axes, keepdim,
-                   none_constant())
+    row_max = torch_ops.AtenAmaxOp(reduced, x, axes, keepdim).result
+    shifted = torch_ops.AtenSubTensorOp(x.type, x, row_max, int_constant(1)).result
+    exponentials = torch_ops.AtenExpOp(x.type, shifted).result
+    total = torch_ops.AtenSumDimIntListOp(reduced, exponentials, axes, keepdim,
+                                          none_constant()).result
     return ShiftedExponentials(row_max, shifted, exponentials, total)
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sympy
 
-from anyshape.mlir import ir
-from anyshape.passes.torch_ir.constants import int_constant, int_type
+from anyshape.mlir import ir, torch_ops
+from anyshape.passes.torch_ir.constants import int_constant
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, size_query
 
 
@@ -45,8 +45,7 @@ class ScalarBuilder:
         arg, axis = root
         with ir.InsertionPoint.at_block_begin(self.block), ir.Location.unknown():
             axis_value = int_constant(axis)
-            query = ir.Operation.create("torch.aten.size.int", results=[int_type()],
-                                        operands=[self.block.arguments[arg], axis_value])
+            query = torch_ops.AtenSizeIntOp(self.block.arguments[arg], axis_value).operation
         self._place_at_entry(query)
         self._roots[symbol] = query.result
         return query.result
@@ -86,10 +85,10 @@ class ScalarBuilder:
             parts = [self.build(a) for a in expr.args]
             if any(p is None for p in parts):
                 return None
-            op_name = "torch.aten.mul.int" if isinstance(expr, sympy.Mul) else "torch.aten.add.int"
+            combine = torch_ops.AtenMulIntOp if isinstance(expr, sympy.Mul) else torch_ops.AtenAddIntOp
             value = parts[0]
             for part in parts[1:]:
-                value = ir.Operation.create(op_name, results=[int_type()], operands=[value, part]).result
+                value = combine(value, part).result
             return value
         if isinstance(expr, (sympy.floor, sympy.ceiling)):
             numerator, denominator = sympy.fraction(sympy.together(expr.args[0]))
@@ -100,12 +99,10 @@ class ScalarBuilder:
             top = self.build(sympy.expand(numerator))
             if top is None:
                 return None
-            return ir.Operation.create("torch.aten.floordiv.int", results=[int_type()],
-                                       operands=[top, int_constant(int(denominator))]).result
+            return torch_ops.AtenFloordivIntOp(top, int_constant(int(denominator))).result
         if isinstance(expr, sympy.Mod):
             a, b = self.build(expr.args[0]), self.build(expr.args[1])
             if a is None or b is None:
                 return None
-            return ir.Operation.create("torch.aten.remainder.int", results=[int_type()],
-                                       operands=[a, b]).result
+            return torch_ops.AtenRemainderIntOp(a, b).result
         return None

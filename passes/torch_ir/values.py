@@ -1,7 +1,7 @@
 """Values, types and function bodies of torch-dialect IR: who defines a value,
 who reads it, tensor types, and the tidying every pass does to a function."""
 
-from anyshape.mlir import ir
+from anyshape.mlir import ir, torch_ops
 
 # torch's ScalarType codes for the integer dtypes an index tensor may have.
 TORCH_INT32, TORCH_INT64 = 3, 4
@@ -18,8 +18,7 @@ def typed(op) -> ir.OpView:
     (``AtenScaledDotProductAttentionOp``, ``AtenSoftmaxIntOp``, ...), whose
     operands read by their names there: ``typed(op).is_causal``, not
     ``op.operands[5]``. Ops without such a class (anyshape's own) come back
-    as a plain ``OpView``; those, and the operands a table in ``ops.py`` names
-    by position (REDUCTIONS), are read through ``op.operands[i]``."""
+    as a plain ``OpView``; their operands are read through ``op.operands[i]``."""
     return op.operation.opview
 
 
@@ -28,9 +27,24 @@ def users(value: ir.Value) -> list:
     return [use.owner for use in value.uses if use.owner.name != "torch.bind_symbolic_shape"]
 
 
-def create(name: str, result_type: ir.Type, *operands: ir.Value) -> ir.Value:
-    """The one result of a new ``name`` op at the current insertion point."""
-    return ir.Operation.create(name, results=[result_type], operands=list(operands)).result
+def rebuilt(op: ir.Operation, operands, result_types=None, attributes=None) -> ir.Operation:
+    """A new op of ``op``'s kind on other ``operands`` (and result types), at the
+    current insertion point, keeping ``op``'s attributes unless given others.
+
+    For rewrites that re-issue whichever op of a family they matched (any
+    elementwise op, mm or bmm, a reduction from ``ops.REDUCTIONS``), where no
+    one generated class fits. An op of a known kind is built through its
+    generated class instead: ``torch_ops.AtenUnsqueezeOp(result_type, x, dim)``.
+    """
+    op = op.operation
+    if result_types is None:
+        result_types = [result.type for result in op.results]
+    if attributes is None:
+        # Indexed: iterating ``op.attributes`` yields only the names.
+        named = (op.attributes[i] for i in range(len(op.attributes)))
+        attributes = {attribute.name: attribute.attr for attribute in named}
+    return ir.Operation.create(op.name, results=list(result_types), operands=list(operands),
+                               attributes=attributes)
 
 
 def dtype_code(vtensor_dtype: str) -> int | None:
@@ -46,8 +60,7 @@ def static_info_cast(value: ir.Value, to_type: ir.Type) -> ir.Value:
     """``value`` as ``to_type`` (same data, more or less static shape information)."""
     if value.type == to_type:
         return value
-    return ir.Operation.create("torch.tensor_static_info_cast", results=[to_type],
-                               operands=[value]).result
+    return torch_ops.TensorStaticInfoCastOp(to_type, value).result
 
 
 def functions(module_op: ir.Operation):

@@ -18,11 +18,17 @@ from torch_mlir import ir, passmanager, rewrite
 from torch_mlir.dialects import ext
 from torch_mlir.dialects import torch as torch_dialect
 
+# torch-mlir's op classes generated from the ODS definitions: typed builders
+# (``torch_ops.AtenUnsqueezeOp(result_type, x, dim)``) and operands by name
+# (``op.opview.is_causal``). Passes build torch ops through these.
+torch_ops = torch_dialect
+
 __all__ = [
     "ir",
     "passmanager",
     "rewrite",
     "ext",
+    "torch_ops",
     "new_context",
     "parse_module",
     "parse_source",

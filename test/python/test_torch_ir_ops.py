@@ -1,0 +1,108 @@
+"""The op knowledge in passes/torch_ir/ agrees with torch-mlir's generated op
+classes, and the passes build torch ops through those classes: generic
+``ir.Operation.create`` stays in the one adapter (``values.rebuilt``)."""
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from anyshape.mlir import ir, new_context, torch_ops
+from anyshape.passes.torch_ir.ops import REDUCTIONS, keepdim, reduced_axes
+from anyshape.passes.torch_ir.values import rebuilt, typed
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_CLASSES = {cls.OPERATION_NAME: cls for cls in vars(torch_ops).values()
+            if isinstance(cls, type) and getattr(cls, "OPERATION_NAME", None)
+            and not cls.__name__.endswith("Adaptor")}
+
+
+def _builder_parameters(cls) -> tuple[list[str], list[str]]:
+    """The generated builder's result types and operands, by name (a reduction
+    has no attributes: its operands start at ``self_``)."""
+    parameters = [p for p in list(inspect.signature(cls.__init__).parameters)[1:]
+                  if p not in ("loc", "ip")]
+    first_operand = parameters.index("self_")
+    return parameters[:first_operand], parameters[first_operand:]
+
+
+def _with_distinct_operands(name: str, results: int):
+    """A ``name`` op whose operands are distinct block arguments, so a by-name
+    accessor can be matched to its position."""
+    count = len(_builder_parameters(_CLASSES[name])[1])
+    any_type = ir.Type.parse("!torch.vtensor<[2,3],f32>")
+    func = ir.Module.parse(
+        "func.func private @f(" + ", ".join(f"%a{i}: !torch.vtensor<[2,3],f32>"
+                                             for i in range(count)) + ") { return }")
+    block = func.body.operations[0].regions[0].blocks[0]
+    with ir.InsertionPoint.at_block_begin(block):
+        op = ir.Operation.create(name, results=[any_type] * results,
+                                 operands=list(block.arguments))
+    return func, op
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+def test_reduction_operands_read_by_name(name):
+    """reduced_axes and keepdim read ``dim`` and ``keepdim`` by name; hoisting
+    moves a selection onto operand 0 as the input: every form must have them."""
+    assert name in _CLASSES, f"{name}: no generated op class"
+    result_names, _ = _builder_parameters(_CLASSES[name])
+    assert len(result_names) == REDUCTIONS[name].results
+    with new_context(), ir.Location.unknown():
+        func, op = _with_distinct_operands(name, REDUCTIONS[name].results)
+        view, operands = typed(op), list(op.operands)
+        assert view.self_ == operands[0]
+        assert view.dim in operands[1:]
+        assert view.keepdim in operands[1:]
+
+
+def test_reduction_readers_on_real_ir():
+    text = """func.func @f(%x: !torch.vtensor<[2,3,4],f32>) -> !torch.vtensor<[2,1,4],f32> {
+      %int1 = torch.constant.int -2
+      %dims = torch.prim.ListConstruct %int1 : (!torch.int) -> !torch.list<int>
+      %true = torch.constant.bool true
+      %int0 = torch.constant.int 0
+      %r = torch.aten.var.correction %x, %dims, %int0, %true :
+        !torch.vtensor<[2,3,4],f32>, !torch.list<int>, !torch.int, !torch.bool
+        -> !torch.vtensor<[2,1,4],f32>
+      return %r : !torch.vtensor<[2,1,4],f32>
+    }"""
+    with new_context():
+        module = ir.Module.parse(text)
+        op = next(o.operation for o in module.body.operations[0].regions[0].blocks[0].operations
+                  if o.operation.name == "torch.aten.var.correction")
+        assert reduced_axes(op, 3) == {1}
+        assert keepdim(op) is True
+
+
+def test_rebuilt_keeps_kind_and_attributes_unless_told():
+    text = """func.func @f(%x: !torch.vtensor<[2,3],f32>, %y: !torch.vtensor<[2,3],f32>)
+        -> !torch.vtensor<[2,3],f32> {
+      %r = torch.aten.mul.Tensor %x, %y {tag = 7 : i64} :
+        !torch.vtensor<[2,3],f32>, !torch.vtensor<[2,3],f32> -> !torch.vtensor<[2,3],f32>
+      return %r : !torch.vtensor<[2,3],f32>
+    }"""
+    with new_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        block = module.body.operations[0].regions[0].blocks[0]
+        mul = block.operations[0].operation
+        x, y = block.arguments
+        with ir.InsertionPoint(mul):
+            same = rebuilt(mul, [y, x])
+            narrower = rebuilt(mul, [x, x], [ir.Type.parse("!torch.vtensor<[?,3],f32>")], {})
+        assert same.name == "torch.aten.mul.Tensor" and list(same.operands) == [y, x]
+        assert same.results[0].type == mul.results[0].type
+        assert str(same.attributes["tag"]) == "7 : i64"
+        assert str(narrower.results[0].type) == "!torch.vtensor<[?,3],f32>"
+        assert "tag" not in narrower.attributes
+        assert isinstance(typed(same), torch_ops.AtenMulTensorOp)
+
+
+def test_passes_build_torch_ops_through_generated_classes():
+    """A torch op named in a string is built generically only in the adapter;
+    lower.py builds upstream tensor/linalg ops, which are not torch's."""
+    generic = re.compile(r"Operation\.create\(\s*\"torch")
+    offenders = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "passes").rglob("*.py"))
+                 if generic.search(path.read_text())]
+    assert offenders == []
