@@ -135,6 +135,8 @@ def _flattened(value: ir.Value, plan: _Probabilities) -> ir.Value:
 
 
 def defer_normalization(op: ir.Operation, rewriter) -> bool:
+    """``softmax(S) @ V`` over a dynamic key axis -> ``(exp(S - max) @ V) / sum``,
+    the all -inf row guard (if any) after the division."""
     lhs, values = op.operands[0], op.operands[1]
     if op.name == "torch.aten.matmul" and (
             len(vtensor_shape(lhs.type)[0]) < 2 or len(vtensor_shape(values.type)[0]) < 2):

@@ -55,7 +55,8 @@ projections and the residual input still see every token).
 
 The lit cases (``test/passes/hoist-slices-*.mlir``) are grouped under
 ``/// [Pattern: <name>]`` headers naming the rules and patterns above that
-each exercises (``test_hoist_slices_rules.py`` checks the names).
+each exercises (``test_pattern_headers.py`` and ``test_hoist_slices_rules.py``
+check the names).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from anyshape.passes.torch_ir.values import functions
 
 
 def softmax_as_logsumexp(op: ir.Operation, rewriter) -> bool:
+    """``softmax(x)`` over a dynamic axis -> ``exp((x - max) - log(sum(exp(x - max))))``."""
     axis = softmax_axis(op)
     if axis is None:
         return False

@@ -42,6 +42,8 @@ def _create(name: str, results, operands, attributes=None) -> ir.Operation:
 
 
 def lower_iota_like(op, rewriter) -> bool:
+    """``anyshape.iota_like(x) {dim = d}`` -> a ``linalg.generic`` writing each
+    element's index into a ``tensor.empty`` of size ``tensor.dim(x, d)``."""
     ref = op.operands[0]
     dim = ir.IntegerAttr(op.attributes["dim"]).value
     ref_tensor_type = builtin_tensor_type(ref.type)

@@ -52,6 +52,9 @@ def _expand_parts(op, analysis: ShapeAnalysis):
 
 
 def rewrite_expand(op, rewriter, analysis: ShapeAnalysis) -> bool:
+    """``expand(x, sizes)`` (or ``broadcast_to``) naming only x's own sizes is x;
+    otherwise each size equal to x's own dim becomes -1, so only the dims that
+    broadcast are named (no run-time check against another tensor's dim)."""
     parts = _expand_parts(op, analysis)
     if parts is None:
         return False

@@ -75,6 +75,9 @@ def _arange_axis(literal: ir.Operation) -> int | None:
 
 
 def rewrite_arange_constant_slice(op, rewriter, analysis: ShapeAnalysis) -> bool:
+    """``buffer[:size(x, d)]`` of a constant holding 0..n-1 (BERT's
+    ``position_ids``) -> ``iota_like(x, d)``, where the length never exceeds n
+    (beyond it the slice would clamp)."""
     source, axis_value, start, end, step = op.operands
     literal = defining_op(source)
     if literal is None or literal.name != "torch.vtensor.literal":
@@ -155,6 +158,9 @@ def rewrite_iota_gather(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
 
 
 def rewrite_iota_lookup(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
+    """``embedding(table, iota)`` or ``index_select(table, 0, iota)`` (the iota
+    possibly unsqueezed or expanded) reads rows 0..L-1 in order: the slice
+    ``table[:L]``, where L never exceeds the table's rows (eager would raise)."""
     if op.operation.name == "torch.aten.embedding":
         table, index = op.operands[0], op.operands[1]
     else:  # index_select(table, dim, index)

@@ -28,6 +28,7 @@ Rewrites, in this order:
 """
 
 import dataclasses
+from functools import partial
 
 import sympy
 
@@ -60,6 +61,7 @@ _ARANGE_OPERANDS = {
 
 
 def arange_to_iota(op, rewriter) -> bool:
+    """``arange(0, size(x, d), 1)`` with an integer dtype -> ``iota_like(x, d)``."""
     start_at, end_at, step_at, dtype_at = _ARANGE_OPERANDS[op.operation.name]
     operands = op.operands
     if start_at is not None and constant_int(operands[start_at]) != 0:
@@ -83,110 +85,104 @@ def arange_to_iota(op, rewriter) -> bool:
     return True
 
 
+def _replace_with(op, rewriter, builder: ScalarBuilder, expr) -> bool:
+    if expr is None:
+        return False
+    with ir.InsertionPoint(op), op.location:
+        value = builder.build(expr)
+    if value is None or value == op.results[0]:
+        return False
+    rewriter.replace_op(op, [value])
+    return True
+
+
+def root_size_query(op, rewriter, builder: ScalarBuilder) -> bool:
+    """``size(x, d)`` -> its dim as scalar ops over the argument dims: a
+    constant, arithmetic on roots, or the one root query of its symbol."""
+    query = size_query(op.results[0])
+    if query is None:
+        return False
+    expr = builder.analysis.dim(*query)
+    if isinstance(expr, sympy.Symbol):
+        root = builder.root(expr)
+        # No root: a size no argument dim gives (nonzero's row count, an
+        # unbacked symbol); already the root: canonical as it is.
+        if root is None or root == op.results[0]:
+            return False
+    return _replace_with(op, rewriter, builder, expr)
+
+
+def root_size_list_item(op, rewriter, builder: ScalarBuilder) -> bool:
+    """``size(x)[i]`` (an item of the size list) -> as ``size(x, i)``."""
+    producer = defining_op(op.operands[0])
+    index = constant_int(op.operands[1])
+    if producer is None or producer.name != "torch.aten.size" or index is None:
+        return False
+    tensor = producer.operands[0]
+    shape = vtensor_shape(tensor.type)
+    if shape is None:
+        return False
+    index = index + len(shape[0]) if index < 0 else index
+    return _replace_with(op, rewriter, builder, builder.analysis.dim(tensor, index))
+
+
+def root_numel(op, rewriter, builder: ScalarBuilder) -> bool:
+    """``numel(x)`` -> the product of x's dims over the argument dims."""
+    dims = builder.analysis.dims.get(op.operands[0])
+    if dims is None or any(d is None for d in dims):
+        return False
+    return _replace_with(op, rewriter, builder,
+                         sympy.Mul(*dims) if dims else sympy.Integer(1))
+
+
+def fold_rank(op, rewriter, builder: ScalarBuilder) -> bool:
+    """``dim(x)`` -> x's rank, a constant."""
+    shape = vtensor_shape(op.operands[0].type)
+    return shape is not None and _replace_with(op, rewriter, builder,
+                                               sympy.Integer(len(shape[0])))
+
+
 def _root_patterns(builder: ScalarBuilder):
     analysis = builder.analysis
-
-    def replace_with(op, rewriter, expr) -> bool:
-        if expr is None:
-            return False
-        with ir.InsertionPoint(op), op.location:
-            value = builder.build(expr)
-        if value is None or value == op.results[0]:
-            return False
-        rewriter.replace_op(op, [value])
-        return True
-
-    def size_int(op, rewriter) -> bool:
-        query = size_query(op.results[0])
-        if query is None:
-            return False
-        expr = analysis.dim(*query)
-        if isinstance(expr, sympy.Symbol):
-            root = builder.root(expr)
-            # No root: a size no argument dim gives (nonzero's row count, an
-            # unbacked symbol); already the root: canonical as it is.
-            if root is None or root == op.results[0]:
-                return False
-        return replace_with(op, rewriter, expr)
-
-    def getitem_of_size(op, rewriter) -> bool:
-        producer = defining_op(op.operands[0])
-        index = constant_int(op.operands[1])
-        if producer is None or producer.name != "torch.aten.size" or index is None:
-            return False
-        tensor = producer.operands[0]
-        shape = vtensor_shape(tensor.type)
-        if shape is None:
-            return False
-        index = index + len(shape[0]) if index < 0 else index
-        return replace_with(op, rewriter, analysis.dim(tensor, index))
-
-    def numel(op, rewriter) -> bool:
-        dims = analysis.dims.get(op.operands[0])
-        if dims is None or any(d is None for d in dims):
-            return False
-        return replace_with(op, rewriter, sympy.Mul(*dims) if dims else sympy.Integer(1))
-
-    def rank(op, rewriter) -> bool:
-        shape = vtensor_shape(op.operands[0].type)
-        return shape is not None and replace_with(op, rewriter, sympy.Integer(len(shape[0])))
-
-    def view(op, rewriter) -> bool:
-        return rewrite_view(op, rewriter, analysis, builder)
-
-    def expand(op, rewriter) -> bool:
-        return rewrite_expand(op, rewriter, analysis)
-
-    return [("torch.aten.size.int", size_int), ("torch.aten.__getitem__.t", getitem_of_size),
-            ("torch.aten.numel", numel), ("torch.aten.dim", rank),
+    view = partial(rewrite_view, analysis=analysis, builder=builder)
+    expand = partial(rewrite_expand, analysis=analysis)
+    return [("torch.aten.size.int", partial(root_size_query, builder=builder)),
+            ("torch.aten.__getitem__.t", partial(root_size_list_item, builder=builder)),
+            ("torch.aten.numel", partial(root_numel, builder=builder)),
+            ("torch.aten.dim", partial(fold_rank, builder=builder)),
             ("torch.aten.view", view), ("torch.aten.reshape", view),
             ("torch.aten.expand", expand), ("torch.aten.broadcast_to", expand)]
 
 
 def _iota_patterns(builder: ScalarBuilder):
-    def arange_slice(op, rewriter) -> bool:
-        return rewrite_arange_constant_slice(op, rewriter, builder.analysis)
-
     return [(name, arange_to_iota) for name in _ARANGE_OPERANDS] + [
-        ("torch.aten.slice.Tensor", arange_slice)]
+        ("torch.aten.slice.Tensor",
+         partial(rewrite_arange_constant_slice, analysis=builder.analysis))]
 
 
 _CONJUNCTIONS = ("torch.aten.bitwise_and.Tensor", "torch.aten.logical_and")
 
 
 def _lookup_patterns(builder: ScalarBuilder):
+    """Patterns on one root are tried in the order listed (equal benefit)."""
     analysis = builder.analysis
-
-    def lookup(op, rewriter) -> bool:
-        if rewrite_iota_lookup(op, rewriter, analysis, builder):
-            return True
-        return (op.operation.name == "torch.aten.embedding"
-                and sink_expand_below_embedding(op, rewriter, analysis))
-
-    def gather(op, rewriter) -> bool:
-        return (rewrite_iota_gather(op, rewriter, analysis, builder)
-                or gather_from_expanded_table(op, rewriter, analysis))
-
-    def elementwise(op, rewriter) -> bool:
-        return (drop_implied_expand(op, rewriter, analysis)
-                or sink_expand_below_scalars(op, rewriter, analysis))
-
-    def conjunction(op, rewriter) -> bool:
-        return (and_with_all_true(op, rewriter, analysis, builder)
-                or elementwise(op, rewriter))
-
-    def expand(op, rewriter) -> bool:
-        return rewrite_expand(op, rewriter, analysis)
-
-    def index(op, rewriter) -> bool:
-        return rewrite_iota_index(op, rewriter, analysis)
-
-    return [("torch.aten.embedding", lookup), ("torch.aten.index_select", lookup),
-            ("torch.aten.index.Tensor", index), ("torch.aten.index.Tensor_hacked_twin", index),
-            ("torch.aten.gather", gather), ("torch.aten.expand", expand),
-            ("torch.aten.broadcast_to", expand)] + [
-        (name, conjunction if name in _CONJUNCTIONS else elementwise)
-        for name in sorted(SYMMETRIC_BROADCASTING)]
+    lookup = partial(rewrite_iota_lookup, analysis=analysis, builder=builder)
+    index = partial(rewrite_iota_index, analysis=analysis)
+    expand = partial(rewrite_expand, analysis=analysis)
+    broadcasts = [partial(drop_implied_expand, analysis=analysis),
+                  partial(sink_expand_below_scalars, analysis=analysis)]
+    all_true = partial(and_with_all_true, analysis=analysis, builder=builder)
+    return [
+        ("torch.aten.embedding", lookup),
+        ("torch.aten.embedding", partial(sink_expand_below_embedding, analysis=analysis)),
+        ("torch.aten.index_select", lookup),
+        ("torch.aten.index.Tensor", index), ("torch.aten.index.Tensor_hacked_twin", index),
+        ("torch.aten.gather", partial(rewrite_iota_gather, analysis=analysis, builder=builder)),
+        ("torch.aten.gather", partial(gather_from_expanded_table, analysis=analysis)),
+        ("torch.aten.expand", expand), ("torch.aten.broadcast_to", expand),
+    ] + [(name, pattern)
+         for name in sorted(SYMMETRIC_BROADCASTING)
+         for pattern in ([all_true] if name in _CONJUNCTIONS else []) + broadcasts]
 
 
 @register

@@ -61,6 +61,9 @@ def _static(expr) -> int | None:
 
 
 def rewrite_view(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
+    """``view``/``reshape`` by computed sizes -> flatten/unflatten of the dim
+    groups whose products match (sizes from the argument dims, never -1); a
+    view through one dim asserts at run time that the element count fits."""
     source = op.operands[0]
     in_dims = analysis.dims.get(source)
     sizes = list_items(op.operands[1])

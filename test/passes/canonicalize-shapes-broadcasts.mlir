@@ -1,5 +1,6 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-canonicalize-shapes | FileCheck %s
 
+/// [Pattern: rewrite_expand]
 /// expand to the sizes the input already has (by the rooted dims) is the input.
 // CHECK-LABEL: func.func @expand_to_own_sizes
 // CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?],f32>, %[[Y:.*]]: !torch.vtensor<[?,?],f32>)
@@ -72,6 +73,7 @@ func.func @negative_broadcast_dims_really_differ(%arg0: !torch.vtensor<[1,?],f32
 
 // -----
 
+/// [Pattern: sink_expand_below_embedding, drop_implied_expand]
 /// BERT's token types: embedding(table, expand(ids[1, L], [B, L])) + words[B, L, H].
 /// The rows are looked up once, for [1, L], and the add broadcasts them: no
 /// expand and no size list remain.
@@ -102,6 +104,7 @@ func.func @expanded_lookup_broadcast_by_add(%arg0: !torch.vtensor<[?,?,8],f32>, 
 
 // -----
 
+/// [Pattern: drop_implied_expand]
 /// The other operand has no batch dim: the add would not broadcast to [B, L],
 /// so the expand is needed and stays.
 // CHECK-LABEL: func.func @negative_expand_needed_by_elementwise
@@ -125,6 +128,7 @@ func.func @negative_expand_needed_by_elementwise(%arg0: !torch.vtensor<[1,?],f32
 
 // -----
 
+/// [Pattern: gather_from_expanded_table]
 /// RoBERTa's buffered token types: gather(expand(t[1, 8], [B, -1]), 1, idx)
 /// reads t's one row at idx, a lookup in t as a column; t is never broadcast.
 // CHECK-LABEL: func.func @gather_from_expanded_table
@@ -164,6 +168,7 @@ func.func @negative_gather_along_broadcast_axis(%arg0: !torch.vtensor<[?,8],si64
 
 // -----
 
+/// [Pattern: root_size_query]
 /// ones() sized by an intermediate value's dims is sized by the argument dims
 /// those are (through the matmul: rows of the left, columns of the right).
 // CHECK-LABEL: func.func @ones_sized_by_rooted_dims
@@ -188,6 +193,7 @@ func.func @ones_sized_by_rooted_dims(%arg0: !torch.vtensor<[?,?],f32>, %arg1: !t
 
 // -----
 
+/// [Pattern: and_with_all_true, sink_expand_below_scalars, drop_implied_expand]
 /// transformers' bidirectional mask: padding [B, 1, 1, L] and-ed with a query
 /// term `arange(L)[None, None, :, None] >= 0` that is always true, which makes
 /// it [B, 1, L, L]. The always-true term goes, and the broadcast it implied
@@ -234,6 +240,7 @@ func.func @padding_mask_with_always_true_query_term(%arg0: !torch.vtensor<[?,?],
 
 // -----
 
+/// [Pattern: and_with_all_true]
 /// A position compared with 1 (`arange(L) >= 1`) is false at position 0: the
 /// and keeps it, and so keeps its [B, 1, L, L] shape.
 // CHECK-LABEL: func.func @negative_position_term_not_always_true

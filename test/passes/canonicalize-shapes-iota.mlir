@@ -1,5 +1,6 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-canonicalize-shapes | FileCheck %s
 
+/// [Pattern: arange_to_iota]
 /// arange(0, size(x, d), 1) over integers is the dynamic iota of x along d.
 
 // CHECK-LABEL: func.func @arange_start_step
@@ -36,6 +37,7 @@ func.func @arange_end_negative_dim(%arg0: !torch.vtensor<[?,?],si64>) -> !torch.
 
 // -----
 
+/// [Pattern: root_size_query, arange_to_iota]
 /// A static dim folds the size query to a constant: a static arange is left
 /// to torch-mlir, which lowers it with a static shape.
 // CHECK-LABEL: func.func @static_dim_folds_to_constant
@@ -54,6 +56,7 @@ func.func @static_dim_folds_to_constant(%arg0: !torch.vtensor<[?,?,8],f32>) -> !
 
 // -----
 
+/// [Pattern: arange_to_iota]
 /// A non-zero start is not an iota: the arange stays.
 // CHECK-LABEL: func.func @negative_nonzero_start
 // CHECK: torch.aten.arange.start_step

@@ -1,5 +1,6 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-canonicalize-shapes | FileCheck %s
 
+/// [Pattern: rewrite_iota_lookup]
 /// Position embeddings indexed by an iota read rows 0..L-1 in order: a slice.
 
 // CHECK-LABEL: func.func @embedding_of_unsqueezed_iota
@@ -101,6 +102,7 @@ func.func @iota_with_several_users(%arg0: !torch.vtensor<[?],si64>) -> (!torch.v
 
 // -----
 
+/// [Pattern: rewrite_iota_gather]
 /// gather(table, 1, iota[None, :]) reads table[0:1, 0:L]: a slice.
 // CHECK-LABEL: func.func @gather_of_iota
 // CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?],si64>, %[[TABLE:.*]]: !torch.vtensor<[1,64],si64>)
@@ -143,6 +145,7 @@ func.func @negative_gather_iota_along_other_axis(%arg0: !torch.vtensor<[?,?],si6
 
 // -----
 
+/// [Pattern: rewrite_arange_constant_slice]
 /// BERT's position_ids buffer holds 0..63: its slice [:, :L] is an iota (L <= 64).
 // CHECK-LABEL: func.func @arange_buffer_slice_is_iota
 // CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?],si64>)
@@ -201,6 +204,7 @@ func.func @negative_buffer_shorter_than_length(%arg0: !torch.vtensor<[?,?],si64>
 
 // -----
 
+/// [Pattern: rewrite_iota_index]
 /// mask[iota_B[:, None, None, None], iota_L[None, None, None, :]] (HuggingFace's
 /// vmapped mask builder) reads the whole mask in order: mask[:, None, None, :].
 // CHECK-LABEL: func.func @index_by_full_iotas_is_unsqueeze

@@ -1,5 +1,6 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-canonicalize-shapes | FileCheck %s
 
+/// [Pattern: rewrite_view]
 /// Views whose size lists are built from shape values become flatten/unflatten
 /// with a known grouping.
 

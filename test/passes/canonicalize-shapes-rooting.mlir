@@ -1,5 +1,6 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-canonicalize-shapes | FileCheck %s
 
+/// [Pattern: root_size_query]
 /// Shape queries of intermediate values become facts over argument dims, and
 /// dims that share a symbol read one SSA value.
 
@@ -33,6 +34,7 @@ func.func @rooted_through_elementwise(%arg0: !torch.vtensor<[?,?,8],f32>, %arg1:
 
 // -----
 
+/// [Pattern: root_size_query, root_numel]
 /// A binding with a derived dim (2 * s0) becomes scalar arithmetic on the root;
 /// numel is the product of the rooted dims.
 // CHECK-LABEL: func.func @derived_dims_and_numel
@@ -59,6 +61,7 @@ func.func @derived_dims_and_numel(%arg0: !torch.vtensor<[?,4],f32>) -> (!torch.i
 
 // -----
 
+/// [Pattern: root_size_query]
 /// Without a binding, dims propagate through the producer: a transpose swaps
 /// them, a matmul takes rows from the left and columns from the right.
 // CHECK-LABEL: func.func @propagated_through_producers
@@ -164,6 +167,7 @@ func.func @negative_slice_may_clamp(%arg0: !torch.vtensor<[?,?],f32>) -> !torch.
 
 // -----
 
+/// [Pattern: rewrite_expand, root_size_query]
 /// The identity expand of %arg1 folds away first and leaves its binding on
 /// %arg1 at the bottom of the block; the root query of s0 made afterwards must
 /// still go to the entry, above the mul.int that uses it.
@@ -192,6 +196,7 @@ func.func @root_above_identity_expand_binding(%arg0: !torch.vtensor<[?,?],f32>, 
 
 // -----
 
+/// [Pattern: root_size_query]
 /// torch reads dim 0 (or -1) of a 0-d tensor as the tensor itself: a reduction
 /// over it has a 0-d result, which the shape analysis derives (it once took
 /// the axis modulo the rank, 0, and crashed the pass).
@@ -238,4 +243,46 @@ func.func @rooted_through_var_dim_forms(%arg0: !torch.vtensor<[?,?,8],f32>) -> (
   %3 = torch.aten.size.int %1, %int1 : !torch.vtensor<[?,?,1],f32>, !torch.int -> !torch.int
   %4 = torch.aten.size.int %mean, %int1 : !torch.vtensor<[?,?],f32>, !torch.int -> !torch.int
   return %2, %3, %4 : !torch.int, !torch.int, !torch.int
+}
+
+// -----
+
+/// [Pattern: root_size_list_item, fold_rank]
+/// An item of a size list (`x.size()[i]`, negative i too) is that dim, rooted
+/// like a size query; the rank of a ranked tensor is a constant.
+// CHECK-LABEL: func.func @size_list_item_and_rank
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,8],f32>)
+// CHECK-DAG: %[[THREE:.*]] = torch.constant.int 3
+// CHECK-DAG: %[[EIGHT:.*]] = torch.constant.int 8
+// CHECK-DAG: %[[ONE:.*]] = torch.constant.int 1
+// CHECK-NOT: torch.aten.__getitem__.t
+// CHECK-NOT: torch.aten.dim
+// CHECK: %[[L:.*]] = torch.aten.size.int %[[X]], %[[ONE]]
+// CHECK: return %[[L]], %[[EIGHT]], %[[THREE]]
+func.func @size_list_item_and_rank(%arg0: !torch.vtensor<[?,?,8],f32>) -> (!torch.int, !torch.int, !torch.int) {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 512} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1, 8)> : !torch.vtensor<[?,?,8],f32>
+  %int1 = torch.constant.int 1
+  %int-1 = torch.constant.int -1
+  %0 = torch.aten.tanh %arg0 : !torch.vtensor<[?,?,8],f32> -> !torch.vtensor<[?,?,8],f32>
+  %1 = torch.aten.size %0 : !torch.vtensor<[?,?,8],f32> -> !torch.list<int>
+  %2 = torch.aten.__getitem__.t %1, %int1 : !torch.list<int>, !torch.int -> !torch.int
+  %3 = torch.aten.__getitem__.t %1, %int-1 : !torch.list<int>, !torch.int -> !torch.int
+  %4 = torch.aten.dim %0 : !torch.vtensor<[?,?,8],f32> -> !torch.int
+  return %2, %3, %4 : !torch.int, !torch.int, !torch.int
+}
+
+// -----
+
+/// [Pattern: root_size_list_item]
+/// An item of a list that is not a size list is data: it stays.
+// CHECK-LABEL: func.func @negative_item_of_a_list_not_sizes
+// CHECK: %[[ITEM:.*]] = torch.aten.__getitem__.t
+// CHECK: return %[[ITEM]]
+func.func @negative_item_of_a_list_not_sizes(%arg0: !torch.int, %arg1: !torch.int) -> !torch.int {
+  %int1 = torch.constant.int 1
+  %0 = torch.prim.ListConstruct %arg0, %arg1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %1 = torch.aten.__getitem__.t %0, %int1 : !torch.list<int>, !torch.int -> !torch.int
+  return %1 : !torch.int
 }

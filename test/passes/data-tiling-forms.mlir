@@ -1,5 +1,6 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-data-tiling-forms | FileCheck %s
 
+/// [Pattern: one_row_bmm, selection_as_gather]
 /// Slice hoisting left one query row: both batch matmuls have one row, which
 /// IREE's data tiling turns into a batch matvec it cannot pack. They become a
 /// multiply and a sum over the unflattened [B, heads]; the row of the values
@@ -56,6 +57,7 @@ func.func @one_row_attention(%arg0: !torch.vtensor<[?,4,?,8],f32>, %arg1: !torch
 
 // -----
 
+/// [Pattern: one_row_bmm]
 /// Two rows: a real (if small) matmul, which IREE data-tiles; left alone.
 // CHECK-LABEL: func.func @negative_two_rows
 // CHECK: torch.aten.bmm
@@ -79,6 +81,7 @@ func.func @negative_two_rows(%arg0: !torch.vtensor<[?,4,2,8],f32>, %arg1: !torch
 
 // -----
 
+/// [Pattern: selection_as_gather]
 /// The slice is the only reader of x: nothing else would share its dispatch.
 // CHECK-LABEL: func.func @negative_slice_is_only_reader
 // CHECK: torch.aten.slice.Tensor
@@ -183,6 +186,7 @@ func.func @negative_strided_end_inside(%arg0: !torch.vtensor<[?,8],f32>, %arg1: 
 
 // -----
 
+/// [Pattern: whole_weight_projection]
 /// GPT-2's fused QKV projection split by slice hoisting: each part reads a
 /// column slice of the constant weight and bias, which IREE would pack inside
 /// the projection on every call. Each part becomes the whole projection,
@@ -270,6 +274,7 @@ func.func @negative_weight_not_constant(%arg0: !torch.vtensor<[?,4],f32>, %arg1:
 
 // -----
 
+/// [Pattern: rows_of_shared_projection]
 /// The last layer after the rewrite above: the query rows' projection reads
 /// the same whole weight as every row's K and V projection beside it, so its
 /// rows come from that product (IREE would otherwise fuse the column slice
@@ -336,6 +341,7 @@ func.func @negative_rows_projection_alone(%arg0: !torch.vtensor<[?,4],f32>) -> !
 
 // -----
 
+/// [Pattern: fuse_shared_input_linears, linear_on_flat_rows]
 /// RoBERTa's Q, K and V projections of one input, each split into heads:
 /// IREE would fold each head transpose into its projection (a contraction
 /// data tiling leaves alone). One linear on the concatenated constant weights
@@ -399,7 +405,8 @@ func.func @shared_input_linears(%arg0: !torch.vtensor<[?,?,8],f32>) -> (!torch.v
 
 // -----
 
-/// [Pattern: fuse_shared_input_linears, gathered rows] The projections of
+/// [Pattern: fuse_shared_input_linears (gathered rows)]
+/// The projections of
 /// anyshape-eliminate-padding's token rows, each gathered back to the padded
 /// layout by the same slots before its head split: they still fuse, and the
 /// fused rows are gathered once (one dispatch reading whole rows, not one per
@@ -475,6 +482,7 @@ func.func @negative_gathers_by_different_rows(%x: !torch.vtensor<[?,4],f32>, %a:
 
 // -----
 
+/// [Pattern: fuse_shared_input_linears]
 /// Different inputs (the last layer's query rows against every row's K), a
 /// weight computed at run time, a linear without bias beside ones with, and
 /// projections read whole by an attention product (one head: no head
@@ -526,6 +534,7 @@ func.func @negative_linears_not_shareable(%arg0: !torch.vtensor<[?,?,8],f32>, %a
 
 // -----
 
+/// [Pattern: few_rows_projection]
 /// Projections of one row per sequence (a dynamic row count of at most 8):
 /// IREE 3.13 fails to data-tile such a matmul (GPT-2's and RoBERTa's
 /// slice-hoisted last layer), and it is one tile of rows at most, so it
@@ -629,6 +638,7 @@ func.func @negative_one_row_static_columns(%arg0: !torch.vtensor<[8],f32>, %arg1
 
 // -----
 
+/// [Pattern: mask_as_contraction_column]
 /// Attention scores plus a padding mask of one row per sequence: IREE cannot
 /// fuse the unpacking of the data-tiled scores with the addition when the
 /// length is dynamic, so the mask becomes one more contraction step of the

@@ -1,5 +1,6 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-defer-softmax-normalization | FileCheck %s
 
+/// [Pattern: defer_normalization]
 /// torch's scaled_dot_product_attention decomposition: the softmax over a
 /// dynamic key axis, its rows of all -inf zeroed, the heads flattened into
 /// bmm's batch. The product reads exp(S - max) and the division by the row

@@ -119,3 +119,32 @@ func.func @unsqueeze_and_expand(%arg0: !torch.vtensor<[?,8],f32>) -> !torch.vten
   %2 = torch.aten.slice.Tensor %1, %int0, %int0, %int1, %int1 : !torch.vtensor<[?,3,8],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[1,3,8],f32>
   return %2 : !torch.vtensor<[1,3,8],f32>
 }
+
+// -----
+
+/// [Pattern: squeeze_of_unsqueeze]
+/// What a moved row leaves below a reshape: squeeze(unsqueeze(x, 1), -2) is x.
+// CHECK-LABEL: func.func @squeeze_of_unsqueeze
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,8],f32>)
+// CHECK-NEXT: return %[[X]]
+func.func @squeeze_of_unsqueeze(%arg0: !torch.vtensor<[?,8],f32>) -> !torch.vtensor<[?,8],f32> {
+  %int1 = torch.constant.int 1
+  %int-2 = torch.constant.int -2
+  %0 = torch.aten.unsqueeze %arg0, %int1 : !torch.vtensor<[?,8],f32>, !torch.int -> !torch.vtensor<[?,1,8],f32>
+  %1 = torch.aten.squeeze.dim %0, %int-2 : !torch.vtensor<[?,1,8],f32>, !torch.int -> !torch.vtensor<[?,8],f32>
+  return %1 : !torch.vtensor<[?,8],f32>
+}
+
+// -----
+
+/// Squeezing another unit axis than the one unsqueezed keeps both ops.
+// CHECK-LABEL: func.func @negative_squeeze_of_other_axis
+// CHECK: torch.aten.unsqueeze
+// CHECK: torch.aten.squeeze.dim
+func.func @negative_squeeze_of_other_axis(%arg0: !torch.vtensor<[1,8],f32>) -> !torch.vtensor<[1,8],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %0 = torch.aten.unsqueeze %arg0, %int1 : !torch.vtensor<[1,8],f32>, !torch.int -> !torch.vtensor<[1,1,8],f32>
+  %1 = torch.aten.squeeze.dim %0, %int0 : !torch.vtensor<[1,1,8],f32>, !torch.int -> !torch.vtensor<[1,8],f32>
+  return %1 : !torch.vtensor<[1,8],f32>
+}

@@ -1,5 +1,6 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-logsumexp-softmax | FileCheck %s
 
+/// [Pattern: softmax_as_logsumexp]
 /// Attention scores over a dynamic key axis: IREE would raise the softmax into
 /// a linalg.softmax whose CPU tiling recomputes the row max per 16 columns, so
 /// it becomes exp((x - max) - log(sum(exp(x - max)))).

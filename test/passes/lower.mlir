@@ -1,5 +1,6 @@
 // RUN: anyshape-opt %s --split-input-file --anyshape-lower | FileCheck %s
 
+/// [Pattern: lower_iota_like]
 /// iota_like becomes the dynamic iota: linalg.index over tensor.empty sized by
 /// tensor.dim of the reference tensor.
 
@@ -34,6 +35,7 @@ func.func @iota_like_static(%arg0: !torch.vtensor<[?,8],f32>) -> !torch.vtensor<
 
 // -----
 
+/// [Pattern: _record_symbolic_shapes]
 /// Argument bindings become `anyshape.dims` argument attributes that keep the
 /// real minimum (IREE's own reading of the bindings drops it to 1): the derived
 /// dim `s0 * 2` gets its range through the expression and divisor 2, a dim
