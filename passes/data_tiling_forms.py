@@ -83,7 +83,7 @@ from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions, rebuilt,
-                                             users, vtensor_type)
+                                             typed, users, vtensor_type)
 
 
 def _flattened_4d(value: ir.Value):
@@ -91,10 +91,11 @@ def _flattened_4d(value: ir.Value):
     op = defining_op(value)
     if op is None or op.name != "torch.aten.flatten.using_ints":
         return None
-    if constant_int(op.operands[1]) != 0 or constant_int(op.operands[2]) != 1:
+    flatten = typed(op)
+    if constant_int(flatten.start_dim) != 0 or constant_int(flatten.end_dim) != 1:
         return None
-    shape = vtensor_shape(op.operands[0].type)
-    return op.operands[0] if shape is not None and len(shape[0]) == 4 else None
+    shape = vtensor_shape(flatten.self_.type)
+    return flatten.self_ if shape is not None and len(shape[0]) == 4 else None
 
 
 def _constant_column_slice(value: ir.Value, axis: int):
@@ -103,14 +104,15 @@ def _constant_column_slice(value: ir.Value, axis: int):
     op = defining_op(value)
     if op is None or op.name != "torch.aten.slice.Tensor":
         return None
-    whole = defining_op(op.operands[0])
-    shape = vtensor_shape(op.operands[0].type)
-    bounds = [constant_int(v) for v in op.operands[1:5]]
+    piece = typed(op)
+    whole = defining_op(piece.self_)
+    shape = vtensor_shape(piece.self_.type)
+    bounds = [constant_int(v) for v in (piece.dim, piece.start, piece.end, piece.step)]
     if whole is None or whole.name != "torch.vtensor.literal" or shape is None or None in bounds:
         return None
     if bounds[0] % len(shape[0]) != axis % len(shape[0]):
         return None
-    return op.operands[0], bounds[1], bounds[2], bounds[3]
+    return piece.self_, bounds[1], bounds[2], bounds[3]
 
 
 @dataclasses.dataclass
@@ -150,12 +152,13 @@ class _Rewrites:
     def one_row_bmm(self, op, rewriter) -> bool:
         """unflatten(bmm(flatten(a), flatten(b)), 0, [B, H]) with one row in a
         -> sum(transpose(a, 2, 3) * b, 2, keepdim)."""
-        if constant_int(op.operands[1]) != 0:
+        unflatten = typed(op)
+        if constant_int(unflatten.dim) != 0:
             return False
-        bmm = defining_op(op.operands[0])
+        bmm = defining_op(unflatten.self_)
         if bmm is None or bmm.name != "torch.aten.bmm" or len(users(bmm.results[0])) != 1:
             return False
-        a, b = _flattened_4d(bmm.operands[0]), _flattened_4d(bmm.operands[1])
+        a, b = _flattened_4d(typed(bmm).self_), _flattened_4d(typed(bmm).mat2)
         result = vtensor_shape(op.results[0].type)
         if a is None or b is None or result is None or len(result[0]) != 4:
             return False
@@ -180,16 +183,17 @@ class _Rewrites:
         or every step-th row (a row per sequence of a flattened ``[B*L, H]``),
         on an outer axis, with every row provably inside x ->
         index_select(x, d, rows)."""
-        source, axis = op.operands[0], constant_int(op.operands[1])
+        piece = typed(op)
+        source, axis = piece.self_, constant_int(piece.dim)
         shape, result = vtensor_shape(source.type), vtensor_shape(op.results[0].type)
         if axis is None or shape is None or result is None or len(users(source)) < 2:
             return False
         axis %= len(shape[0])
-        step = constant_int(op.operands[4])
+        step = constant_int(piece.step)
         one_row = result[0][axis] == 1 and step == 1
         if axis == len(shape[0]) - 1 or not (one_row or (step is None or step > 1)):
             return False
-        start, end = self.analysis.scalar(op.operands[2]), self.analysis.scalar(op.operands[3])
+        start, end = self.analysis.scalar(piece.start), self.analysis.scalar(piece.end)
         dims = self.analysis.dims.get(source)
         if start is None or end is None or dims is None or dims[axis] is None:
             return False
@@ -197,7 +201,7 @@ class _Rewrites:
         # start is a row of x and (for several rows) end does not pass x's size.
         if not self.is_row(start, dims[axis]):
             return False  # may be out of range: the slice would clamp, a gather would not
-        end_value = op.operands[3]
+        end_value = piece.end
         if not one_row and not self.nonnegative(dims[axis] - end):
             # An end past every size (x[s::step]) stops at x's size.
             largest = self.analysis.max_of(dims[axis])
@@ -210,17 +214,17 @@ class _Rewrites:
         count = result[0][axis]
         with ir.InsertionPoint(op), op.location:
             index_type = vtensor_type([count], "si64")
-            constant = constant_int(op.operands[2])
+            constant = constant_int(piece.start)
             if one_row and constant is not None:
                 index = torch_ops.ValueTensorLiteralOp(ir.DenseElementsAttr.get_splat(
                     ir.RankedTensorType.get([1], ir.IntegerType.get_signed(64)),
                     ir.IntegerAttr.get(ir.IntegerType.get_signed(64), constant))).result
             else:
                 none = none_constant()
-                index = torch_ops.AtenArangeStartStepOp(index_type, op.operands[2], end_value,
-                                                        op.operands[4], int_constant(4), none, none,
+                index = torch_ops.AtenArangeStartStepOp(index_type, piece.start, end_value,
+                                                        piece.step, int_constant(4), none, none,
                                                         none).result
-            rows = torch_ops.AtenIndexSelectOp(op.results[0].type, source, op.operands[1], index).result
+            rows = torch_ops.AtenIndexSelectOp(op.results[0].type, source, piece.dim, index).result
         rewriter.replace_op(op, [rows])
         return True
 
@@ -228,17 +232,18 @@ class _Rewrites:
         """addmm(b, rows(x), W) beside addmm(b, x, W) -> rows(addmm(b, x, W)),
         rows a selection on axis 0 (mm alike), W a constant: CSE makes the
         second product the first."""
-        lhs_at = 1 if op.name == "torch.aten.addmm" else 0
-        weight = defining_op(op.operands[lhs_at + 1])
-        rows = defining_op(op.operands[lhs_at])
+        x, weight, _ = _projection_operands(op)
+        weight, rows = defining_op(weight), defining_op(x)
         if weight is None or weight.name != "torch.vtensor.literal" or rows is None:
             return False
         if rows.name not in ("torch.aten.slice.Tensor", "torch.aten.index_select"):
             return False
-        if constant_int(rows.operands[1]) != 0:
+        if constant_int(typed(rows).dim) != 0:
             return False
-        source = rows.operands[0]
+        source = typed(rows).self_
         whole = None
+        # The twin reads the same operands as op but for x: compared by position.
+        lhs_at = 1 if op.name == "torch.aten.addmm" else 0
         for user in users(source):
             if (user.name == op.name and user.results[0] != op.results[0] and
                     len(user.operands) == len(op.operands) and user.operands[lhs_at] == source and
@@ -259,20 +264,20 @@ class _Rewrites:
     def whole_weight_projection(self, op, rewriter) -> bool:
         """addmm(b[s], x, W[:, s]) with W and b constants -> addmm(b, x, W)[:, s]
         (mm alike)."""
-        is_addmm = op.name == "torch.aten.addmm"
-        weight = _constant_column_slice(op.operands[2 if is_addmm else 1], 1)
+        x, sliced_weight, sliced_bias = _projection_operands(op)
+        weight = _constant_column_slice(sliced_weight, 1)
         result = vtensor_shape(op.results[0].type)
         if weight is None or result is None:
             return False
         whole_weight, start, end, step = weight
-        operands = [op.operands[1 if is_addmm else 0], whole_weight]
-        if is_addmm:
-            bias = _constant_column_slice(op.operands[0], 0)
+        operands = [x, whole_weight]
+        if sliced_bias is not None:  # addmm
+            bias = _constant_column_slice(sliced_bias, 0)
             if bias is None or bias[1:] != (start, end, step):
                 return False
             if vtensor_shape(bias[0].type)[0][0] != vtensor_shape(whole_weight.type)[0][1]:
                 return False
-            operands = [bias[0]] + operands + list(op.operands[3:])
+            operands = [bias[0]] + operands + [typed(op).beta, typed(op).alpha]
         columns = vtensor_shape(whole_weight.type)[0][1]
         with ir.InsertionPoint(op), op.location:
             whole = rebuilt(op, operands,
@@ -294,8 +299,7 @@ class _Rewrites:
         where it had a second user, and softmax over it read the padding
         (``linear_cross_entropy`` off by 0.05)."""
         name = op.name
-        x = op.operands[1 if name == "torch.aten.addmm" else 0]
-        weight = op.operands[2 if name == "torch.aten.addmm" else 1]
+        x, weight, bias = _projection_operands(op)
         x_shape, w_shape = vtensor_shape(x.type), vtensor_shape(weight.type)
         result = vtensor_shape(op.results[0].type)
         if x_shape is None or w_shape is None or result is None:
@@ -304,7 +308,8 @@ class _Rewrites:
         if len(x_shape[0]) != 2 and not vector or len(w_shape[0]) != 2 or \
                 x_shape[1] != result[1]:
             return False
-        if name == "torch.aten.addmm" and any(constant_int(v) != 1 for v in op.operands[3:5]):
+        if name == "torch.aten.addmm" and any(constant_int(v) != 1
+                                               for v in (typed(op).beta, typed(op).alpha)):
             return False
         n = result[0][-1]
         rows = [sympy.Integer(1)] if vector else self.analysis.dims.get(x)
@@ -337,8 +342,6 @@ class _Rewrites:
             summed = torch_ops.AtenSumDimIntListOp(vtensor_type(summed_sizes, dtype), products,
                                                    int_list_construct([int_constant(axis)]),
                                                    bool_constant(False), none_constant()).result
-            bias = op.operands[0] if name == "torch.aten.addmm" else (
-                op.operands[2] if name == "torch.aten.linear" else None)
             if bias is not None and not is_none(bias):
                 summed = torch_ops.AtenAddTensorOp(op.results[0].type, summed, bias,
                                                    int_constant(1)).result
@@ -349,6 +352,17 @@ class _Rewrites:
 # A data tile's rows on this CPU (IREE packs f32 matmul LHS in 16-row tiles
 # with AVX-512): a matmul with at most this many rows gains nothing from it.
 _ROWS_PER_TILE = 16
+
+
+def _projection_operands(op: ir.Operation) -> tuple[ir.Value, ir.Value, ir.Value | None]:
+    """x, W and the bias (None for mm) of ``linear(x, W, b)``, ``mm(x, W)`` or
+    ``addmm(b, x, W)``, read by their names in each."""
+    projection = typed(op)
+    if op.name == "torch.aten.linear":
+        return projection.input, projection.weight, projection.bias
+    if op.name == "torch.aten.addmm":
+        return projection.mat1, projection.mat2, projection.self_
+    return projection.self_, projection.mat2, None
 
 
 def _unsqueeze(x: ir.Value, axis: int, sizes: list, dtype: str) -> ir.Value:
@@ -367,14 +381,15 @@ def _literal(value: ir.Value) -> ir.Operation | None:
 def _linear_parts(op: ir.Operation):
     """(weight literal, bias literal or None, out features, in features, dtype)
     of ``linear(x, W, b)`` with constant W (and b, when given), else None."""
-    weight = _literal(op.operands[1])
-    shape = vtensor_shape(op.operands[1].type)
+    linear = typed(op)
+    weight = _literal(linear.weight)
+    shape = vtensor_shape(linear.weight.type)
     if weight is None or shape is None or len(shape[0]) != 2 or None in shape[0]:
         return None
     bias = None
-    if not is_none(op.operands[2]):
-        bias = _literal(op.operands[2])
-        bias_shape = vtensor_shape(op.operands[2].type)
+    if not is_none(linear.bias):
+        bias = _literal(linear.bias)
+        bias_shape = vtensor_shape(linear.bias.type)
         if bias is None or bias_shape is None or list(bias_shape[0]) != [shape[0][0]]:
             return None
     return weight, bias, shape[0][0], shape[0][1], shape[1]
@@ -404,12 +419,13 @@ def _row_gather(op: ir.Operation) -> ir.Operation | None:
     """``op`` when it is ``index_select(x, 0, rows)`` of a ``[rows, features]``
     value, or the one such reader of ``op = flatten(x, 0, 1)``: rows gathered
     by anyshape-eliminate-padding where attention needs the padded layout."""
-    if op.name == "torch.aten.flatten.using_ints" and constant_int(op.operands[1]) == 0 \
-            and constant_int(op.operands[2]) == 1 and len(users(op.results[0])) == 1:
+    if op.name == "torch.aten.flatten.using_ints" and constant_int(typed(op).start_dim) == 0 \
+            and constant_int(typed(op).end_dim) == 1 and len(users(op.results[0])) == 1:
         op = users(op.results[0])[0].operation
-    shape = vtensor_shape(op.operands[0].type) if op.operands else None
-    if op.name != "torch.aten.index_select" or constant_int(op.operands[1]) != 0 \
-            or shape is None or len(shape[0]) != 2:
+    if op.name != "torch.aten.index_select":
+        return None
+    shape = vtensor_shape(typed(op).self_.type)
+    if constant_int(typed(op).dim) != 0 or shape is None or len(shape[0]) != 2:
         return None
     return op.operation
 
@@ -430,9 +446,10 @@ def fuse_shared_input_linears(block: ir.Block) -> None:
         parts = _linear_parts(op)
         if parts is None or not _split_into_heads(op):
             continue
-        group = next((g for g in groups if g[0] == op.operands[0]), None)
+        x = typed(op).input
+        group = next((g for g in groups if g[0] == x), None)
         if group is None:
-            groups.append([op.operands[0], [(op, parts)]])
+            groups.append([x, [(op, parts)]])
             continue
         first = group[1][0][1]
         if parts[3:] == first[3:] and (parts[1] is None) == (first[1] is None):
@@ -488,10 +505,10 @@ def _gather_rows_once(fused: ir.Value) -> None:
     slices = users(fused)
     gathers = [_row_gather(u) for s in slices for u in users(s.results[0])]
     if not gathers or any(g is None for g in gathers) or len(gathers) != len(slices) \
-            or any(g.operands[2] != gathers[0].operands[2] for g in gathers):
+            or any(typed(g).index != typed(gathers[0]).index for g in gathers):
         return
     shape, dtype = vtensor_shape(fused.type)
-    index = gathers[0].operands[2]
+    index = typed(gathers[0]).index
     first = _first_in_block(gathers)
     with ir.InsertionPoint(first), first.location:
         rows = fused
@@ -502,12 +519,12 @@ def _gather_rows_once(fused: ir.Value) -> None:
         gathered = torch_ops.AtenIndexSelectOp(vtensor_type([count, shape[-1]], dtype), rows,
                                                int_constant(0), index).result
         for columns, gather in zip(slices, gathers):
-            start, end = (columns.operands[i] for i in (2, 3))
+            start, end = typed(columns).start, typed(columns).end
             part = torch_ops.AtenSliceTensorOp(gather.results[0].type, gathered, int_constant(1),
                                                start, end, int_constant(1)).result
             gather.results[0].replace_all_uses_with(part)
     for columns, gather in zip(slices, gathers):
-        flat = defining_op(gather.operands[0])
+        flat = defining_op(typed(gather).self_)
         gather.erase()
         if flat is not None and not flat == columns.operation and not list(flat.results[0].uses):
             flat.erase()
@@ -517,7 +534,8 @@ def _gather_rows_once(fused: ir.Value) -> None:
 
 def linear_on_flat_rows(op: ir.Operation, rewriter) -> bool:
     """linear(x[..., K]) with x of rank 3 or more -> unflatten(linear(flatten(x)))."""
-    x = op.operands[0]
+    linear = typed(op)
+    x = linear.input
     shape, result = vtensor_shape(x.type), vtensor_shape(op.results[0].type)
     if shape is None or result is None or len(shape[0]) < 3:
         return False
@@ -527,7 +545,7 @@ def linear_on_flat_rows(op: ir.Operation, rewriter) -> bool:
         flat = torch_ops.AtenFlattenUsingIntsOp(vtensor_type([rows, in_features], dtype), x,
                                                 int_constant(0), int_constant(len(leading) - 1)).result
         product = torch_ops.AtenLinearOp(vtensor_type([rows, result[0][-1]], result[1]), flat,
-                                         *op.operands[1:]).result
+                                         linear.weight, linear.bias).result
         sizes = [int_constant(size) if size is not None
                  else torch_ops.AtenSizeIntOp(x, int_constant(axis)).result
                  for axis, size in enumerate(leading)]
@@ -540,13 +558,15 @@ def linear_on_flat_rows(op: ir.Operation, rewriter) -> bool:
 def mask_as_contraction_column(op: ir.Operation, rewriter) -> bool:
     """unflatten(bmm(A, B), 0, [b, h]) + M, M one row of N per batch and head
     (``[b|1, h|1, 1, N]``): bmm([A, 1], [B; M]) with one more contraction step."""
-    scores, mask = op.operands[0], op.operands[1]
+    add = typed(op)
+    scores, mask = add.self_, add.other
     unflatten = defining_op(scores)
     if unflatten is None or unflatten.name != "torch.aten.unflatten.int" or \
-            constant_int(unflatten.operands[1]) != 0 or constant_int(op.operands[2]) != 1 or \
+            constant_int(typed(unflatten).dim) != 0 or constant_int(add.alpha) != 1 or \
             len(users(scores)) != 1:
         return False
-    product, batch_sizes = unflatten.operands[0], list_items(unflatten.operands[2])
+    unflatten = typed(unflatten)
+    product, batch_sizes = unflatten.self_, list_items(unflatten.sizes)
     bmm = defining_op(product)
     shape, mask_shape = vtensor_shape(scores.type), vtensor_shape(mask.type)
     if bmm is None or bmm.name != "torch.aten.bmm" or len(users(product)) != 1 or \
@@ -556,7 +576,7 @@ def mask_as_contraction_column(op: ir.Operation, rewriter) -> bool:
     if len(mask_shape[0]) != 4 or mask_shape[0][2] != 1 or mask_shape[1] != dtype or \
             op.results[0].type != scores.type or mask_shape[0][3] != columns:
         return False
-    lhs, rhs = bmm.operands
+    lhs, rhs = typed(bmm).self_, typed(bmm).mat2
     (flat, _, depth), _ = vtensor_shape(lhs.type)
     if depth is None:
         return False
@@ -577,7 +597,7 @@ def mask_as_contraction_column(op: ir.Operation, rewriter) -> bool:
         rhs = _concatenated([rhs, mask_row], vtensor_type([flat, depth + 1, columns], dtype), 1)
         result = torch_ops.AtenUnflattenIntOp(scores.type,
                                               torch_ops.AtenBmmOp(product.type, lhs, rhs).result,
-                                              zero, unflatten.operands[2]).result
+                                              zero, unflatten.sizes).result
     rewriter.replace_op(op, [result])
     return True
 

@@ -38,7 +38,7 @@ from anyshape.passes.torch_ir.constants import (constant_bool, constant_float, c
 from anyshape.passes.torch_ir.ops import (PROBABILITY_SOFTMAXES, shifted_exponentials,
                                           softmax_axis)
 from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions, rebuilt,
-                                             users, vtensor_type)
+                                             typed, users, vtensor_type)
 
 
 def _defined_by(value: ir.Value, name: str) -> ir.Operation | None:
@@ -50,34 +50,35 @@ def _all_minus_inf_rows(condition: ir.Value, scores: ir.Value, axis: int) -> boo
     """``condition`` is ``not(any(not(scores == -inf), axis, keepdim))``: per row,
     whether every score along ``axis`` is ``-inf``."""
     outer = _defined_by(condition, "torch.aten.logical_not")
-    reduction = outer and _defined_by(outer.operands[0], "torch.aten.any.dim")
-    inner = reduction and _defined_by(reduction.operands[0], "torch.aten.logical_not")
-    compare = inner and _defined_by(inner.operands[0], "torch.aten.eq.Scalar")
-    if compare is None or compare.operands[0] != scores:
+    reduction = outer and _defined_by(typed(outer).self_, "torch.aten.any.dim")
+    inner = reduction and _defined_by(typed(reduction).self_, "torch.aten.logical_not")
+    compare = inner and _defined_by(typed(inner).self_, "torch.aten.eq.Scalar")
+    if compare is None or typed(compare).self_ != scores:
         return False
     rank = len(vtensor_shape(scores.type)[0])
-    reduced_axis = constant_int(reduction.operands[1])
-    return (constant_float(compare.operands[1]) == -math.inf and reduced_axis is not None
-            and reduced_axis % rank == axis and constant_bool(reduction.operands[2]) is True)
+    reduced_axis = constant_int(typed(reduction).dim)
+    return (constant_float(typed(compare).other) == -math.inf and reduced_axis is not None
+            and reduced_axis % rank == axis and constant_bool(typed(reduction).keepdim) is True)
 
 
 def _zeros_like(value: ir.Value, of: ir.Value) -> bool:
     """``value`` is ``full_like(of, 0)`` (with no dtype change)."""
     fill = _defined_by(value, "torch.aten.full_like")
-    if fill is None or fill.operands[0] != of or fill.results[0].type != of.type:
+    if fill is None or typed(fill).self_ != of or fill.results[0].type != of.type:
         return False
-    zero = constant_int(fill.operands[1])
-    return zero == 0 or constant_float(fill.operands[1]) == 0.0
+    zero = constant_int(typed(fill).fill_value)
+    return zero == 0 or constant_float(typed(fill).fill_value) == 0.0
 
 
 def _leading_flatten(op: ir.Operation) -> tuple[ir.Value, ir.Value] | None:
     """(start, end) operands of a ``flatten`` that merges only dims before the last two."""
-    rank = len(vtensor_shape(op.operands[0].type)[0])
-    start, end = constant_int(op.operands[1]), constant_int(op.operands[2])
+    flatten = typed(op)
+    rank = len(vtensor_shape(flatten.self_.type)[0])
+    start, end = constant_int(flatten.start_dim), constant_int(flatten.end_dim)
     if start is None or end is None:
         return None
     start, end = start % rank, end % rank
-    return (op.operands[1], op.operands[2]) if start <= end <= rank - 3 else None
+    return (flatten.start_dim, flatten.end_dim) if start <= end <= rank - 3 else None
 
 
 @dataclasses.dataclass
@@ -94,12 +95,13 @@ def _probabilities(lhs: ir.Value) -> _Probabilities | None:
     op = defining_op(value)
     if op is not None and op.name == "torch.aten.flatten.using_ints":
         dims = _leading_flatten(op)
-        if dims is None or len(users(op.operands[0])) != 1:
+        if dims is None or len(users(typed(op).self_)) != 1:
             return None
-        flatten, value = op, op.operands[0]
+        flatten, value = op, typed(op).self_
         op = defining_op(value)
     if op is not None and op.name == "torch.aten.where.self":
-        _, zeros, probabilities = op.operands
+        guard_op = typed(op)
+        zeros, probabilities = guard_op.self_, guard_op.other
         if not _zeros_like(zeros, probabilities) or len(users(zeros)) != 1:
             return None
         guard, value = op, probabilities
@@ -110,7 +112,8 @@ def _probabilities(lhs: ir.Value) -> _Probabilities | None:
     sizes = vtensor_shape(value.type)[0]
     if axis is None or axis != len(sizes) - 1 or sizes[axis] is not None:
         return None
-    if guard is not None and not _all_minus_inf_rows(guard.operands[0], op.operands[0], axis):
+    scores = typed(op).self_
+    if guard is not None and not _all_minus_inf_rows(typed(guard).condition, scores, axis):
         return None
     # The softmax is read by the product alone (through the guard, whose zeros
     # are shaped after it): otherwise it would be computed besides.
@@ -119,7 +122,7 @@ def _probabilities(lhs: ir.Value) -> _Probabilities | None:
     if len(readers) != expected or (guard is not None and set(r.name for r in readers) != {
             "torch.aten.where.self", "torch.aten.full_like"}):
         return None
-    return _Probabilities(op.operands[0], guard, flatten, dims)
+    return _Probabilities(scores, guard, flatten, dims)
 
 
 def _flattened(value: ir.Value, plan: _Probabilities) -> ir.Value:
@@ -155,7 +158,7 @@ def defer_normalization(op: ir.Operation, rewriter) -> bool:
             minus_inf = float_constant(-math.inf)
             all_minus_inf = torch_ops.AtenEqScalarOp(vtensor_type(sizes[:-1] + [1], "i1"), row_max,
                                                      minus_inf).result
-            fill = defining_op(plan.guard.operands[1])
+            fill = defining_op(typed(plan.guard).self_)
             zeros = torch_ops.AtenFullLikeOp(result.type, result, *list(fill.operands)[1:]).result
             result = torch_ops.AtenWhereSelfOp(result.type, _flattened(all_minus_inf, plan), zeros,
                                                result).result

@@ -260,12 +260,12 @@ def through_linear(h, producer, axis, cut) -> Plan | None:
     the bias."""
     if axis < _rank(producer) - 1:
         return Plan({0: axis})
-    return Plan({1: 0} if is_none(producer.operands[2]) else {1: 0, 2: 0})
+    return Plan({1: 0} if is_none(typed(producer).bias) else {1: 0, 2: 0})
 
 
 def through_transpose(h, producer, axis, cut) -> Plan | None:
     """The axis, swapped."""
-    a, b = constant_int(producer.operands[1]), constant_int(producer.operands[2])
+    a, b = constant_int(typed(producer).dim0), constant_int(typed(producer).dim1)
     if a is None or b is None:
         return None
     rank = _rank(producer)
@@ -275,13 +275,13 @@ def through_transpose(h, producer, axis, cut) -> Plan | None:
 
 def through_permute(h, producer, axis, cut) -> Plan | None:
     """The input axis the permutation puts at the selected one."""
-    order = int_list(producer.operands[1])
+    order = int_list(typed(producer).dims)
     return None if order is None else Plan({0: order[axis] % _rank(producer)})
 
 
 def through_unsqueeze(h, producer, axis, cut) -> Plan | None:
     """Any axis but the inserted one, renumbered."""
-    dim = constant_int(producer.operands[1])
+    dim = constant_int(typed(producer).dim)
     rank = _rank(producer)
     if dim is None or dim % rank == axis:
         return None
@@ -290,7 +290,7 @@ def through_unsqueeze(h, producer, axis, cut) -> Plan | None:
 
 def through_squeeze(h, producer, axis, cut) -> Plan | None:
     """The axis, renumbered around the removed one."""
-    dim = constant_int(producer.operands[1])
+    dim = constant_int(typed(producer).dim)
     if dim is None:
         return None
     dim %= _operand_rank(producer, 0)
@@ -301,8 +301,8 @@ def through_expand(h, producer, axis, cut) -> Plan | None:
     """An expanded axis keeps its size 1 in the input and names the selected
     size in the size list; any other axis moves to the input, its size kept
     (-1)."""
-    sizes = list_items(producer.operands[1])
-    shape = vtensor_shape(producer.operands[0].type)[0]
+    sizes = list_items(typed(producer).size)
+    shape = vtensor_shape(typed(producer).self_.type)[0]
     aligned = axis - (_rank(producer) - len(shape))
     if sizes is None or aligned < 0:
         return None
@@ -325,8 +325,9 @@ def through_flatten(h, producer, axis, cut) -> Plan | None:
     """Axes outside the merged ones, renumbered. On the merged [outer, inner]
     axis, the strided slice ``i::inner`` (one row per group) is row ``i`` of
     the inner axis."""
-    source = producer.operands[0]
-    start, end = constant_int(producer.operands[1]), constant_int(producer.operands[2])
+    flatten = typed(producer)
+    source = flatten.self_
+    start, end = constant_int(flatten.start_dim), constant_int(flatten.end_dim)
     in_rank = _operand_rank(producer, 0)
     if start is None or end is None:
         return None
@@ -360,8 +361,8 @@ def through_unflatten(h, producer, axis, cut) -> Plan | None:
     """Axes outside the split ones, renumbered. Row ``i`` of the inner of two
     split axes is the strided slice ``i::inner`` of the input's axis, then
     unsqueezed."""
-    dim = constant_int(producer.operands[1])
-    sizes = list_items(producer.operands[2])
+    dim = constant_int(typed(producer).dim)
+    sizes = list_items(typed(producer).sizes)
     in_rank = _operand_rank(producer, 0)
     if dim is None or sizes is None:
         return None
@@ -593,7 +594,8 @@ def select_as_row_slice(h: _Hoister, op, rewriter) -> bool:
     """select(v, a, i) -> squeeze(slice(v, a, i, i + 1), a), when the slice can
     move (and row i provably exists: otherwise the select must keep raising
     its index error)."""
-    source, axis, index = op.operands[0], constant_int(op.operands[1]), constant_int(op.operands[2])
+    select = typed(op)
+    source, axis, index = select.self_, constant_int(select.dim), constant_int(select.index)
     shape = vtensor_shape(source.type)
     if axis is None or index is None or shape is None:
         return False
@@ -623,13 +625,14 @@ def move_selection(h: _Hoister, op, rewriter) -> bool:
     """slice(producer(...)) or index_select(producer(...)) -> producer(selected
     operands), by the producer's rule; the producer goes when nothing else
     reads it."""
-    source, axis = op.operands[0], constant_int(op.operands[1])
+    selection = typed(op)  # slice(self_, dim, start, end, step), index_select(self_, dim, index)
+    source, axis = selection.self_, constant_int(selection.dim)
     shape, result = vtensor_shape(source.type), vtensor_shape(op.results[0].type)
     if axis is None or shape is None or result is None:
         return False
     axis %= len(shape[0])
     kind = "slice" if op.operation.name == "torch.aten.slice.Tensor" else "index"
-    if kind == "index" and len(vtensor_shape(op.operands[2].type)[0]) != 1:
+    if kind == "index" and len(vtensor_shape(selection.index.type)[0]) != 1:
         return False
     cut = _Cut(kind, list(op.operands[2:]), result[0][axis])
     multi = defining_op(source)
@@ -656,7 +659,8 @@ def gather_as_index_select(h: _Hoister, op, rewriter) -> bool:
     """gather(x, d, expand(idx)) with one index for every position of the other
     axes (idx of size 1 on them, expanded to x's sizes) is index_select(x, d,
     idx as 1-D): then it moves like one."""
-    source, axis, index = op.operands[0], constant_int(op.operands[1]), op.operands[2]
+    gather = typed(op)
+    source, axis, index = gather.self_, constant_int(gather.dim), gather.index
     expand = defining_op(index)
     shape = vtensor_shape(source.type)
     if axis is None or shape is None or expand is None or expand.name != "torch.aten.expand":
@@ -693,8 +697,8 @@ def _selection_key(op) -> tuple | None:
     differ in dtype); None for other ops."""
     if op.name not in ("torch.aten.slice.Tensor", "torch.aten.index_select"):
         return None
-    rank = len(vtensor_shape(op.operands[0].type)[0])
-    axis = constant_int(op.operands[1])
+    rank = len(vtensor_shape(typed(op).self_.type)[0])
+    axis = constant_int(typed(op).dim)
     if axis is None:
         return None
     return (op.name, axis % rank, tuple(vtensor_shape(op.results[0].type)[0])) + tuple(
@@ -734,7 +738,7 @@ def split_into_slices(op, rewriter) -> bool:
     split = defining_op(op.operands[0])
     if split is None or split.name != "torch.aten.split_with_sizes":
         return False
-    sizes, axis = int_list(split.operands[1]), constant_int(split.operands[2])
+    sizes, axis = int_list(typed(split).split_sizes), constant_int(typed(split).dim)
     if sizes is None or axis is None or len(sizes) != len(op.results):
         return False
     with ir.InsertionPoint(op), op.location:
@@ -752,14 +756,16 @@ def split_into_slices(op, rewriter) -> bool:
 
 def squeeze_of_unsqueeze(op, rewriter) -> bool:
     """squeeze(unsqueeze(x, d), d) is x: what a moved row leaves below a reshape."""
-    inner = defining_op(op.operands[0])
+    squeeze = typed(op)
+    inner = defining_op(squeeze.self_)
     if inner is None or inner.name != "torch.aten.unsqueeze":
         return False
-    rank = len(vtensor_shape(op.operands[0].type)[0])
-    a, b = constant_int(op.operands[1]), constant_int(inner.operands[1])
-    if a is None or b is None or a % rank != b % rank or inner.operands[0].type != op.results[0].type:
+    unsqueeze = typed(inner)
+    rank = len(vtensor_shape(squeeze.self_.type)[0])
+    a, b = constant_int(squeeze.dim), constant_int(unsqueeze.dim)
+    if a is None or b is None or a % rank != b % rank or unsqueeze.self_.type != op.results[0].type:
         return False
-    rewriter.replace_op(op, [inner.operands[0]])
+    rewriter.replace_op(op, [unsqueeze.self_])
     return True
 
 

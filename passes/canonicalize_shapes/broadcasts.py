@@ -34,7 +34,8 @@ from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int_constant,
                                                 int_list_construct, list_items)
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir.values import defining_op, rebuilt, static_info_cast, vtensor_type
+from anyshape.passes.torch_ir.values import (defining_op, rebuilt, static_info_cast, typed,
+                                             vtensor_type)
 
 
 def _same(a, b) -> bool:
@@ -45,7 +46,7 @@ def _expand_parts(op, analysis: ShapeAnalysis):
     """(source, source dims, [size expr per item]) of an expand/broadcast_to, or None."""
     source = op.operands[0]
     in_dims = analysis.dims.get(source)
-    items = list_items(op.operands[1])
+    items = list_items(typed(op).size)
     if in_dims is None or items is None or len(items) < len(in_dims):
         return None
     return source, in_dims, items
@@ -83,22 +84,25 @@ def rewrite_expand(op, rewriter, analysis: ShapeAnalysis) -> bool:
 
 def sink_expand_below_embedding(op, rewriter, analysis: ShapeAnalysis) -> bool:
     """embedding(table, expand(idx, sizes)) -> expand(embedding(table, idx), sizes + [-1])."""
-    index_op = defining_op(op.operands[1])
+    embedding = typed(op)
+    index_op = defining_op(embedding.indices)
     if index_op is None or index_op.name != "torch.aten.expand":
         return False
-    index, items = index_op.operands[0], list_items(index_op.operands[1])
-    index_shape, table_shape = vtensor_shape(index.type), vtensor_shape(op.operands[0].type)
-    index_dims, table_dims = analysis.dims.get(index), analysis.dims.get(op.operands[0])
+    index_op = typed(index_op)
+    index, items = index_op.self_, list_items(index_op.size)
+    index_shape, table_shape = vtensor_shape(index.type), vtensor_shape(embedding.weight.type)
+    index_dims, table_dims = analysis.dims.get(index), analysis.dims.get(embedding.weight)
     if None in (items, index_shape, table_shape, index_dims, table_dims):
         return False
     result_shape = vtensor_shape(op.results[0].type)
     with ir.InsertionPoint(op), op.location:
-        looked_up = rebuilt(
-            op, [op.operands[0], index, *op.operands[2:]],
-            [vtensor_type(index_shape[0] + table_shape[0][-1:], result_shape[1])]).result
+        looked_up = torch_ops.AtenEmbeddingOp(
+            vtensor_type(index_shape[0] + table_shape[0][-1:], result_shape[1]),
+            embedding.weight, index, embedding.padding_idx, embedding.scale_grad_by_freq,
+            embedding.sparse).result
         size_list = int_list_construct([*items, int_constant(-1)])
         expanded = torch_ops.AtenExpandOp(op.results[0].type, looked_up, size_list,
-                                          index_op.operands[2]).result
+                                          index_op.implicit).result
     analysis.dims[looked_up] = list(index_dims) + [table_dims[-1]]
     analysis.dims[expanded] = analysis.dims.get(op.results[0])
     rewriter.replace_op(op, [expanded])
@@ -141,8 +145,9 @@ def gather_from_expanded_table(op, rewriter, analysis: ShapeAnalysis) -> bool:
     row at idx: embedding(t as a column, idx) with the unit axis squeezed. The
     table is never broadcast, and no size list is built (RoBERTa's buffered
     token type ids, gathered by position ids)."""
-    expand = defining_op(op.operands[0])
-    axis, index = constant_int(op.operands[1]), op.operands[2]
+    gather = typed(op)
+    expand = defining_op(gather.self_)
+    axis, index = constant_int(gather.dim), gather.index
     if expand is None or expand.name != "torch.aten.expand" or axis is None:
         return False
     table = expand.operands[0]
@@ -200,7 +205,7 @@ def _lower_bound(value: ir.Value) -> int | None:
     if op.name in _VALUE_PRESERVING:
         return _lower_bound(op.operands[0])
     if op.name == "torch.aten.add.Scalar":
-        step, alpha = constant_int(op.operands[1]), constant_int(op.operands[2])
+        step, alpha = constant_int(typed(op).other), constant_int(typed(op).alpha)
         base = _lower_bound(op.operands[0])
         return None if None in (step, alpha, base) or alpha < 0 else base + alpha * step
     return None
@@ -218,7 +223,7 @@ def all_true(value: ir.Value) -> bool:
         return (isinstance(attr, ir.DenseElementsAttr) and attr.is_splat
                 and str(attr.get_splat_value()) == "true")
     if op.name in ("torch.aten.ge.Scalar", "torch.aten.gt.Scalar"):
-        bound, threshold = _lower_bound(op.operands[0]), constant_int(op.operands[1])
+        bound, threshold = _lower_bound(typed(op).self_), constant_int(typed(op).other)
         if bound is None or threshold is None:
             return False
         return bound >= threshold if op.name == "torch.aten.ge.Scalar" else bound > threshold
@@ -232,7 +237,8 @@ def and_with_all_true(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
     result's sizes (named only where ``b`` is smaller)."""
     result = op.results[0]
     result_dims, result_shape = analysis.dims.get(result), vtensor_shape(result.type)
-    for kept, other in ((op.operands[1], op.operands[0]), (op.operands[0], op.operands[1])):
+    a, b = typed(op).self_, typed(op).other
+    for kept, other in ((b, a), (a, b)):
         kept_shape, kept_dims = vtensor_shape(kept.type), analysis.dims.get(kept)
         if not all_true(other) or kept_shape is None or kept_dims is None or \
                 result_dims is None or kept_shape[1] != result_shape[1]:

@@ -27,7 +27,8 @@ from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int_constant,
                                                 int_list_construct, list_items)
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, size_query
-from anyshape.passes.torch_ir.values import defining_op, dtype_code, static_info_cast, vtensor_type
+from anyshape.passes.torch_ir.values import (defining_op, dtype_code, static_info_cast, typed,
+                                             vtensor_type)
 
 
 def _trace_to_iota(index: ir.Value):
@@ -41,14 +42,14 @@ def _trace_to_iota(index: ir.Value):
         if op.name == "anyshape.iota_like":
             return op, list(reversed(steps))
         if op.name == "torch.aten.unsqueeze":
-            dim = constant_int(op.operands[1])
+            dim = constant_int(typed(op).dim)
             if dim is None or dim < 0:
                 return None
             steps.append(("unsqueeze", dim))
         elif op.name == "torch.aten.expand":
-            steps.append(("expand", op.operands[1]))
+            steps.append(("expand", typed(op).size))
         elif op.name == "torch.aten.add.Scalar":
-            if constant_int(op.operands[1]) != 0 or constant_int(op.operands[2]) != 1:
+            if constant_int(typed(op).other) != 0 or constant_int(typed(op).alpha) != 1:
                 return None
         elif op.name != "torch.tensor_static_info_cast":
             return None
@@ -124,7 +125,8 @@ def _unit_axes_around(value, sizes, exprs, dtype, kept: set, rank: int, analysis
 
 def rewrite_iota_gather(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
     """gather(table, dim, idx) with idx an iota along dim, 1 everywhere else."""
-    table, axis_value, index = op.operands[0], op.operands[1], op.operands[2]
+    gather = typed(op)
+    table, axis_value, index = gather.self_, gather.dim, gather.index
     found, axis = _iota_axis(index, analysis), constant_int(axis_value)
     table_shape = vtensor_shape(table.type)
     if found is None or axis is None or table_shape is None:
@@ -162,11 +164,11 @@ def rewrite_iota_lookup(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
     possibly unsqueezed or expanded) reads rows 0..L-1 in order: the slice
     ``table[:L]``, where L never exceeds the table's rows (eager would raise)."""
     if op.operation.name == "torch.aten.embedding":
-        table, index = op.operands[0], op.operands[1]
+        table, index = typed(op).weight, typed(op).indices
     else:  # index_select(table, dim, index)
-        if constant_int(op.operands[1]) != 0:
+        if constant_int(typed(op).dim) != 0:
             return False
-        table, index = op.operands[0], op.operands[2]
+        table, index = typed(op).self_, typed(op).index
     traced = _trace_to_iota(index)
     table_shape = vtensor_shape(table.type)
     if traced is None or table_shape is None or table_shape[0][0] is None:
@@ -228,7 +230,7 @@ def rewrite_iota_index(op, rewriter, analysis: ShapeAnalysis) -> bool:
     """``x[iota_0, ..., iota_k]`` (advanced indexing, each index the full range of
     its axis of ``x`` placed on its own axis, in order) is ``x`` with the other
     axes unsqueezed: HuggingFace's vmapped mask builders index this way."""
-    source, indices = op.operands[0], list_items(op.operands[1])
+    source, indices = typed(op).self_, list_items(typed(op).indices)
     dims, result = analysis.dims.get(source), vtensor_shape(op.results[0].type)
     if indices is None or dims is None or result is None or len(indices) != len(dims):
         return False

@@ -48,7 +48,7 @@ from anyshape.passes.torch_ir.ops import SYMMETRIC_BROADCASTING
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, size_query
 from anyshape.passes.torch_ir.values import (defining_op, dtype_code, erase_unused, functions,
-                                             hoist_argument_bindings, static_info_cast,
+                                             hoist_argument_bindings, static_info_cast, typed,
                                              vtensor_type)
 
 # arange overload -> (index of start or None for 0, index of end, index of step or
@@ -114,8 +114,8 @@ def root_size_query(op, rewriter, builder: ScalarBuilder) -> bool:
 
 def root_size_list_item(op, rewriter, builder: ScalarBuilder) -> bool:
     """``size(x)[i]`` (an item of the size list) -> as ``size(x, i)``."""
-    producer = defining_op(op.operands[0])
-    index = constant_int(op.operands[1])
+    producer = defining_op(typed(op).list)
+    index = constant_int(typed(op).idx)
     if producer is None or producer.name != "torch.aten.size" or index is None:
         return False
     tensor = producer.operands[0]

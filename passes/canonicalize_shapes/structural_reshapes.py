@@ -66,7 +66,7 @@ def rewrite_view(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
     view through one dim asserts at run time that the element count fits."""
     source = op.operands[0]
     in_dims = analysis.dims.get(source)
-    sizes = list_items(op.operands[1])
+    sizes = list_items(op.operands[1])  # view's size, reshape's shape
     result = vtensor_shape(op.results[0].type)
     if in_dims is None or any(d is None for d in in_dims) or sizes is None or result is None:
         return False

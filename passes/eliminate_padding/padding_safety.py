@@ -73,11 +73,10 @@ def held_number(value: ir.Value) -> float | None:
         return None
     if op.name in ("torch.constant.float", "torch.constant.int"):
         return constant_number(value)
-    if op.name in ("torch.aten.scalar_tensor", "torch.aten.full_like", "torch.aten.new_full",
-                   "torch.aten.full"):
-        return held_number(op.operands[1] if op.name in ("torch.aten.full_like",
-                                                            "torch.aten.new_full",
-                                                            "torch.aten.full") else op.operands[0])
+    if op.name in ("torch.aten.full_like", "torch.aten.new_full", "torch.aten.full"):
+        return held_number(typed(op).fill_value)
+    if op.name == "torch.aten.scalar_tensor":
+        return held_number(typed(op).s)
     if op.name in _ZERO_FILLS:
         return 0.0
     if op.name in _CASTS:
@@ -242,13 +241,13 @@ class PaddingSafety:
         return _NOT_SHAPE
 
     def _permute(self, op, roles):
-        order = [constant_int(v) for v in list_items(op.operands[1]) or []]
+        order = [constant_int(v) for v in list_items(typed(op).dims) or []]
         if len(order) != len(roles) or None in order:
             raise _Unsafe("a permutation it cannot read")
         return [roles[o % len(roles)] for o in order]
 
     def _transpose(self, op, roles):
-        a, b = (constant_int(v) for v in list(op.operands)[1:3])
+        a, b = constant_int(typed(op).dim0), constant_int(typed(op).dim1)
         if a is None or b is None:
             raise _Unsafe("a transpose it cannot read")
         a, b = a % len(roles), b % len(roles)
@@ -259,11 +258,11 @@ class PaddingSafety:
         return list(reversed(roles))
 
     def _unsqueeze(self, op, roles):
-        dim = constant_int(op.operands[1]) % (len(roles) + 1)
+        dim = constant_int(typed(op).dim) % (len(roles) + 1)
         return roles[:dim] + [_NO_ROLES] + roles[dim:]
 
     def _squeeze(self, op, roles):
-        dim = constant_int(op.operands[1]) % len(roles)
+        dim = constant_int(typed(op).dim) % len(roles)
         gone = roles.pop(dim)
         return self._fold_into_batch(roles, gone)
 
@@ -272,12 +271,13 @@ class PaddingSafety:
         return [_NO_ROLES] * (rank - len(roles)) + roles
 
     def _flatten(self, op, roles):
-        start, end = (constant_int(v) % len(roles) for v in list(op.operands)[1:3])
+        start, end = (constant_int(v) % len(roles)
+                      for v in (typed(op).start_dim, typed(op).end_dim))
         return roles[:start] + [_merge(roles[start:end + 1])] + roles[end + 1:]
 
     def _unflatten(self, op, roles):
-        dim = constant_int(op.operands[1]) % len(roles)
-        sizes = self._dims(op.results[0])[dim:dim + len(list_items(op.operands[2]) or [])]
+        dim = constant_int(typed(op).dim) % len(roles)
+        sizes = self._dims(op.results[0])[dim:dim + len(list_items(typed(op).sizes) or [])]
         return roles[:dim] + self._split(roles[dim], sizes) + roles[dim + 1:]
 
     def _view(self, op, roles):
@@ -310,12 +310,12 @@ class PaddingSafety:
         return out
 
     def _slice(self, op, roles):
-        dim = constant_int(op.operands[1]) % len(roles)
+        dim = constant_int(typed(op).dim) % len(roles)
         if "B" in roles[dim]:
             return _other_sequences(roles)
         if not roles[dim] & _TAINT_ANY and not roles[dim] & FACTS:
             return roles
-        start = constant_int(op.operands[2])
+        start = constant_int(typed(op).start)
         size = vtensor_shape(op.results[0].type)[0][dim]
         if size == 1 and start is not None:
             roles[dim] = frozenset({f"at:{start}"})
@@ -326,12 +326,12 @@ class PaddingSafety:
         return roles
 
     def _select(self, op, roles):
-        dim = constant_int(op.operands[1]) % len(roles)
+        dim = constant_int(typed(op).dim) % len(roles)
         if "B" in roles[dim]:
             roles = _other_sequences(roles)
             roles.pop(dim)
             return roles
-        index = constant_int(op.operands[2])
+        index = constant_int(typed(op).index)
         gone = roles.pop(dim)
         if gone & _TAINT_ANY:
             gone = frozenset({f"at:{index if index is not None else '?'}"})
@@ -426,20 +426,20 @@ class PaddingSafety:
             return frozenset(taint | batch | first)
         compared = _MASK_COMPARISONS.get(name)
         if compared is not None and first & {"keep", "pad"}:
-            threshold = held_number(op.operands[1])
+            threshold = held_number(typed(op).other)
             flip = compared(threshold) if threshold is not None else None
             if flip is not None:
                 return frozenset(taint | batch | _flip(first, flip))
         if name in ("torch.aten.logical_not", "torch.aten.bitwise_not"):
             return frozenset(taint | batch | _flip(first, True))
-        if name == "torch.aten.rsub.Scalar" and held_number(op.operands[1]) == 1 \
-                and held_number(op.operands[2]) == 1:
+        if name == "torch.aten.rsub.Scalar" and held_number(typed(op).other) == 1 \
+                and held_number(typed(op).alpha) == 1:
             return frozenset(taint | batch | _flip(first, True))
         if name == "torch.aten.sub.Tensor" and len(facts) == 2 and \
-                held_number(op.operands[0]) == 1 and held_number(op.operands[2]) == 1:
+                held_number(typed(op).self_) == 1 and held_number(typed(op).alpha) == 1:
             return frozenset(taint | batch | _flip(facts[1], True))  # 1.0 - mask
         if name in ("torch.aten.mul.Scalar", "torch.aten.mul.Tensor") and positions_only:
-            scale = held_number(op.operands[1])
+            scale = held_number(typed(op).other)
             if "pad" in first and scale is not None and scale <= BIG_NEGATIVE and not taint:
                 return frozenset(batch | {"add"})
             # 0 (the mask's padding, or zeroed probabilities) times a finite value is 0.
@@ -460,9 +460,10 @@ class PaddingSafety:
             return frozenset(batch | {"zero"})  # both choices 0 at padded positions
         if name in ("torch.aten.masked_fill.Scalar", "torch.aten.masked_fill.Tensor") \
                 and positions_only and len(facts) > 1 and "pad" in facts[1]:
-            return frozenset(batch | self._padded_value(op.operands[2], _NO_ROLES, bool(taint)))
+            return frozenset(batch | self._padded_value(typed(op).value, _NO_ROLES,
+                                                        bool(taint)))
         if name == "torch.aten.add.Tensor" and positions_only and len(facts) == 2:
-            if any(f & {"add", "dead"} for f in facts) and held_number(op.operands[2]) == 1:
+            if any(f & {"add", "dead"} for f in facts) and held_number(typed(op).alpha) == 1:
                 return frozenset(batch | {"dead" if taint else "add"})
         return frozenset(taint | batch)
 

@@ -176,8 +176,9 @@ class _Packer:
                                             for d in self.analysis.dims[results[0]]
                                             [2 if self.layout(results[0]) == "BL" else 1:])
         if name == "torch.aten.addmm":
-            return self.layout(op.operands[1]) == "F" and self.layout(results[0]) == "F" and \
-                self._no_token_dims([op.operands[0], op.operands[2]])
+            addmm = typed(op)
+            return self.layout(addmm.mat1) == "F" and self.layout(results[0]) == "F" and \
+                self._no_token_dims([addmm.self_, addmm.mat2])
         if kind is None or any(self.layout(r) != kind for r in results):
             return False
         if name in ELEMENTWISE or name == "torch.aten.dropout":
@@ -186,7 +187,7 @@ class _Packer:
             return all(self._broadcasts_over_tokens(v, kind, rank) for v in op.operands
                        if vtensor_shape(v.type) is not None)
         if name in ("torch.aten.linear", "torch.aten.matmul", "torch.aten.mm"):
-            weight = op.operands[1]
+            weight = op.operands[1]  # linear's weight, matmul's other, mm's mat2
             return self._no_token_dims(list(op.operands)[1:]) and \
                 len(vtensor_shape(weight.type)[0]) <= 2
         if name in LAYER_NORMS:
@@ -201,14 +202,14 @@ class _Packer:
             dims = reduced_axes(op, len(vtensor_shape(first.type)[0]))
             return dims is not None and all(d >= prefix for d in dims)
         if name == "torch.aten.permute":
-            order = [constant_int(v) for v in list_items(op.operands[1]) or []]
+            order = [constant_int(v) for v in list_items(typed(op).dims) or []]
             return order[:prefix] == list(range(prefix))
         if name == "torch.aten.transpose.int":
-            axes = [constant_int(v) for v in list(op.operands)[1:3]]
+            axes = [constant_int(typed(op).dim0), constant_int(typed(op).dim1)]
             return None not in axes and all(a % rank >= prefix for a in axes)
         if name in ("torch.aten.unsqueeze", "torch.aten.squeeze.dim", "torch.aten.slice.Tensor",
                     "torch.aten.select.int"):
-            dim = constant_int(op.operands[1])
+            dim = constant_int(typed(op).dim)
             in_rank = len(vtensor_shape(first.type)[0])
             modulus = in_rank + 1 if name == "torch.aten.unsqueeze" else in_rank
             return dim is not None and dim % modulus >= prefix
@@ -387,9 +388,10 @@ class _Packer:
         features = sizes[lead:]
         split = defining_op(value)
         if (len(features) > 1 and split is not None and split.name == "torch.aten.unflatten.int"
-                and constant_int(split.operands[1]) == lead
-                and len(vtensor_shape(split.operands[0].type)[0]) == lead + 1):
-            value, features = split.operands[0], vtensor_shape(split.operands[0].type)[0][lead:]
+                and constant_int(typed(split).dim) == lead
+                and len(vtensor_shape(typed(split).self_.type)[0]) == lead + 1):
+            value = typed(split).self_
+            features = vtensor_shape(value.type)[0][lead:]
         elif len(features) > 1 and all(isinstance(d, int) for d in features):
             value = self._op(torch_ops.AtenFlattenUsingIntsOp, [*sizes[:lead], _product(features)],
                              dtype, value, int_constant(lead), int_constant(-1))

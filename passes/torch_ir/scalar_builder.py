@@ -12,6 +12,7 @@ import sympy
 from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import int_constant
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, size_query
+from anyshape.passes.torch_ir.values import typed
 
 
 class ScalarBuilder:
@@ -54,7 +55,7 @@ class ScalarBuilder:
         """Right after the argument bindings (IREE's torch input replaces every use
         of a bound argument with a value defined at its binding, so a query above
         it would break dominance), or first in the block; its constant just before."""
-        axis = query.operands[1].owner.operation
+        axis = typed(query).dim.owner.operation
         if self._entry is not None:
             query.move_after(self._entry)
             axis.move_after(self._entry)

@@ -20,7 +20,7 @@ from anyshape.mlir import ir
 from anyshape.passes.torch_ir.constants import constant_int, int_list, is_none, list_items
 from anyshape.passes.torch_ir.ops import (BROADCASTING, REDUCTIONS, SAME_SHAPE, keepdim,
                                           reduced_axes)
-from anyshape.passes.torch_ir.values import defining_op
+from anyshape.passes.torch_ir.values import defining_op, typed
 
 Expr = sympy.Expr
 
@@ -68,12 +68,19 @@ def affine_to_sympy(expr, operand_symbols: list[Expr | None]) -> Expr | None:
     return None
 
 
-# Constructors from a size list: operand position of the list.
-_FROM_SIZE_LIST = {
-    "torch.aten.ones": 0, "torch.aten.zeros": 0, "torch.aten.empty.memory_format": 0,
-    "torch.aten.full": 0, "torch.aten.rand": 0, "torch.aten.randn": 0,
-    "torch.aten.new_ones": 1, "torch.aten.new_zeros": 1, "torch.aten.new_full": 1,
-    "torch.aten.new_empty": 1,
+# Constructors whose result has the sizes listed in their ``size`` operand.
+_FROM_SIZE_LIST = frozenset({
+    "torch.aten.ones", "torch.aten.zeros", "torch.aten.empty.memory_format",
+    "torch.aten.full", "torch.aten.rand", "torch.aten.randn",
+    "torch.aten.new_ones", "torch.aten.new_zeros", "torch.aten.new_full",
+    "torch.aten.new_empty",
+})
+# The ops below that take one axis, and the name of the operand holding it.
+_AXIS_OPERAND = {
+    "torch.aten.flatten.using_ints": "start_dim", "torch.aten.unflatten.int": "dim",
+    "torch.aten.squeeze.dim": "dim", "torch.aten.select.int": "dim",
+    "torch.aten.slice.Tensor": "dim", "torch.aten.index_select": "dim",
+    **{name: "dim" for name in REDUCTIONS},
 }
 _INT64_MAX = 2**63 - 1
 
@@ -205,9 +212,10 @@ class ShapeAnalysis:
         if name in BROADCASTING:
             return self.broadcast([self._operand_dims(v) for v in operands
                                     if vtensor_shape(v.type) is not None], rank)
+        named = typed(op)
         if name in ("torch.aten.transpose.int",):
-            dims = self._operand_dims(operands[0])
-            a, b = constant_int(operands[1]), constant_int(operands[2])
+            dims = self._operand_dims(named.self_)
+            a, b = constant_int(named.dim0), constant_int(named.dim1)
             if dims is None or a is None or b is None:
                 return None
             dims = list(dims)
@@ -215,19 +223,20 @@ class ShapeAnalysis:
             dims[a], dims[b] = dims[b], dims[a]
             return dims
         if name == "torch.aten.permute":
-            dims = self._operand_dims(operands[0])
-            order = int_list(operands[1])
+            dims = self._operand_dims(named.self_)
+            order = int_list(named.dims)
             if dims is None or order is None:
                 return None
             return [dims[p % len(dims)] for p in order]
         if name == "torch.aten.unsqueeze":
-            dims = self._operand_dims(operands[0])
-            axis = constant_int(operands[1])
+            dims = self._operand_dims(named.self_)
+            axis = constant_int(named.dim)
             if dims is None or axis is None:
                 return None
             axis = axis % (len(dims) + 1)
             return dims[:axis] + [sympy.Integer(1)] + dims[axis:]
         if name in ("torch.aten.linear", "torch.aten.mm", "torch.aten.matmul", "torch.aten.bmm"):
+            # linear(input, weight), mm/bmm(self_, mat2), matmul(self_, other)
             lhs, rhs = self._operand_dims(operands[0]), self._operand_dims(operands[1])
             if lhs is None or rhs is None:
                 return None
@@ -238,10 +247,10 @@ class ShapeAnalysis:
                 return (batch or []) + [lhs[-2], rhs[-1]]
             return None
         if name == "torch.aten.scaled_dot_product_attention":
-            query, value = self._operand_dims(operands[0]), self._operand_dims(operands[2])
+            query, value = self._operand_dims(named.query), self._operand_dims(named.value)
             return None if query is None or value is None else query[:-1] + value[-1:]
         if name == "torch.aten.embedding":
-            table, indices = self._operand_dims(operands[0]), self._operand_dims(operands[1])
+            table, indices = self._operand_dims(named.weight), self._operand_dims(named.indices)
             if table is None or indices is None:
                 return None
             return indices + [table[-1]]
@@ -250,32 +259,33 @@ class ShapeAnalysis:
     def _derive_structural(self, op, name: str, operands: list, rank: int):
         """Shape ops, slicing, reductions and constructors."""
         dims = self._operand_dims(operands[0]) if operands else None
+        named = typed(op)
         if name in ("torch.aten.view", "torch.aten.reshape"):
-            items = list_items(operands[1])
+            items = list_items(named.size if name == "torch.aten.view" else named.shape)
             return None if dims is None or items is None else self.target_dims(items, dims)
         if name in ("torch.aten.expand", "torch.aten.broadcast_to"):
-            items = list_items(operands[1])
+            items = list_items(named.size)
             if dims is None or items is None or len(items) < len(dims):
                 return None
             exprs = [self.scalar(v) for v in items]
             aligned = [None] * (len(items) - len(dims)) + list(dims)
             return [a if e == -1 else e for e, a in zip(exprs, aligned)]
         if name in _FROM_SIZE_LIST:
-            items = list_items(operands[_FROM_SIZE_LIST[name]])
+            items = list_items(named.size)
             return None if items is None else [self.scalar(v) for v in items]
         if name == "anyshape.iota_like":
             return [self.dim(operands[0], ir.IntegerAttr(op.attributes["dim"]).value)]
         if name in ("torch.aten.gather",):
-            return self._operand_dims(operands[2])
+            return self._operand_dims(named.index)
         if name == "torch.aten.cat":
-            return self._concatenated(operands)
+            return self._concatenated(named.tensors, named.dim)
         if dims is None:
             return None
-        axis = constant_int(operands[1]) if len(operands) > 1 else None
+        axis = constant_int(getattr(named, _AXIS_OPERAND[name])) if name in _AXIS_OPERAND else None
         if not dims and axis is not None:
             return None  # dim 0 of a 0-d tensor (torch reads it as a 1-d one): left to the type
         if name == "torch.aten.flatten.using_ints":
-            end = constant_int(operands[2])
+            end = constant_int(named.end_dim)
             if axis is None or end is None or not dims:
                 return None
             axis, end = axis % len(dims), end % len(dims)
@@ -283,7 +293,7 @@ class ShapeAnalysis:
             merged = None if None in group else sympy.Mul(*group)
             return dims[:axis] + [merged] + dims[end + 1:]
         if name == "torch.aten.unflatten.int":
-            items = list_items(operands[2])
+            items = list_items(named.sizes)
             if axis is None or items is None:
                 return None
             axis %= len(dims)
@@ -303,10 +313,10 @@ class ShapeAnalysis:
             if axis is None:
                 return None
             axis %= len(dims)
-            length = self._slice_length(dims[axis], *operands[2:5])
+            length = self._slice_length(dims[axis], named.start, named.end, named.step)
             return dims[:axis] + [length] + dims[axis + 1:]
         if name == "torch.aten.index_select":
-            index = self._operand_dims(operands[2])
+            index = self._operand_dims(named.index)
             if axis is None or index is None or len(index) != 1:
                 return None
             axis %= len(dims)
@@ -314,14 +324,15 @@ class ShapeAnalysis:
         if name in REDUCTIONS:
             return self._reduced(op, dims)
         if name in ("torch.aten.addmm", "torch.aten.baddbmm"):
+            # addmm(self_, mat1, mat2), baddbmm(self_, batch1, batch2)
             lhs, rhs = self._operand_dims(operands[1]), self._operand_dims(operands[2])
             if lhs is None or rhs is None:
                 return None
             return lhs[:-1] + [rhs[-1]]
         return None
 
-    def _concatenated(self, operands: list):
-        parts, axis = list_items(operands[0]), constant_int(operands[1])
+    def _concatenated(self, tensors: ir.Value, dim: ir.Value):
+        parts, axis = list_items(tensors), constant_int(dim)
         shapes = None if parts is None else [self._operand_dims(v) for v in parts]
         if axis is None or not shapes or any(s is None for s in shapes):
             return None

@@ -106,3 +106,32 @@ def test_passes_build_torch_ops_through_generated_classes():
     offenders = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "passes").rglob("*.py"))
                  if generic.search(path.read_text())]
     assert offenders == []
+
+
+def test_padding_proof_reads_each_fill_by_name():
+    """held_number reads a constructor's fill value by name: new_full's is its
+    third operand (its second is the size list, which it once read)."""
+    from anyshape.passes.eliminate_padding.padding_safety import held_number
+
+    t = "!torch.vtensor<[2,3],f32>"
+    text = f"""func.func @f(%x: {t}) -> ({t}, {t}, {t}, !torch.vtensor<[],f32>) {{
+      %fill = torch.constant.float -3.500000e+00
+      %none = torch.constant.none
+      %int2 = torch.constant.int 2
+      %int3 = torch.constant.int 3
+      %size = torch.prim.ListConstruct %int2, %int3 : (!torch.int, !torch.int) -> !torch.list<int>
+      %full = torch.aten.full %size, %fill, %none, %none, %none, %none :
+        !torch.list<int>, !torch.float, !torch.none, !torch.none, !torch.none, !torch.none -> {t}
+      %like = torch.aten.full_like %x, %fill, %none, %none, %none, %none, %none :
+        {t}, !torch.float, !torch.none, !torch.none, !torch.none, !torch.none, !torch.none -> {t}
+      %new = torch.aten.new_full %x, %size, %fill, %none, %none, %none, %none :
+        {t}, !torch.list<int>, !torch.float, !torch.none, !torch.none, !torch.none, !torch.none -> {t}
+      %scalar = torch.aten.scalar_tensor %fill, %none, %none, %none, %none :
+        !torch.float, !torch.none, !torch.none, !torch.none, !torch.none -> !torch.vtensor<[],f32>
+      return %full, %like, %new, %scalar : {t}, {t}, {t}, !torch.vtensor<[],f32>
+    }}"""
+    with new_context():
+        module = ir.Module.parse(text)
+        block = module.body.operations[0].regions[0].blocks[0]
+        returned = list(block.operations)[-1].operation.operands
+        assert [held_number(v) for v in returned] == [-3.5] * 4
