@@ -82,14 +82,14 @@ from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int
                                                 none_constant)
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions, rebuilt,
+from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions, is_a, rebuilt,
                                              typed, users, vtensor_type)
 
 
 def _flattened_4d(value: ir.Value):
     """``a`` when ``value`` is ``flatten(a, 0, 1)`` of a rank-4 ``a``."""
     op = defining_op(value)
-    if op is None or op.name != "torch.aten.flatten.using_ints":
+    if op is None or not is_a(op, torch_ops.AtenFlattenUsingIntsOp):
         return None
     flatten = typed(op)
     if constant_int(flatten.start_dim) != 0 or constant_int(flatten.end_dim) != 1:
@@ -102,13 +102,13 @@ def _constant_column_slice(value: ir.Value, axis: int):
     """(whole, start, end, step) when ``value`` is a constant-bounds slice on
     ``axis`` of a ``torch.vtensor.literal``."""
     op = defining_op(value)
-    if op is None or op.name != "torch.aten.slice.Tensor":
+    if op is None or not is_a(op, torch_ops.AtenSliceTensorOp):
         return None
     piece = typed(op)
     whole = defining_op(piece.self_)
     shape = vtensor_shape(piece.self_.type)
     bounds = [constant_int(v) for v in (piece.dim, piece.start, piece.end, piece.step)]
-    if whole is None or whole.name != "torch.vtensor.literal" or shape is None or None in bounds:
+    if whole is None or not is_a(whole, torch_ops.ValueTensorLiteralOp) or shape is None or None in bounds:
         return None
     if bounds[0] % len(shape[0]) != axis % len(shape[0]):
         return None
@@ -156,7 +156,7 @@ class _Rewrites:
         if constant_int(unflatten.dim) != 0:
             return False
         bmm = defining_op(unflatten.self_)
-        if bmm is None or bmm.name != "torch.aten.bmm" or len(users(bmm.results[0])) != 1:
+        if bmm is None or not is_a(bmm, torch_ops.AtenBmmOp) or len(users(bmm.results[0])) != 1:
             return False
         a, b = _flattened_4d(typed(bmm).self_), _flattened_4d(typed(bmm).mat2)
         result = vtensor_shape(op.results[0].type)
@@ -234,16 +234,16 @@ class _Rewrites:
         second product the first."""
         x, weight, _ = _projection_operands(op)
         weight, rows = defining_op(weight), defining_op(x)
-        if weight is None or weight.name != "torch.vtensor.literal" or rows is None:
+        if weight is None or not is_a(weight, torch_ops.ValueTensorLiteralOp) or rows is None:
             return False
-        if rows.name not in ("torch.aten.slice.Tensor", "torch.aten.index_select"):
+        if not is_a(rows, torch_ops.AtenSliceTensorOp, torch_ops.AtenIndexSelectOp):
             return False
         if constant_int(typed(rows).dim) != 0:
             return False
         source = typed(rows).self_
         whole = None
         # The twin reads the same operands as op but for x: compared by position.
-        lhs_at = 1 if op.name == "torch.aten.addmm" else 0
+        lhs_at = 1 if is_a(op, torch_ops.AtenAddmmOp) else 0
         for user in users(source):
             if (user.name == op.name and user.results[0] != op.results[0] and
                     len(user.operands) == len(op.operands) and user.operands[lhs_at] == source and
@@ -358,9 +358,9 @@ def _projection_operands(op: ir.Operation) -> tuple[ir.Value, ir.Value, ir.Value
     """x, W and the bias (None for mm) of ``linear(x, W, b)``, ``mm(x, W)`` or
     ``addmm(b, x, W)``, read by their names in each."""
     projection = typed(op)
-    if op.name == "torch.aten.linear":
+    if is_a(op, torch_ops.AtenLinearOp):
         return projection.input, projection.weight, projection.bias
-    if op.name == "torch.aten.addmm":
+    if is_a(op, torch_ops.AtenAddmmOp):
         return projection.mat1, projection.mat2, projection.self_
     return projection.self_, projection.mat2, None
 
@@ -375,7 +375,7 @@ def _multiply(sizes: list, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
 
 def _literal(value: ir.Value) -> ir.Operation | None:
     op = defining_op(value)
-    return op if op is not None and op.name == "torch.vtensor.literal" else None
+    return op if op is not None and is_a(op, torch_ops.ValueTensorLiteralOp) else None
 
 
 def _linear_parts(op: ir.Operation):
@@ -419,10 +419,10 @@ def _row_gather(op: ir.Operation) -> ir.Operation | None:
     """``op`` when it is ``index_select(x, 0, rows)`` of a ``[rows, features]``
     value, or the one such reader of ``op = flatten(x, 0, 1)``: rows gathered
     by anyshape-eliminate-padding where attention needs the padded layout."""
-    if op.name == "torch.aten.flatten.using_ints" and constant_int(typed(op).start_dim) == 0 \
+    if is_a(op, torch_ops.AtenFlattenUsingIntsOp) and constant_int(typed(op).start_dim) == 0 \
             and constant_int(typed(op).end_dim) == 1 and len(users(op.results[0])) == 1:
         op = users(op.results[0])[0].operation
-    if op.name != "torch.aten.index_select":
+    if not is_a(op, torch_ops.AtenIndexSelectOp):
         return None
     shape = vtensor_shape(typed(op).self_.type)
     if constant_int(typed(op).dim) != 0 or shape is None or len(shape[0]) != 2:
@@ -441,7 +441,7 @@ def fuse_shared_input_linears(block: ir.Block) -> None:
     groups: list[list] = []  # [x, [(linear, parts), ...]]
     for op in block.operations:
         op = op.operation
-        if op.name != "torch.aten.linear" or vtensor_shape(op.results[0].type) is None:
+        if not is_a(op, torch_ops.AtenLinearOp) or vtensor_shape(op.results[0].type) is None:
             continue
         parts = _linear_parts(op)
         if parts is None or not _split_into_heads(op):
@@ -561,7 +561,7 @@ def mask_as_contraction_column(op: ir.Operation, rewriter) -> bool:
     add = typed(op)
     scores, mask = add.self_, add.other
     unflatten = defining_op(scores)
-    if unflatten is None or unflatten.name != "torch.aten.unflatten.int" or \
+    if unflatten is None or not is_a(unflatten, torch_ops.AtenUnflattenIntOp) or \
             constant_int(typed(unflatten).dim) != 0 or constant_int(add.alpha) != 1 or \
             len(users(scores)) != 1:
         return False
@@ -569,7 +569,7 @@ def mask_as_contraction_column(op: ir.Operation, rewriter) -> bool:
     product, batch_sizes = unflatten.self_, list_items(unflatten.sizes)
     bmm = defining_op(product)
     shape, mask_shape = vtensor_shape(scores.type), vtensor_shape(mask.type)
-    if bmm is None or bmm.name != "torch.aten.bmm" or len(users(product)) != 1 or \
+    if bmm is None or not is_a(bmm, torch_ops.AtenBmmOp) or len(users(product)) != 1 or \
             batch_sizes is None or len(batch_sizes) != 2 or shape is None or mask_shape is None:
         return False
     (batch, heads, rows, columns), dtype = shape
@@ -619,18 +619,18 @@ class DataTilingFormsPass(ModulePass):
             fuse_shared_input_linears(func.regions[0].blocks[0])
             analysis = ShapeAnalysis(func)
             rewrites = _Rewrites(analysis, ScalarBuilder(analysis))
-            apply_patterns(func, [("torch.aten.unflatten.int", rewrites.one_row_bmm),
-                                  ("torch.aten.slice.Tensor", rewrites.selection_as_gather),
-                                  ("torch.aten.addmm", rewrites.whole_weight_projection),
-                                  ("torch.aten.mm", rewrites.whole_weight_projection),
-                                  ("torch.aten.addmm", rewrites.rows_of_shared_projection),
-                                  ("torch.aten.mm", rewrites.rows_of_shared_projection)])
+            apply_patterns(func, [(torch_ops.AtenUnflattenIntOp, rewrites.one_row_bmm),
+                                  (torch_ops.AtenSliceTensorOp, rewrites.selection_as_gather),
+                                  (torch_ops.AtenAddmmOp, rewrites.whole_weight_projection),
+                                  (torch_ops.AtenMmOp, rewrites.whole_weight_projection),
+                                  (torch_ops.AtenAddmmOp, rewrites.rows_of_shared_projection),
+                                  (torch_ops.AtenMmOp, rewrites.rows_of_shared_projection)])
             # After the rewrites above, which match projections these would replace.
-            apply_patterns(func, [("torch.aten.linear", rewrites.few_rows_projection),
-                                  ("torch.aten.addmm", rewrites.few_rows_projection),
-                                  ("torch.aten.mm", rewrites.few_rows_projection)])
+            apply_patterns(func, [(torch_ops.AtenLinearOp, rewrites.few_rows_projection),
+                                  (torch_ops.AtenAddmmOp, rewrites.few_rows_projection),
+                                  (torch_ops.AtenMmOp, rewrites.few_rows_projection)])
             erase_unused(func)  # the flattened operands and bmm, kept alive by their bindings
             # Last: the rewrites above match linears on [B, L, K].
-            apply_patterns(func, [("torch.aten.linear", linear_on_flat_rows),
-                                  ("torch.aten.add.Tensor", mask_as_contraction_column)])
+            apply_patterns(func, [(torch_ops.AtenLinearOp, linear_on_flat_rows),
+                                  (torch_ops.AtenAddTensorOp, mask_as_contraction_column)])
             erase_unused(func)

@@ -37,7 +37,7 @@ from anyshape.passes.torch_ir.constants import (constant_bool, constant_float, c
                                                 float_constant)
 from anyshape.passes.torch_ir.ops import (PROBABILITY_SOFTMAXES, shifted_exponentials,
                                           softmax_axis)
-from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions, rebuilt,
+from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions, is_a, rebuilt,
                                              typed, users, vtensor_type)
 
 
@@ -93,13 +93,13 @@ class _Probabilities:
 def _probabilities(lhs: ir.Value) -> _Probabilities | None:
     value, flatten, dims, guard = lhs, None, None, None
     op = defining_op(value)
-    if op is not None and op.name == "torch.aten.flatten.using_ints":
+    if op is not None and is_a(op, torch_ops.AtenFlattenUsingIntsOp):
         dims = _leading_flatten(op)
         if dims is None or len(users(typed(op).self_)) != 1:
             return None
         flatten, value = op, typed(op).self_
         op = defining_op(value)
-    if op is not None and op.name == "torch.aten.where.self":
+    if op is not None and is_a(op, torch_ops.AtenWhereSelfOp):
         guard_op = typed(op)
         zeros, probabilities = guard_op.self_, guard_op.other
         if not _zeros_like(zeros, probabilities) or len(users(zeros)) != 1:
@@ -141,7 +141,7 @@ def defer_normalization(op: ir.Operation, rewriter) -> bool:
     """``softmax(S) @ V`` over a dynamic key axis -> ``(exp(S - max) @ V) / sum``,
     the all -inf row guard (if any) after the division."""
     lhs, values = op.operands[0], op.operands[1]
-    if op.name == "torch.aten.matmul" and (
+    if is_a(op, torch_ops.AtenMatmulOp) and (
             len(vtensor_shape(lhs.type)[0]) < 2 or len(vtensor_shape(values.type)[0]) < 2):
         return False
     plan = _probabilities(lhs)
@@ -175,6 +175,6 @@ class DeferSoftmaxNormalizationPass(ModulePass):
 
     def apply(self, module_op):
         for func in functions(module_op):
-            apply_patterns(func, [("torch.aten.bmm", defer_normalization),
-                                  ("torch.aten.matmul", defer_normalization)])
+            apply_patterns(func, [(torch_ops.AtenBmmOp, defer_normalization),
+                                  (torch_ops.AtenMatmulOp, defer_normalization)])
             erase_unused(func)  # the softmax and its guard, kept alive by their bindings

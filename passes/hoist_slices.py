@@ -78,8 +78,8 @@ from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, 
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions,
-                                             hoist_argument_bindings, static_info_cast, typed,
-                                             rebuilt, users, vtensor_type)
+                                             hoist_argument_bindings, is_a, rebuilt,
+                                             static_info_cast, typed, users, vtensor_type)
 
 _INT64_MAX = 2**63 - 1
 _MAX_ROUNDS = 1000
@@ -631,7 +631,7 @@ def move_selection(h: _Hoister, op, rewriter) -> bool:
     if axis is None or shape is None or result is None:
         return False
     axis %= len(shape[0])
-    kind = "slice" if op.operation.name == "torch.aten.slice.Tensor" else "index"
+    kind = "slice" if is_a(op, torch_ops.AtenSliceTensorOp) else "index"
     if kind == "index" and len(vtensor_shape(selection.index.type)[0]) != 1:
         return False
     cut = _Cut(kind, list(op.operands[2:]), result[0][axis])
@@ -663,7 +663,7 @@ def gather_as_index_select(h: _Hoister, op, rewriter) -> bool:
     source, axis, index = gather.self_, constant_int(gather.dim), gather.index
     expand = defining_op(index)
     shape = vtensor_shape(source.type)
-    if axis is None or shape is None or expand is None or expand.name != "torch.aten.expand":
+    if axis is None or shape is None or expand is None or not is_a(expand, torch_ops.AtenExpandOp):
         return False
     rank = len(shape[0])
     axis %= rank
@@ -695,7 +695,7 @@ def _selection_key(op) -> tuple | None:
     """What a slice/index_select selects (kind, axis, bounds or index, the
     result's sizes), without its source or dtype (the results of ``max.dim``
     differ in dtype); None for other ops."""
-    if op.name not in ("torch.aten.slice.Tensor", "torch.aten.index_select"):
+    if not is_a(op, torch_ops.AtenSliceTensorOp, torch_ops.AtenIndexSelectOp):
         return None
     rank = len(vtensor_shape(typed(op).self_.type)[0])
     axis = constant_int(typed(op).dim)
@@ -719,7 +719,7 @@ def _disjoint_slices(readers: list, axis: int) -> bool:
     producer's work once (a fused QKV projection split into Q, K and V)."""
     ranges = []
     for user in readers:
-        if user.name != "torch.aten.slice.Tensor":
+        if not is_a(user, torch_ops.AtenSliceTensorOp):
             return False
         user_axis, start, end, step = (constant_int(v) for v in list(user.operands)[1:5])
         rank = len(vtensor_shape(user.operands[0].type)[0])
@@ -736,7 +736,7 @@ def split_into_slices(op, rewriter) -> bool:
     """ListUnpack(split_with_sizes(x, sizes, d)) -> one slice of x per part, so a
     selection of one part (Q of a fused QKV) can move on without the others."""
     split = defining_op(op.operands[0])
-    if split is None or split.name != "torch.aten.split_with_sizes":
+    if split is None or not is_a(split, torch_ops.AtenSplitWithSizesOp):
         return False
     sizes, axis = int_list(typed(split).split_sizes), constant_int(typed(split).dim)
     if sizes is None or axis is None or len(sizes) != len(op.results):
@@ -758,7 +758,7 @@ def squeeze_of_unsqueeze(op, rewriter) -> bool:
     """squeeze(unsqueeze(x, d), d) is x: what a moved row leaves below a reshape."""
     squeeze = typed(op)
     inner = defining_op(squeeze.self_)
-    if inner is None or inner.name != "torch.aten.unsqueeze":
+    if inner is None or not is_a(inner, torch_ops.AtenUnsqueezeOp):
         return False
     unsqueeze = typed(inner)
     rank = len(vtensor_shape(squeeze.self_.type)[0])
@@ -776,7 +776,7 @@ def merge_duplicate_slices(func: ir.Operation) -> int:
     merged = 0
     for op in list(func.regions[0].blocks[0].operations):
         op = op.operation
-        if op.name not in ("torch.aten.slice.Tensor", "torch.aten.index_select"):
+        if not is_a(op, torch_ops.AtenSliceTensorOp, torch_ops.AtenIndexSelectOp):
             continue
         key = (op.name, str(op.results[0].type)) + tuple(_value_key(v) for v in op.operands)
         if key in seen:
@@ -804,12 +804,12 @@ class HoistSlicesPass(ModulePass):
         for func in functions(module_op):
             hoist_argument_bindings(func)  # root queries go after them
             hoister = _Hoister(func)
-            patterns = [("torch.aten.select.int", functools.partial(select_as_row_slice, hoister)),
-                        ("torch.aten.slice.Tensor", functools.partial(move_selection, hoister)),
-                        ("torch.aten.index_select", functools.partial(move_selection, hoister)),
-                        ("torch.aten.gather", functools.partial(gather_as_index_select, hoister)),
-                        ("torch.aten.squeeze.dim", squeeze_of_unsqueeze),
-                        ("torch.prim.ListUnpack", split_into_slices)]
+            patterns = [(torch_ops.AtenSelectIntOp, functools.partial(select_as_row_slice, hoister)),
+                        (torch_ops.AtenSliceTensorOp, functools.partial(move_selection, hoister)),
+                        (torch_ops.AtenIndexSelectOp, functools.partial(move_selection, hoister)),
+                        (torch_ops.AtenGatherOp, functools.partial(gather_as_index_select, hoister)),
+                        (torch_ops.AtenSqueezeDimOp, squeeze_of_unsqueeze),
+                        (torch_ops.PrimListUnpackOp, split_into_slices)]
             # Branches that rejoin (x used by both halves of x * tanh(x)) each bring
             # their own copy of a selection up to x: once merged, x has one user
             # again and the selection can go on.

@@ -22,9 +22,10 @@
 import dataclasses
 import math
 
-from anyshape.dialects import DIMS_ATTR, builtin_tensor_text, vtensor_shape
-from anyshape.mlir import ir
+from anyshape.dialects import DIMS_ATTR, IotaLikeOp, builtin_tensor_text, vtensor_shape
+from anyshape.mlir import ir, torch_ops
 from anyshape.passes import ModulePass, PassFailure, apply_patterns, register
+from anyshape.passes.torch_ir.values import is_a
 
 # torch.export states "no upper bound" as a huge max_val (int64 max and the like).
 UNBOUNDED = 2**62
@@ -188,7 +189,7 @@ def dim_fact(axis: int, expr, symbols: list[Symbol]) -> ir.DictAttr:
 
 def _symbol(value: ir.Value, binding) -> Symbol:
     op = value.owner
-    if not isinstance(op, (ir.Operation, ir.OpView)) or op.name != "torch.symbolic_int":
+    if not isinstance(op, (ir.Operation, ir.OpView)) or not is_a(op, torch_ops.SymbolicIntOp):
         raise PassFailure("torch.bind_symbolic_shape operand is not a torch.symbolic_int",
                           binding.location)
     attributes = op.attributes
@@ -236,22 +237,22 @@ class LowerPass(ModulePass):
                    "bindings on arguments become 'anyshape.dims' argument attributes")
 
     def apply(self, module_op):
-        apply_patterns(module_op, [("anyshape.iota_like", lower_iota_like)])
+        apply_patterns(module_op, [(IotaLikeOp, lower_iota_like)])
         self._record_symbolic_shapes(module_op)
 
     def _record_symbolic_shapes(self, module_op) -> None:
         bindings, symbol_ops = [], []
 
         def visit(op):
-            if op.name == "torch.bind_symbolic_shape":
+            if is_a(op, torch_ops.BindSymbolicShapeOp):
                 bindings.append(op)
-            elif op.name == "torch.symbolic_int":
+            elif is_a(op, torch_ops.SymbolicIntOp):
                 symbol_ops.append(op)
             return ir.WalkResult.ADVANCE
 
         module_op.walk(visit)
         for op in symbol_ops:
-            if any(use.owner.name != "torch.bind_symbolic_shape" for use in op.result.uses):
+            if any(not is_a(use.owner, torch_ops.BindSymbolicShapeOp) for use in op.result.uses):
                 name = ir.StringAttr(op.attributes["symbol_name"]).value
                 raise PassFailure(f"torch.symbolic_int '{name}' is used by an op other than a "
                                   f"shape binding; anyshape-lower cannot erase it", op.location)

@@ -105,15 +105,17 @@ def _convert_option(argument: str, key: str, text: str, field: dataclasses.Field
 PatternFn = Callable[[ir.OpView, rewrite.PatternRewriter], bool]
 
 
-def apply_patterns(op: ir.Operation, patterns: list[tuple[str, PatternFn]],
+def apply_patterns(op: ir.Operation, patterns: list[tuple[type | str, PatternFn]],
                    max_iterations: int | None = None) -> None:
     """Run ``patterns`` to a fixed point with the greedy driver (folding included).
 
-    Each pattern returns True when it rewrote, False when it did not match: the
-    reverse of the upstream convention, which this wrapper translates. Ops a
-    pattern creates with ``ir.Operation.create`` are not announced to the
-    driver, so it may stop before it visits them: the driver is run again
-    until no pattern rewrites (at most ``max_iterations`` runs, default 64).
+    A pattern's root is a generated op class (``torch_ops.AtenExpandOp``) or,
+    for the roots an op table lists, an op name. Patterns on one root are
+    tried in the order given. Each pattern returns True when it rewrote, False
+    when it did not match: the reverse of the upstream convention, which this
+    wrapper translates. Ops a pattern creates are not announced to the driver,
+    so it may stop before it visits them: the driver is run again until no
+    pattern rewrites (at most ``max_iterations`` runs, default 64).
     """
     rewrote = False
 

@@ -34,7 +34,7 @@ from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int_constant,
                                                 int_list_construct, list_items)
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir.values import (defining_op, rebuilt, static_info_cast, typed,
+from anyshape.passes.torch_ir.values import (defining_op, is_a, rebuilt, static_info_cast, typed,
                                              vtensor_type)
 
 
@@ -86,7 +86,7 @@ def sink_expand_below_embedding(op, rewriter, analysis: ShapeAnalysis) -> bool:
     """embedding(table, expand(idx, sizes)) -> expand(embedding(table, idx), sizes + [-1])."""
     embedding = typed(op)
     index_op = defining_op(embedding.indices)
-    if index_op is None or index_op.name != "torch.aten.expand":
+    if index_op is None or not is_a(index_op, torch_ops.AtenExpandOp):
         return False
     index_op = typed(index_op)
     index, items = index_op.self_, list_items(index_op.size)
@@ -119,7 +119,7 @@ def drop_implied_expand(op, rewriter, analysis: ShapeAnalysis) -> bool:
     tensors = [i for i, v in enumerate(operands) if vtensor_shape(v.type) is not None]
     for position in tensors:
         expand = defining_op(operands[position])
-        if expand is None or expand.name not in ("torch.aten.expand", "torch.aten.broadcast_to"):
+        if expand is None or not is_a(expand, torch_ops.AtenExpandOp, torch_ops.AtenBroadcastToOp):
             continue
         source = expand.operands[0]
         shapes = [analysis.dims.get(source if i == position else operands[i]) for i in tensors]
@@ -148,7 +148,7 @@ def gather_from_expanded_table(op, rewriter, analysis: ShapeAnalysis) -> bool:
     gather = typed(op)
     expand = defining_op(gather.self_)
     axis, index = constant_int(gather.dim), gather.index
-    if expand is None or expand.name != "torch.aten.expand" or axis is None:
+    if expand is None or not is_a(expand, torch_ops.AtenExpandOp) or axis is None:
         return False
     table = expand.operands[0]
     table_shape, index_shape = vtensor_shape(table.type), vtensor_shape(index.type)
@@ -204,7 +204,7 @@ def _lower_bound(value: ir.Value) -> int | None:
         return 0
     if op.name in _VALUE_PRESERVING:
         return _lower_bound(op.operands[0])
-    if op.name == "torch.aten.add.Scalar":
+    if is_a(op, torch_ops.AtenAddScalarOp):
         step, alpha = constant_int(typed(op).other), constant_int(typed(op).alpha)
         base = _lower_bound(op.operands[0])
         return None if None in (step, alpha, base) or alpha < 0 else base + alpha * step
@@ -218,16 +218,16 @@ def all_true(value: ir.Value) -> bool:
     op = defining_op(value)
     if op is None:
         return False
-    if op.name == "torch.vtensor.literal":
+    if is_a(op, torch_ops.ValueTensorLiteralOp):
         attr = op.attributes["value"]
         return (isinstance(attr, ir.DenseElementsAttr) and attr.is_splat
                 and str(attr.get_splat_value()) == "true")
-    if op.name in ("torch.aten.ge.Scalar", "torch.aten.gt.Scalar"):
+    if is_a(op, torch_ops.AtenGeScalarOp, torch_ops.AtenGtScalarOp):
         bound, threshold = _lower_bound(typed(op).self_), constant_int(typed(op).other)
         if bound is None or threshold is None:
             return False
-        return bound >= threshold if op.name == "torch.aten.ge.Scalar" else bound > threshold
-    if op.name in ("torch.aten.bitwise_and.Tensor", "torch.aten.logical_and"):
+        return bound >= threshold if is_a(op, torch_ops.AtenGeScalarOp) else bound > threshold
+    if is_a(op, torch_ops.AtenBitwiseAndTensorOp, torch_ops.AtenLogicalAndOp):
         return all(all_true(v) for v in op.operands)
     return op.name in _VALUE_PRESERVING and all_true(op.operands[0])
 
@@ -274,7 +274,7 @@ def sink_expand_below_scalars(op, rewriter, analysis: ShapeAnalysis) -> bool:
     operands = list(op.operands)
     tensors = [i for i, v in enumerate(operands) if vtensor_shape(v.type) is not None]
     expanded = [i for i in tensors if defining_op(operands[i]) is not None
-                and defining_op(operands[i]).name == "torch.aten.expand"]
+                and is_a(defining_op(operands[i]), torch_ops.AtenExpandOp)]
     if len(expanded) != 1 or any(len(vtensor_shape(operands[i].type)[0]) != 0
                                  for i in tensors if i != expanded[0]):
         return False

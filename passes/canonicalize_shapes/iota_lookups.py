@@ -27,7 +27,7 @@ from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int_constant,
                                                 int_list_construct, list_items)
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, size_query
-from anyshape.passes.torch_ir.values import (defining_op, dtype_code, static_info_cast, typed,
+from anyshape.passes.torch_ir.values import (defining_op, dtype_code, is_a, static_info_cast, typed,
                                              vtensor_type)
 
 
@@ -41,17 +41,17 @@ def _trace_to_iota(index: ir.Value):
             return None
         if op.name == "anyshape.iota_like":
             return op, list(reversed(steps))
-        if op.name == "torch.aten.unsqueeze":
+        if is_a(op, torch_ops.AtenUnsqueezeOp):
             dim = constant_int(typed(op).dim)
             if dim is None or dim < 0:
                 return None
             steps.append(("unsqueeze", dim))
-        elif op.name == "torch.aten.expand":
+        elif is_a(op, torch_ops.AtenExpandOp):
             steps.append(("expand", typed(op).size))
-        elif op.name == "torch.aten.add.Scalar":
+        elif is_a(op, torch_ops.AtenAddScalarOp):
             if constant_int(typed(op).other) != 0 or constant_int(typed(op).alpha) != 1:
                 return None
-        elif op.name != "torch.tensor_static_info_cast":
+        elif not is_a(op, torch_ops.TensorStaticInfoCastOp):
             return None
         value = op.operands[0]
 
@@ -81,7 +81,7 @@ def rewrite_arange_constant_slice(op, rewriter, analysis: ShapeAnalysis) -> bool
     (beyond it the slice would clamp)."""
     source, axis_value, start, end, step = op.operands
     literal = defining_op(source)
-    if literal is None or literal.name != "torch.vtensor.literal":
+    if literal is None or not is_a(literal, torch_ops.ValueTensorLiteralOp):
         return False
     if constant_int(start) != 0 or constant_int(step) != 1:
         return False
@@ -163,7 +163,7 @@ def rewrite_iota_lookup(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
     """``embedding(table, iota)`` or ``index_select(table, 0, iota)`` (the iota
     possibly unsqueezed or expanded) reads rows 0..L-1 in order: the slice
     ``table[:L]``, where L never exceeds the table's rows (eager would raise)."""
-    if op.operation.name == "torch.aten.embedding":
+    if is_a(op, torch_ops.AtenEmbeddingOp):
         table, index = typed(op).weight, typed(op).indices
     else:  # index_select(table, dim, index)
         if constant_int(typed(op).dim) != 0:
@@ -173,7 +173,7 @@ def rewrite_iota_lookup(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
     table_shape = vtensor_shape(table.type)
     if traced is None or table_shape is None or table_shape[0][0] is None:
         return False
-    if op.operation.name == "torch.aten.index_select" and traced[1]:
+    if is_a(op, torch_ops.AtenIndexSelectOp) and traced[1]:
         return False
     iota, steps = traced
     ref = iota.operands[0]

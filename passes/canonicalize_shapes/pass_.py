@@ -33,7 +33,7 @@ from functools import partial
 import sympy
 
 from anyshape.dialects import iota_like, vtensor_shape
-from anyshape.mlir import ir
+from anyshape.mlir import ir, torch_ops
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.canonicalize_shapes.broadcasts import (and_with_all_true, drop_implied_expand,
                                        gather_from_expanded_table, rewrite_expand,
@@ -48,7 +48,7 @@ from anyshape.passes.torch_ir.ops import SYMMETRIC_BROADCASTING
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, size_query
 from anyshape.passes.torch_ir.values import (defining_op, dtype_code, erase_unused, functions,
-                                             hoist_argument_bindings, static_info_cast, typed,
+                                             hoist_argument_bindings, is_a, static_info_cast, typed,
                                              vtensor_type)
 
 # arange overload -> (index of start or None for 0, index of end, index of step or
@@ -116,7 +116,7 @@ def root_size_list_item(op, rewriter, builder: ScalarBuilder) -> bool:
     """``size(x)[i]`` (an item of the size list) -> as ``size(x, i)``."""
     producer = defining_op(typed(op).list)
     index = constant_int(typed(op).idx)
-    if producer is None or producer.name != "torch.aten.size" or index is None:
+    if producer is None or not is_a(producer, torch_ops.AtenSizeOp) or index is None:
         return False
     tensor = producer.operands[0]
     shape = vtensor_shape(tensor.type)
@@ -146,17 +146,17 @@ def _root_patterns(builder: ScalarBuilder):
     analysis = builder.analysis
     view = partial(rewrite_view, analysis=analysis, builder=builder)
     expand = partial(rewrite_expand, analysis=analysis)
-    return [("torch.aten.size.int", partial(root_size_query, builder=builder)),
-            ("torch.aten.__getitem__.t", partial(root_size_list_item, builder=builder)),
-            ("torch.aten.numel", partial(root_numel, builder=builder)),
-            ("torch.aten.dim", partial(fold_rank, builder=builder)),
-            ("torch.aten.view", view), ("torch.aten.reshape", view),
-            ("torch.aten.expand", expand), ("torch.aten.broadcast_to", expand)]
+    return [(torch_ops.AtenSizeIntOp, partial(root_size_query, builder=builder)),
+            (torch_ops.Aten__Getitem__TOp, partial(root_size_list_item, builder=builder)),
+            (torch_ops.AtenNumelOp, partial(root_numel, builder=builder)),
+            (torch_ops.AtenDimOp, partial(fold_rank, builder=builder)),
+            (torch_ops.AtenViewOp, view), (torch_ops.AtenReshapeOp, view),
+            (torch_ops.AtenExpandOp, expand), (torch_ops.AtenBroadcastToOp, expand)]
 
 
 def _iota_patterns(builder: ScalarBuilder):
     return [(name, arange_to_iota) for name in _ARANGE_OPERANDS] + [
-        ("torch.aten.slice.Tensor",
+        (torch_ops.AtenSliceTensorOp,
          partial(rewrite_arange_constant_slice, analysis=builder.analysis))]
 
 
@@ -173,13 +173,13 @@ def _lookup_patterns(builder: ScalarBuilder):
                   partial(sink_expand_below_scalars, analysis=analysis)]
     all_true = partial(and_with_all_true, analysis=analysis, builder=builder)
     return [
-        ("torch.aten.embedding", lookup),
-        ("torch.aten.embedding", partial(sink_expand_below_embedding, analysis=analysis)),
-        ("torch.aten.index_select", lookup),
-        ("torch.aten.index.Tensor", index), ("torch.aten.index.Tensor_hacked_twin", index),
-        ("torch.aten.gather", partial(rewrite_iota_gather, analysis=analysis, builder=builder)),
-        ("torch.aten.gather", partial(gather_from_expanded_table, analysis=analysis)),
-        ("torch.aten.expand", expand), ("torch.aten.broadcast_to", expand),
+        (torch_ops.AtenEmbeddingOp, lookup),
+        (torch_ops.AtenEmbeddingOp, partial(sink_expand_below_embedding, analysis=analysis)),
+        (torch_ops.AtenIndexSelectOp, lookup),
+        (torch_ops.AtenIndexTensorOp, index), (torch_ops.AtenIndexTensorHackedTwinOp, index),
+        (torch_ops.AtenGatherOp, partial(rewrite_iota_gather, analysis=analysis, builder=builder)),
+        (torch_ops.AtenGatherOp, partial(gather_from_expanded_table, analysis=analysis)),
+        (torch_ops.AtenExpandOp, expand), (torch_ops.AtenBroadcastToOp, expand),
     ] + [(name, pattern)
          for name in sorted(SYMMETRIC_BROADCASTING)
          for pattern in ([all_true] if name in _CONJUNCTIONS else []) + broadcasts]

@@ -32,12 +32,12 @@ from __future__ import annotations
 import sympy
 
 from anyshape.dialects import vtensor_shape
-from anyshape.mlir import ir
+from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import constant_int, constant_number, list_items
 from anyshape.passes.torch_ir.ops import (BROADCASTING, ELEMENTWISE, LAYER_NORMS,
                                           REDUCTIONS, SOFTMAXES, VIEWS, dropout_in_eval,
                                           keepdim, reduced_axes)
-from anyshape.passes.torch_ir.values import defining_op, typed
+from anyshape.passes.torch_ir.values import defining_op, is_a, typed
 
 BIG_NEGATIVE = -1e30
 FACTS = frozenset({"keep", "pad", "add", "dead", "zero"})
@@ -71,17 +71,17 @@ def held_number(value: ir.Value) -> float | None:
     op = defining_op(value)
     if op is None:
         return None
-    if op.name in ("torch.constant.float", "torch.constant.int"):
+    if is_a(op, torch_ops.ConstantFloatOp, torch_ops.ConstantIntOp):
         return constant_number(value)
-    if op.name in ("torch.aten.full_like", "torch.aten.new_full", "torch.aten.full"):
+    if is_a(op, torch_ops.AtenFullLikeOp, torch_ops.AtenNewFullOp, torch_ops.AtenFullOp):
         return held_number(typed(op).fill_value)
-    if op.name == "torch.aten.scalar_tensor":
+    if is_a(op, torch_ops.AtenScalarTensorOp):
         return held_number(typed(op).s)
     if op.name in _ZERO_FILLS:
         return 0.0
     if op.name in _CASTS:
         return held_number(op.operands[0])
-    if op.name == "torch.vtensor.literal":
+    if is_a(op, torch_ops.ValueTensorLiteralOp):
         try:
             dense = ir.DenseElementsAttr(op.attributes["value"])
         except (ValueError, TypeError):
@@ -115,7 +115,7 @@ class PaddingSafety:
         (those whose results are seeded, or that run on token rows) are not visited."""
         for op in block.operations:
             op = op.operation
-            if op.name == "torch.bind_symbolic_shape" or not op.results or \
+            if is_a(op, torch_ops.BindSymbolicShapeOp) or not op.results or \
                     any(mark in op.attributes for mark in skip):
                 continue
             states = [self.roles.get(v) for v in op.operands]

@@ -50,9 +50,8 @@ from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, 
                                           SOFTMAXES, dropout_in_eval, reduced_axes)
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir.values import (defining_op, rebuilt, functions,
-                                             hoist_argument_bindings, typed, users,
-                                             vtensor_type)
+from anyshape.passes.torch_ir.values import (defining_op, functions, hoist_argument_bindings, is_a,
+                                             rebuilt, typed, users, vtensor_type)
 
 PADDING_ATTR = "anyshape.padding"
 _OLD, _NEW = "anyshape.padded_rows", "anyshape.token_rows"  # marks, while the pass runs
@@ -307,7 +306,7 @@ class _Packer:
                 unpacked[old] = self._unpack(new, old.type, self.layout(old))
         for old in packed:
             for user in [u.owner for u in old.uses]:
-                if user.name == "torch.bind_symbolic_shape":
+                if is_a(user, torch_ops.BindSymbolicShapeOp):
                     user.erase()
         for old, value in unpacked.items():
             old.replace_all_uses_with(value)
@@ -333,7 +332,7 @@ class _Packer:
             self.func.attributes["arg_attrs"] = ir.ArrayAttr.get(
                 attrs + [ir.DictAttr.get({}), ir.DictAttr.get({})])
         binding = next((op.operation for op in self.block.operations
-                        if op.operation.name == "torch.bind_symbolic_shape"
+                        if is_a(op, torch_ops.BindSymbolicShapeOp)
                         and op.operation.operands[0] == self.mask), None)
         if binding is None:
             raise PassFailure(f"argument {self.mask_position} (the attention mask) has no "
@@ -387,7 +386,7 @@ class _Packer:
         sizes = vtensor_shape(value.type)[0]
         features = sizes[lead:]
         split = defining_op(value)
-        if (len(features) > 1 and split is not None and split.name == "torch.aten.unflatten.int"
+        if (len(features) > 1 and split is not None and is_a(split, torch_ops.AtenUnflattenIntOp)
                 and constant_int(typed(split).dim) == lead
                 and len(vtensor_shape(typed(split).self_.type)[0]) == lead + 1):
             value = typed(split).self_

@@ -10,9 +10,11 @@
   arguments' dims;
 - ``scalar_builder.py``: such expressions built back as torch scalar ops.
 
-Ops are read and built through torch-mlir's generated op classes
-(``anyshape.mlir.torch_ops``): operands by name (``typed(op).keepdim``), new
-ops by their typed builders (``torch_ops.AtenUnsqueezeOp(type, x, dim)``).
+Ops are matched, read and built through torch-mlir's generated op classes
+(``anyshape.mlir.torch_ops``): ``is_a(op, torch_ops.AtenExpandOp)`` and
+pattern roots by class, operands by name (``typed(op).keepdim``), new ops by
+their typed builders (``torch_ops.AtenUnsqueezeOp(type, x, dim)``). Op
+families stay tables keyed by op name in ``ops.py``.
 ``values.rebuilt`` is the one generic builder, for re-issuing whichever op of
 a family a rewrite matched. ``test/python/test_torch_ir_ops.py`` holds the
 tables to the generated classes.

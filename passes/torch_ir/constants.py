@@ -6,7 +6,7 @@ such a constant: a pass that needs the value to decide leaves the op alone.
 """
 
 from anyshape.mlir import ir, torch_ops
-from anyshape.passes.torch_ir.values import defining_op
+from anyshape.passes.torch_ir.values import defining_op, is_a
 
 
 def _constant(value: ir.Value, name: str) -> ir.Attribute | None:
@@ -43,13 +43,13 @@ def constant_bool(value: ir.Value) -> bool | None:
 def is_none(value: ir.Value) -> bool:
     """``torch.constant.none``."""
     op = defining_op(value)
-    return op is not None and op.name == "torch.constant.none"
+    return op is not None and is_a(op, torch_ops.ConstantNoneOp)
 
 
 def list_items(value: ir.Value) -> list[ir.Value] | None:
     """The elements of a ``torch.prim.ListConstruct``; None for any other list."""
     op = defining_op(value)
-    if op is None or op.name != "torch.prim.ListConstruct":
+    if op is None or not is_a(op, torch_ops.PrimListConstructOp):
         return None
     return list(op.operands)
 

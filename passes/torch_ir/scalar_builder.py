@@ -12,7 +12,7 @@ import sympy
 from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import int_constant
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, size_query
-from anyshape.passes.torch_ir.values import typed
+from anyshape.passes.torch_ir.values import is_a, typed
 
 
 class ScalarBuilder:
@@ -28,7 +28,7 @@ class ScalarBuilder:
         self._entry = self._last_argument_binding()
         for op in self.block.operations:  # reuse the entry's existing root queries
             op = op.operation
-            query = size_query(op.results[0]) if op.name == "torch.aten.size.int" else None
+            query = size_query(op.results[0]) if is_a(op, torch_ops.AtenSizeIntOp) else None
             if query and isinstance(query[0].owner, ir.Block):
                 expr = analysis.dim(query[0], query[1])
                 if (isinstance(expr, sympy.Symbol) and expr not in self._roots
@@ -68,7 +68,7 @@ class ScalarBuilder:
         last = None
         for op in self.block.operations:
             op = op.operation
-            if op.name == "torch.bind_symbolic_shape" and isinstance(op.operands[0].owner, ir.Block):
+            if is_a(op, torch_ops.BindSymbolicShapeOp) and isinstance(op.operands[0].owner, ir.Block):
                 last = op
         return last
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 import sympy
 
 from anyshape.dialects import vtensor_shape
-from anyshape.mlir import ir
+from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import constant_int, int_list, is_none, list_items
 from anyshape.passes.torch_ir.ops import (BROADCASTING, REDUCTIONS, SAME_SHAPE, keepdim,
                                           reduced_axes)
-from anyshape.passes.torch_ir.values import defining_op, typed
+from anyshape.passes.torch_ir.values import defining_op, is_a, typed
 
 Expr = sympy.Expr
 
@@ -28,7 +28,7 @@ Expr = sympy.Expr
 def size_query(value: ir.Value) -> tuple[ir.Value, int] | None:
     """(tensor, non-negative dim) when ``value`` is ``aten.size.int tensor, <constant>``."""
     op = defining_op(value)
-    if op is None or op.name != "torch.aten.size.int":
+    if op is None or not is_a(op, torch_ops.AtenSizeIntOp):
         return None
     tensor, dim_value = op.operands
     dim = constant_int(dim_value)
@@ -152,13 +152,13 @@ class ShapeAnalysis:
     def _collect_bindings(self) -> None:
         for op in self.block.operations:
             op = op.operation
-            if op.name == "torch.symbolic_int":
+            if is_a(op, torch_ops.SymbolicIntOp):
                 name = ir.StringAttr(op.attributes["symbol_name"]).value
                 self._symbol_of[op.results[0]] = _symbol(name)
                 bounds = [ir.IntegerAttr(op.attributes[k]).value if k in op.attributes else None
                           for k in ("min_val", "max_val")]
                 self.ranges[_symbol(name)] = (bounds[0], bounds[1])
-            elif op.name == "torch.bind_symbolic_shape":
+            elif is_a(op, torch_ops.BindSymbolicShapeOp):
                 value, *operands = op.operands
                 symbols = [self._symbol_of.get(v) for v in operands]
                 affine = ir.AffineMapAttr(op.attributes["shape_expressions"]).value
@@ -408,10 +408,10 @@ class ShapeAnalysis:
         op = defining_op(value)
         if op is None:
             return None
-        if op.name == "torch.aten.size.int":
+        if is_a(op, torch_ops.AtenSizeIntOp):
             query = size_query(value)
             return None if query is None else self.dim(*query)
-        if op.name == "torch.aten.numel":
+        if is_a(op, torch_ops.AtenNumelOp):
             dims = self.dims.get(op.operands[0])
             return None if dims is None or None in dims else sympy.Mul(*dims)
         combine = {"torch.aten.mul.int": lambda a, b: a * b, "torch.aten.add.int": lambda a, b: a + b,

@@ -22,9 +22,16 @@ def typed(op) -> ir.OpView:
     return op.operation.opview
 
 
+def is_a(op, *classes: type) -> bool:
+    """Whether ``op`` (an operation, an op view, or None) is one of the
+    generated op ``classes`` (``is_a(op, torch_ops.AtenExpandOp)``): a
+    misspelled class fails on import, where a misspelled name never matches."""
+    return op is not None and isinstance(op.operation.opview, classes)
+
+
 def users(value: ir.Value) -> list:
     """The ops using ``value``, its ``torch.bind_symbolic_shape`` annotations aside."""
-    return [use.owner for use in value.uses if use.owner.name != "torch.bind_symbolic_shape"]
+    return [use.owner for use in value.uses if not is_a(use.owner, torch_ops.BindSymbolicShapeOp)]
 
 
 def rebuilt(op: ir.Operation, operands, result_types=None, attributes=None) -> ir.Operation:
@@ -81,9 +88,9 @@ def hoist_argument_bindings(func: ir.Operation) -> None:
     last_symbol, seen, bindings = None, set(), []
     for op in block.operations:
         op = op.operation
-        if op.name == "torch.symbolic_int":
+        if is_a(op, torch_ops.SymbolicIntOp):
             last_symbol = op
-        elif op.name == "torch.bind_symbolic_shape" and isinstance(op.operands[0].owner, ir.Block):
+        elif is_a(op, torch_ops.BindSymbolicShapeOp) and isinstance(op.operands[0].owner, ir.Block):
             bindings.append(op)
     for op in bindings:
         key = (op.operands[0].arg_number, tuple(str(v.get_name()) for v in op.operands[1:]),
@@ -110,7 +117,7 @@ def erase_unused(func: ir.Operation) -> None:
         if not op.results or not op.name.startswith(_ERASABLE_PREFIXES):
             continue
         users = [use.owner for result in op.results for use in result.uses]
-        if any(user.name != "torch.bind_symbolic_shape" for user in users):
+        if any(not is_a(user, torch_ops.BindSymbolicShapeOp) for user in users):
             continue
         for user in users:
             user.erase()

@@ -99,6 +99,18 @@ def test_rebuilt_keeps_kind_and_attributes_unless_told():
         assert isinstance(typed(same), torch_ops.AtenMulTensorOp)
 
 
+def test_passes_match_torch_ops_through_generated_classes():
+    """An op is matched by its generated class (``is_a(op, torch_ops.AtenExpandOp)``),
+    not by comparing its name with a string: a misspelled class fails on import,
+    a misspelled name never matches. Op tables keyed by name (ops.py) aside."""
+    by_name = re.compile(r"\.name (==|!=|in|not in) \(?\"torch\.")
+    offenders = [f"{path.relative_to(ROOT)}:{number}"
+                 for path in sorted((ROOT / "passes").rglob("*.py"))
+                 for number, line in enumerate(path.read_text().splitlines(), 1)
+                 if by_name.search(line)]
+    assert offenders == []
+
+
 def test_passes_build_torch_ops_through_generated_classes():
     """A torch op named in a string is built generically only in the adapter;
     lower.py builds upstream tensor/linalg ops, which are not torch's."""
