@@ -89,7 +89,7 @@ from anyshape.passes.torch_ir.values import (defining_op, erase_unused, function
 def _flattened_4d(value: ir.Value):
     """``a`` when ``value`` is ``flatten(a, 0, 1)`` of a rank-4 ``a``."""
     op = defining_op(value)
-    if op is None or not is_a(op, torch_ops.AtenFlattenUsingIntsOp):
+    if not is_a(op, torch_ops.AtenFlattenUsingIntsOp):
         return None
     flatten = typed(op)
     if constant_int(flatten.start_dim) != 0 or constant_int(flatten.end_dim) != 1:
@@ -102,13 +102,13 @@ def _constant_column_slice(value: ir.Value, axis: int):
     """(whole, start, end, step) when ``value`` is a constant-bounds slice on
     ``axis`` of a ``torch.vtensor.literal``."""
     op = defining_op(value)
-    if op is None or not is_a(op, torch_ops.AtenSliceTensorOp):
+    if not is_a(op, torch_ops.AtenSliceTensorOp):
         return None
     piece = typed(op)
     whole = defining_op(piece.self_)
     shape = vtensor_shape(piece.self_.type)
     bounds = [constant_int(v) for v in (piece.dim, piece.start, piece.end, piece.step)]
-    if whole is None or not is_a(whole, torch_ops.ValueTensorLiteralOp) or shape is None or None in bounds:
+    if not is_a(whole, torch_ops.ValueTensorLiteralOp) or shape is None or None in bounds:
         return None
     if bounds[0] % len(shape[0]) != axis % len(shape[0]):
         return None
@@ -156,7 +156,7 @@ class _Rewrites:
         if constant_int(unflatten.dim) != 0:
             return False
         bmm = defining_op(unflatten.self_)
-        if bmm is None or not is_a(bmm, torch_ops.AtenBmmOp) or len(users(bmm.results[0])) != 1:
+        if not is_a(bmm, torch_ops.AtenBmmOp) or len(users(bmm.results[0])) != 1:
             return False
         a, b = _flattened_4d(typed(bmm).self_), _flattened_4d(typed(bmm).mat2)
         result = vtensor_shape(op.results[0].type)
@@ -234,7 +234,7 @@ class _Rewrites:
         second product the first."""
         x, weight, _ = _projection_operands(op)
         weight, rows = defining_op(weight), defining_op(x)
-        if weight is None or not is_a(weight, torch_ops.ValueTensorLiteralOp) or rows is None:
+        if not is_a(weight, torch_ops.ValueTensorLiteralOp) or rows is None:
             return False
         if not is_a(rows, torch_ops.AtenSliceTensorOp, torch_ops.AtenIndexSelectOp):
             return False
@@ -375,7 +375,7 @@ def _multiply(sizes: list, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
 
 def _literal(value: ir.Value) -> ir.Operation | None:
     op = defining_op(value)
-    return op if op is not None and is_a(op, torch_ops.ValueTensorLiteralOp) else None
+    return op if is_a(op, torch_ops.ValueTensorLiteralOp) else None
 
 
 def _linear_parts(op: ir.Operation):
@@ -561,7 +561,7 @@ def mask_as_contraction_column(op: ir.Operation, rewriter) -> bool:
     add = typed(op)
     scores, mask = add.self_, add.other
     unflatten = defining_op(scores)
-    if unflatten is None or not is_a(unflatten, torch_ops.AtenUnflattenIntOp) or \
+    if not is_a(unflatten, torch_ops.AtenUnflattenIntOp) or \
             constant_int(typed(unflatten).dim) != 0 or constant_int(add.alpha) != 1 or \
             len(users(scores)) != 1:
         return False
@@ -569,7 +569,7 @@ def mask_as_contraction_column(op: ir.Operation, rewriter) -> bool:
     product, batch_sizes = unflatten.self_, list_items(unflatten.sizes)
     bmm = defining_op(product)
     shape, mask_shape = vtensor_shape(scores.type), vtensor_shape(mask.type)
-    if bmm is None or not is_a(bmm, torch_ops.AtenBmmOp) or len(users(product)) != 1 or \
+    if not is_a(bmm, torch_ops.AtenBmmOp) or len(users(product)) != 1 or \
             batch_sizes is None or len(batch_sizes) != 2 or shape is None or mask_shape is None:
         return False
     (batch, heads, rows, columns), dtype = shape

@@ -93,13 +93,13 @@ class _Probabilities:
 def _probabilities(lhs: ir.Value) -> _Probabilities | None:
     value, flatten, dims, guard = lhs, None, None, None
     op = defining_op(value)
-    if op is not None and is_a(op, torch_ops.AtenFlattenUsingIntsOp):
+    if is_a(op, torch_ops.AtenFlattenUsingIntsOp):
         dims = _leading_flatten(op)
         if dims is None or len(users(typed(op).self_)) != 1:
             return None
         flatten, value = op, typed(op).self_
         op = defining_op(value)
-    if op is not None and is_a(op, torch_ops.AtenWhereSelfOp):
+    if is_a(op, torch_ops.AtenWhereSelfOp):
         guard_op = typed(op)
         zeros, probabilities = guard_op.self_, guard_op.other
         if not _zeros_like(zeros, probabilities) or len(users(zeros)) != 1:

@@ -663,7 +663,7 @@ def gather_as_index_select(h: _Hoister, op, rewriter) -> bool:
     source, axis, index = gather.self_, constant_int(gather.dim), gather.index
     expand = defining_op(index)
     shape = vtensor_shape(source.type)
-    if axis is None or shape is None or expand is None or not is_a(expand, torch_ops.AtenExpandOp):
+    if axis is None or shape is None or not is_a(expand, torch_ops.AtenExpandOp):
         return False
     rank = len(shape[0])
     axis %= rank
@@ -736,7 +736,7 @@ def split_into_slices(op, rewriter) -> bool:
     """ListUnpack(split_with_sizes(x, sizes, d)) -> one slice of x per part, so a
     selection of one part (Q of a fused QKV) can move on without the others."""
     split = defining_op(op.operands[0])
-    if split is None or not is_a(split, torch_ops.AtenSplitWithSizesOp):
+    if not is_a(split, torch_ops.AtenSplitWithSizesOp):
         return False
     sizes, axis = int_list(typed(split).split_sizes), constant_int(typed(split).dim)
     if sizes is None or axis is None or len(sizes) != len(op.results):
@@ -758,7 +758,7 @@ def squeeze_of_unsqueeze(op, rewriter) -> bool:
     """squeeze(unsqueeze(x, d), d) is x: what a moved row leaves below a reshape."""
     squeeze = typed(op)
     inner = defining_op(squeeze.self_)
-    if inner is None or not is_a(inner, torch_ops.AtenUnsqueezeOp):
+    if not is_a(inner, torch_ops.AtenUnsqueezeOp):
         return False
     unsqueeze = typed(inner)
     rank = len(vtensor_shape(squeeze.self_.type)[0])

@@ -86,7 +86,7 @@ def sink_expand_below_embedding(op, rewriter, analysis: ShapeAnalysis) -> bool:
     """embedding(table, expand(idx, sizes)) -> expand(embedding(table, idx), sizes + [-1])."""
     embedding = typed(op)
     index_op = defining_op(embedding.indices)
-    if index_op is None or not is_a(index_op, torch_ops.AtenExpandOp):
+    if not is_a(index_op, torch_ops.AtenExpandOp):
         return False
     index_op = typed(index_op)
     index, items = index_op.self_, list_items(index_op.size)
@@ -119,7 +119,7 @@ def drop_implied_expand(op, rewriter, analysis: ShapeAnalysis) -> bool:
     tensors = [i for i, v in enumerate(operands) if vtensor_shape(v.type) is not None]
     for position in tensors:
         expand = defining_op(operands[position])
-        if expand is None or not is_a(expand, torch_ops.AtenExpandOp, torch_ops.AtenBroadcastToOp):
+        if not is_a(expand, torch_ops.AtenExpandOp, torch_ops.AtenBroadcastToOp):
             continue
         source = expand.operands[0]
         shapes = [analysis.dims.get(source if i == position else operands[i]) for i in tensors]
@@ -148,7 +148,7 @@ def gather_from_expanded_table(op, rewriter, analysis: ShapeAnalysis) -> bool:
     gather = typed(op)
     expand = defining_op(gather.self_)
     axis, index = constant_int(gather.dim), gather.index
-    if expand is None or not is_a(expand, torch_ops.AtenExpandOp) or axis is None:
+    if not is_a(expand, torch_ops.AtenExpandOp) or axis is None:
         return False
     table = expand.operands[0]
     table_shape, index_shape = vtensor_shape(table.type), vtensor_shape(index.type)

@@ -81,7 +81,7 @@ def rewrite_arange_constant_slice(op, rewriter, analysis: ShapeAnalysis) -> bool
     (beyond it the slice would clamp)."""
     source, axis_value, start, end, step = op.operands
     literal = defining_op(source)
-    if literal is None or not is_a(literal, torch_ops.ValueTensorLiteralOp):
+    if not is_a(literal, torch_ops.ValueTensorLiteralOp):
         return False
     if constant_int(start) != 0 or constant_int(step) != 1:
         return False

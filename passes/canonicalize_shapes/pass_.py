@@ -116,7 +116,7 @@ def root_size_list_item(op, rewriter, builder: ScalarBuilder) -> bool:
     """``size(x)[i]`` (an item of the size list) -> as ``size(x, i)``."""
     producer = defining_op(typed(op).list)
     index = constant_int(typed(op).idx)
-    if producer is None or not is_a(producer, torch_ops.AtenSizeOp) or index is None:
+    if not is_a(producer, torch_ops.AtenSizeOp) or index is None:
         return False
     tensor = producer.operands[0]
     shape = vtensor_shape(tensor.type)

@@ -386,7 +386,7 @@ class _Packer:
         sizes = vtensor_shape(value.type)[0]
         features = sizes[lead:]
         split = defining_op(value)
-        if (len(features) > 1 and split is not None and is_a(split, torch_ops.AtenUnflattenIntOp)
+        if (len(features) > 1 and is_a(split, torch_ops.AtenUnflattenIntOp)
                 and constant_int(typed(split).dim) == lead
                 and len(vtensor_shape(typed(split).self_.type)[0]) == lead + 1):
             value = typed(split).self_

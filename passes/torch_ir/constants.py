@@ -43,13 +43,13 @@ def constant_bool(value: ir.Value) -> bool | None:
 def is_none(value: ir.Value) -> bool:
     """``torch.constant.none``."""
     op = defining_op(value)
-    return op is not None and is_a(op, torch_ops.ConstantNoneOp)
+    return is_a(op, torch_ops.ConstantNoneOp)
 
 
 def list_items(value: ir.Value) -> list[ir.Value] | None:
     """The elements of a ``torch.prim.ListConstruct``; None for any other list."""
     op = defining_op(value)
-    if op is None or not is_a(op, torch_ops.PrimListConstructOp):
+    if not is_a(op, torch_ops.PrimListConstructOp):
         return None
     return list(op.operands)
 

@@ -28,7 +28,7 @@ Expr = sympy.Expr
 def size_query(value: ir.Value) -> tuple[ir.Value, int] | None:
     """(tensor, non-negative dim) when ``value`` is ``aten.size.int tensor, <constant>``."""
     op = defining_op(value)
-    if op is None or not is_a(op, torch_ops.AtenSizeIntOp):
+    if not is_a(op, torch_ops.AtenSizeIntOp):
         return None
     tensor, dim_value = op.operands
     dim = constant_int(dim_value)
