@@ -22,6 +22,7 @@ import traceback
 from typing import Callable, ClassVar
 
 from anyshape.mlir import ir, passmanager, rewrite
+from anyshape.passes.torch_ir.mixed_comparisons import mend_mixed_comparisons
 
 
 class PassFailure(Exception):
@@ -138,6 +139,8 @@ def apply_patterns(op: ir.Operation, patterns: list[tuple[type | str, PatternFn]
     config.max_iterations = 1000
     for _ in range(max_iterations or 64):
         rewrote = False
+        # The driver folds every op; torch-mlir folds these wrongly (see there).
+        mend_mixed_comparisons(op)
         rewrite.apply_patterns_and_fold_greedily(op, frozen, config)
         if not rewrote:
             return
