@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "beside it (external)")
     parser.add_argument("--target", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--cuda-arch", default=None, help="with --target=cuda (default sm_80)")
+    parser.add_argument("--target-cpu", default=None,
+                        help="with --target=cpu: the CPU the code is for: 'host' (default: this "
+                             "machine's), a CPU such as znver3 or skylake-avx512, or a level "
+                             "such as x86-64-v3 (a host lacking its features refuses to run it)")
     parser.add_argument("--opt-level", default=None, help="IREE optimization level (O0-O3)")
     parser.add_argument("--data-tiling", choices=["auto", "on", "off"], nargs="?", const="on",
                         default="auto",
@@ -159,7 +163,8 @@ def _progress():
 def _target(args):
     from anyshape.iree.flags import make_target
 
-    return make_target(args.target, args.cuda_arch, args.opt_level, _data_tiling(args))
+    return make_target(args.target, args.cuda_arch, args.opt_level, _data_tiling(args),
+                       args.target_cpu)
 
 
 def _data_tiling(args) -> bool | None:
@@ -210,7 +215,8 @@ def _compile_torch(args, report):
             args, dynamic, max_batch, report)
     compiled = anyshape.compile(
         model, call_args, call_kwargs, dynamic_shapes=shapes, target=args.target,
-        cuda_arch=args.cuda_arch, opt_level=args.opt_level, passes=_passes(args),
+        cuda_arch=args.cuda_arch, target_cpu=args.target_cpu, opt_level=args.opt_level,
+        passes=_passes(args),
         dump_ir_dir=args.dump_ir_dir, progress=report,
         data_tiling=_data_tiling(args),
         params=args.params, padding="eliminate" if args.eliminate_padding else None)
@@ -322,6 +328,19 @@ def load_factory(spec: str):
     return factory
 
 
+def _runs_on(compiled) -> str:
+    target = compiled.target
+    if target.name == "cuda":
+        return f"CUDA {target.cuda_arch}"
+    cpu = compiled.cpu
+    if not cpu:
+        return "this host's CPU"
+    isa = [f for f in ("avx2", "avx512f", "avx512bf16", "avx512fp16", "amx-tile")
+           if f in cpu["features"]]
+    return (f"{cpu['arch']} CPU '{cpu['name']}' (--target-cpu {cpu['requested']}; "
+            f"{', '.join(isa) or 'no AVX2'}; hosts lacking one of its features refuse it)")
+
+
 def summary(compiled, out: Path, described: dict | None) -> str:
     """What was written, how long each stage took, the dynamic dims, how to call it."""
     from anyshape.signature import leaf_paths
@@ -343,6 +362,7 @@ def summary(compiled, out: Path, described: dict | None) -> str:
     else:
         files.append("weights inside module.vmfb")
     lines.append(f"  files: {', '.join(files)}, manifest.json")
+    lines.append(f"  runs on: {_runs_on(compiled)}")
     symbols = signature.symbols
     dims = [symbols[s].describe() for s in symbols]
     lines.append(f"  dynamic dims: {', '.join(dims) if dims else 'none'}")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from anyshape.errors import CompileError, DataTilingFallback
+from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts, inject_dim_facts
 from anyshape.iree.flags import PEELING_FAILURE, PEELING_FLAG, Target, make_target
 from anyshape.iree.invocation import compile_with_iree
@@ -42,7 +43,8 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
             passes: Sequence[str] | None = None, dump_ir_dir: str | Path | None = None,
             progress: bool | Callable[[str], None] = False,
             threads: int | None = None, data_tiling: bool | None = None,
-            params: str = "inline", dtype=None, padding: str | None = None) -> CompiledModule:
+            params: str = "inline", dtype=None, padding: str | None = None,
+            target_cpu: str | None = None) -> CompiledModule:
     """Export ``model`` with ``torch.export`` (``dynamic_shapes`` as there), run the
     anyshape passes and compile with IREE for ``target`` ("cpu" or "cuda").
 
@@ -68,11 +70,16 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     ``attention_mask`` (0 or 1) marks them (``anyshape-eliminate-padding``);
     per-token outputs are 0 at padded positions. A model it cannot prove
     that safe for fails to compile, naming the op.
+    ``target_cpu`` (``target="cpu"``): the CPU the code is for: "host"
+    (default: this machine's, every instruction it has), a CPU LLVM knows
+    (``"znver3"``, ``"skylake-avx512"``) or a level (``"x86-64-v3"``). The
+    manifest records it with its features, and a host that lacks one refuses
+    to run the artifact, naming it (``anyshape/iree/cpu.py``).
     """
     from anyshape.importer import export_program, import_program
     from anyshape.signature import dim_labels_from, signature_from_program
 
-    compile_target = make_target(target, cuda_arch, opt_level, data_tiling)
+    compile_target = make_target(target, cuda_arch, opt_level, data_tiling, target_cpu)
     check_threads(threads)
     if params not in ("inline", "external"):
         raise ValueError(f"params: expected 'inline' or 'external', got {params!r}")
@@ -335,6 +342,7 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter",
         stages.files[IREE_INPUT_STAGE] = stages.files.pop(stages.last_stage)
     seconds = {**stages.seconds, IREE_COMPILE_STAGE: time.monotonic() - started}
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
+                          cpu=dataclasses.asdict(resolve_cpu(target.cpu)) if cpu else None,
                           stage_files=stages.files, workdir=compilation.workdir,
                           entry=compilation.entry,
                           parameters_path=archive, stage_seconds=seconds,

@@ -18,6 +18,7 @@ import torch
 
 from anyshape import size_conditions
 from anyshape.errors import RunError
+from anyshape.iree.cpu import check_runs_here
 from anyshape.iree.flags import Target
 from anyshape.signature import SCHEMA_VERSION, ModuleSignature, TensorSpec, decode_tree
 from anyshape.stages import IREE_INPUT_STAGE
@@ -42,12 +43,15 @@ class CompiledModule:
                  entry: str = "main", threads: int | None = None,
                  parameters_path: str | os.PathLike | None = None,
                  stage_seconds: dict[str, float] | None = None,
-                 parameter_specs: dict[str, dict] | None = None):
+                 parameter_specs: dict[str, dict] | None = None, cpu: dict | None = None):
         self.threads = check_threads(threads)
         self.signature = signature
         self.target = target
         self.iree_flags = list(iree_flags)
         self.versions = dict(versions or {})
+        # target="cpu": the CPU the code is for and its features (iree/cpu.py's
+        # CpuTarget as a dict); None for CUDA and for artifacts saved before this
+        self.cpu = dict(cpu) if cpu else None
         self._vmfb_path = Path(vmfb_path)
         # The IREE parameter archive the weights live in (params="external"), or None.
         self.parameters_path = Path(parameters_path) if parameters_path is not None else None
@@ -138,6 +142,7 @@ class CompiledModule:
                 raise RuntimeError("this module was compiled for CUDA, and no CUDA device is "
                                    "available here (IREE's cuda driver found none)")
             if self.target.driver == "local-task":
+                check_runs_here(self.cpu, str(self._vmfb_path))
                 use_cpu_threads(self.threads)
             if self.cuda_ordinal is not None:
                 config = rt.Config(device=rt.get_device(f"cuda://{self.cuda_ordinal}"))
@@ -184,6 +189,7 @@ class CompiledModule:
             "parameter_specs": self.parameter_specs,
             "entry": self._entry,
             "target": self.target.to_json(),
+            "cpu": self.cpu,
             "iree_flags": self.iree_flags,
             "versions": self.versions,
             **self.signature.to_json(),
@@ -224,6 +230,7 @@ def load(directory: str | os.PathLike, *, threads: int | None = None,
         raise FileNotFoundError(f"{vmfb}: the compiled module this artifact's manifest names "
                                 f"is missing")
     cuda_ordinal = _check_device(device, target, path)
+    check_runs_here(manifest.get("cpu"), str(path))
     module = CompiledModule(
         vmfb,
         signature,
@@ -234,6 +241,7 @@ def load(directory: str | os.PathLike, *, threads: int | None = None,
         threads=threads,
         parameters_path=path / manifest["parameters"] if manifest.get("parameters") else None,
         parameter_specs=manifest.get("parameter_specs"),
+        cpu=manifest.get("cpu"),
     )
     module.cuda_ordinal = cuda_ordinal
     return module

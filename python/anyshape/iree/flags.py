@@ -32,6 +32,7 @@ class Target:
     cuda_arch: str | None = None
     opt_level: str = DEFAULT_OPT_LEVEL
     data_tiling: bool | None = None  # None: decided at compile time (compile_module)
+    cpu: str | None = None   # target="cpu": what --iree-llvmcpu-target-cpu gets (iree/cpu.py)
 
     def iree_flags(self) -> list[str]:
         if self.data_tiling is None:
@@ -43,7 +44,7 @@ class Target:
             flags += [
                 "--iree-hal-target-device=local",
                 "--iree-hal-local-target-device-backends=llvm-cpu",
-                "--iree-llvmcpu-target-cpu=host",
+                f"--iree-llvmcpu-target-cpu={self.cpu}",
                 MICROKERNELS_FLAG,
                 PEELING_FLAG,
             ]
@@ -60,7 +61,7 @@ class Target:
 
 
 def make_target(target: str, cuda_arch: str | None = None, opt_level: str | None = None,
-                data_tiling: bool | None = None) -> Target:
+                data_tiling: bool | None = None, target_cpu: str | None = None) -> Target:
     opt_level = opt_level or DEFAULT_OPT_LEVEL
     if data_tiling is not None and not isinstance(data_tiling, bool):
         raise ValueError(f"data_tiling: expected True, False or None (automatic), "
@@ -71,8 +72,14 @@ def make_target(target: str, cuda_arch: str | None = None, opt_level: str | None
         if cuda_arch is not None:
             raise ValueError(f"cuda_arch: expected None with target='cpu' (an architecture is "
                              f"only meaningful with target='cuda'), got {cuda_arch!r}")
-        return Target("cpu", "local-task", None, opt_level, data_tiling)
+        from anyshape.iree.cpu import HOST, resolve
+
+        resolve(target_cpu or HOST)  # an unknown name fails here, before the (slow) export
+        return Target("cpu", "local-task", None, opt_level, data_tiling, target_cpu or HOST)
     if target == "cuda":
+        if target_cpu is not None:
+            raise ValueError(f"target_cpu: expected None with target='cuda' (a CPU is only "
+                             f"meaningful with target='cpu'), got {target_cpu!r}")
         arch = cuda_arch or DEFAULT_CUDA_ARCH
         if not re.fullmatch(r"sm_\d+a?", arch):
             raise ValueError(f"cuda_arch: expected an NVIDIA architecture like 'sm_80', got '{arch}'")
