@@ -11,8 +11,11 @@ reads the tensor literal as that kind:
 - an integer or bool literal against a float scalar crashes the compiler.
 
 Every greedy run folds every op, and a comparison's tensor may become a literal
-in the middle of a run, so each such comparison is rewritten before every run
-(``pass_api.apply_patterns``), the same value either way:
+in the middle of a run, so each such comparison is rewritten right after import
+(``importer.import_program``: IREE's torch input folds with the same folder,
+also when no anyshape pass runs) and before every greedy run
+(``pass_api.apply_patterns``: IR given to ``anyshape-opt``, and comparisons a
+pass creates), the same value either way:
 - a float tensor against an int scalar: a constant int becomes the float that
   the lowering would have converted it to (rounded once, to the tensor's
   precision); any other int goes through ``aten.Float.Scalar``;
@@ -20,9 +23,10 @@ in the middle of a run, so each such comparison is rewritten before every run
   to float32 first. That is PyTorch's type promotion for a Python float (the
   default dtype), so it is also what eager computes.
 
-Guarded by ``test/passes/mixed-comparisons.mlir`` and
-``test/python/test_bloom_alibi.py``. It can go when the folder checks the
-tensor's element type.
+Guarded by ``test/passes/mixed-comparisons.mlir``,
+``test_edge_value_math.py::test_power_of_a_float_literal_base_as_eager`` and
+``test_deterministic_compile.py`` (BLOOM). It can go when the folder checks
+the tensor's element type.
 """
 
 from __future__ import annotations

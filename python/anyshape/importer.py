@@ -15,6 +15,7 @@ import torch.export
 from anyshape import export_diagnostics
 from anyshape.errors import CompileError
 from anyshape.mlir import ir, new_context
+from anyshape.passes.torch_ir.mixed_comparisons import mend_mixed_comparisons
 from anyshape.signature import output_roles
 from anyshape.checked_det import check_det
 from anyshape.edge_value_math import rewrite_edge_value_math
@@ -166,6 +167,9 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
             raise _import_error(error, current[-1] if current else None) from error
     if weights is not None:
         weights.update(hooks.blobs)
+    # What IREE's torch input canonicalizes too, with the same folder, also when
+    # no anyshape pass runs (passes=[]): the pow rewrite above emits such tests.
+    mend_mixed_comparisons(importer.module.operation)
     return importer.module
 
 

@@ -53,6 +53,26 @@ def test_pow_and_atan2_at_edge_values_as_eager(dtype):
         assert_same_values(got, expected, f"output {index} at length 7")
 
 
+class AlibiSlopes(torch.nn.Module):
+    """BLOOM's ALiBi slopes: a float 0-d base to integer powers. The rewrite tests
+    the base's sign with ``lt.Scalar(base, 0)``, which torch-mlir's folder (in
+    anyshape's passes and in IREE's torch input alike) read as an integer once
+    the base was a literal (issue 36; passes/torch_ir/mixed_comparisons.py)."""
+
+    def forward(self, x):
+        base = torch.tensor(2 ** -(2 ** -(2 - 3)), dtype=torch.float32)
+        return x * torch.pow(base, torch.arange(1, 5, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("passes", [None, []], ids=["default-passes", "no-passes"])
+def test_power_of_a_float_literal_base_as_eager(passes):
+    model = AlibiSlopes().eval()
+    compiled = anyshape.compile(model, (torch.randn(3, 4),),
+                                dynamic_shapes={"x": {0: Dim("rows")}}, passes=passes)
+    x = torch.randn(7, 4)
+    torch.testing.assert_close(compiled(x), model(x), atol=1e-6, rtol=1e-6)
+
+
 def test_atan2_of_integers_at_the_origin():
     """The OpInfo case that found it: integer inputs, computed in float32."""
     class Atan2(torch.nn.Module):
