@@ -318,7 +318,10 @@ class _WeightLiterals:
     """
 
     def __init__(self, names: dict[int, str]):
-        # id(tensor) -> (resource attribute, vtensor type, the array backing it)
+        # id(tensor) -> (resource attribute, vtensor type, the array backing it, the
+        # tensor). The tensor is kept so that its id is not reused: torch-mlir hands
+        # a bool literal over as a temporary ``.to(torch.uint8)``, and a later
+        # temporary at the same address would be given this one's data.
         self._literals: dict[int, tuple] = {}
         self._names = names  # id(tensor) -> its name in the model's state
         self.blobs: dict[str, np.ndarray] = {}  # resource blob name -> its array
@@ -359,8 +362,8 @@ class _WeightLiterals:
                 self.blobs[blob] = array
             shape = ",".join(str(d) for d in tensor.shape)
             vtype = f"!torch.vtensor<[{shape}],{TORCH_DTYPE_TO_MLIR_TYPE_ASM[tensor.dtype]}>"
-            self._literals[key] = (attr, vtype, array)
-        attr, vtype, _ = self._literals[key]
+            self._literals[key] = (attr, vtype, array, literal)
+        attr, vtype, _, _ = self._literals[key]
         return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(vtype)],
                                    attributes={"value": attr}).result
 

@@ -178,3 +178,27 @@ def test_modulo_in_symbolic_shape_imports():
     text = str(anyshape.import_torch(PadToMultipleOfFour().eval(), (torch.randn(2, 7, 4),),
                                      dynamic_shapes=dynamic))
     assert re.search(r"mod 4", text)
+
+
+def test_literal_cache_keeps_what_it_is_keyed_by():
+    """Weight literals are cached by ``id(tensor)``; torch-mlir hands a bool
+    buffer over as a temporary ``.to(torch.uint8)``, so the cache must keep the
+    tensor alive, or the next temporary at the same address (the next mask
+    buffer) would import as this one's data (issue 36's hunt)."""
+    import weakref
+
+    from anyshape.importer import _WeightLiterals
+    from anyshape.mlir import ir, new_context
+
+    with new_context(), ir.Location.unknown():
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            hooks = _WeightLiterals({})
+            mask = torch.zeros(3, 5, dtype=torch.bool)
+            mask[1, 2] = True
+            temporary = mask.to(torch.uint8)
+            handed_over = weakref.ref(temporary)
+            literal = hooks.resolve_literal(None, temporary, None)
+            del temporary
+            assert handed_over() is not None, "the cached tensor was freed: its id can be reused"
+            assert "dense<" in str(literal.owner) and "3x5xui8" in str(literal.owner.attributes["value"])
