@@ -16,7 +16,7 @@ from anyshape import export_diagnostics
 from anyshape.errors import CompileError
 from anyshape.mlir import ir, new_context
 from anyshape.passes.torch_ir.mixed_comparisons import mend_mixed_comparisons
-from anyshape.signature import output_roles
+from anyshape.signature import ordered_range_constraints, output_roles
 from anyshape.checked_det import check_det
 from anyshape.edge_value_math import rewrite_edge_value_math
 from anyshape.rank0_softmax import rewrite_rank0_softmax
@@ -159,6 +159,10 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     hooks = _WeightLiterals(names)
     importer = FxImporter(context=ctx, hooks=hooks)
     importer._cc.set_symbolic_guards(program)
+    # torch-mlir makes the torch.symbolic_int ops in this dict's order: by name,
+    # not in torch.export's hash-dependent one (signature.ordered_range_constraints).
+    importer._cc._symbolic_guards = {str(sym): importer._cc._symbolic_guards[str(sym)]
+                                     for sym, _ in ordered_range_constraints(program)}
     with ctx, _shape_expressions_as_affine_maps(), _node_being_imported() as current:
         try:
             importer.import_stateless_graph(graph, func_name=func_name,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 import warnings
 from typing import Any, NamedTuple
 
@@ -169,7 +170,7 @@ def signature_from_program(program: torch.export.ExportedProgram,
 
     labels = dim_labels or {}
     symbols = {}
-    for sym, rng in program.range_constraints.items():
+    for sym, rng in ordered_range_constraints(program):
         name = str(sym)
         symbols[name] = Symbol(name, _bound(rng.lower), _bound(rng.upper), labels.get(name))
     dims = {(spec.name, axis): dim for spec in inputs for axis, dim in enumerate(spec.dims)}
@@ -177,6 +178,18 @@ def signature_from_program(program: torch.export.ExportedProgram,
                                              dims, list(symbols))
     return ModuleSignature(inputs, outputs, symbols, encode_tree(program.call_spec.out_spec),
                            writes, conditions)
+
+
+def ordered_range_constraints(program: torch.export.ExportedProgram) -> list[tuple]:
+    """``program.range_constraints`` by symbol name (``s2`` before ``s10``).
+
+    torch.export adds the roots of derived dims (``2*A``, ``B+1``) while iterating
+    a set of sympy symbols, so its order changes with ``PYTHONHASHSEED``; the
+    manifest and the imported ``torch.symbolic_int`` ops follow this order instead."""
+    def natural(item):
+        return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(item[0]))]
+
+    return sorted(program.range_constraints.items(), key=natural)
 
 
 # The 0-d tensor that carries a Python scalar output through the module.

@@ -46,3 +46,35 @@ def test_two_fresh_processes_give_one_artifact(case, tolerance, tmp_path):
         assert (first / name).read_bytes() == (second / name).read_bytes(), \
             f"{case}: {name} differs; first differing IR stage: " \
             f"{_first_differing_stage(first, second)}"
+
+
+_DERIVED_DIMS = """
+import sys, torch
+from torch.export import Dim
+import anyshape
+from anyshape.importer import export_program
+from anyshape.signature import signature_from_program
+
+class Sums(torch.nn.Module):
+    def forward(self, x, y, z, w):
+        return x.sum() + y.sum() + z.sum() + w.sum()
+
+a, b, c, d = (Dim(name, min=2, max=64) for name in "abcd")
+shapes = {"x": {0: 2 * a}, "y": {0: b + 1}, "z": {0: 2 * c}, "w": {0: d + 3}}
+args = (torch.ones(4), torch.ones(3), torch.ones(6), torch.ones(5))
+print(list(signature_from_program(export_program(Sums(), args, None, shapes)).symbols))
+print(anyshape.import_torch(Sums(), args, dynamic_shapes=shapes))
+"""
+
+
+def test_derived_dims_import_in_one_order_whatever_the_hash_seed():
+    """torch.export adds the roots of derived dims (``2*a``, ``b+1``) from a set of
+    sympy symbols: their order followed PYTHONHASHSEED into the manifest's
+    symbols and the imported ``torch.symbolic_int`` ops (no IREE build here)."""
+    outputs = set()
+    for seed in ("0", "1", "2", "3"):
+        done = subprocess.run([sys.executable, "-c", _DERIVED_DIMS], capture_output=True,
+                              text=True, env=dict(os.environ, PYTHONHASHSEED=seed), timeout=300)
+        assert done.returncode == 0, done.stderr[-4000:]
+        outputs.add(done.stdout)
+    assert len(outputs) == 1, "\n----\n".join(sorted(outputs))
