@@ -23,6 +23,7 @@ from typing import Callable, ClassVar
 
 from anyshape.mlir import ir, passmanager, rewrite
 from anyshape.passes.torch_ir.mixed_comparisons import mend_mixed_comparisons
+from anyshape.passes.torch_ir.values import forget_identities
 
 
 class PassFailure(Exception):
@@ -67,7 +68,10 @@ class ModulePass:
     def _run(self, op: ir.Operation, external_pass) -> None:
         try:
             with op.context, op.location:
-                self.apply(op)
+                try:
+                    self.apply(op)
+                finally:
+                    forget_identities(op)
         except PassFailure as failure:
             location = failure.location or op.location
             location.emit_error(f"{self.argument}: {failure}")

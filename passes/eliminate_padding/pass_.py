@@ -50,8 +50,9 @@ from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, 
                                           SOFTMAXES, dropout_in_eval, reduced_axes)
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir.values import (defining_op, functions, hoist_argument_bindings, is_a,
-                                             rebuilt, typed, users, vtensor_type)
+from anyshape.passes.torch_ir.values import (IDENTITY, defining_op, functions,
+                                             hoist_argument_bindings, is_a, rebuilt, typed, users,
+                                             vtensor_type)
 
 PADDING_ATTR = "anyshape.padding"
 _OLD, _NEW = "anyshape.padded_rows", "anyshape.token_rows"  # marks, while the pass runs
@@ -545,7 +546,7 @@ class _Packer:
 
 def _attributes(op: ir.Operation) -> dict:
     named = (op.attributes[i] for i in range(len(op.attributes)))
-    return {a.name: a.attr for a in named if a.name != _OLD}
+    return {a.name: a.attr for a in named if a.name not in (_OLD, IDENTITY)}
 
 
 def _packable(roles, kind) -> bool:

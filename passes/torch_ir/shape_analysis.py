@@ -20,7 +20,7 @@ from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import constant_int, int_list, is_none, list_items
 from anyshape.passes.torch_ir.ops import (BROADCASTING, REDUCTIONS, SAME_SHAPE, keepdim,
                                           reduced_axes)
-from anyshape.passes.torch_ir.values import defining_op, is_a, typed
+from anyshape.passes.torch_ir.values import ValueMap, defining_op, is_a, typed
 
 Expr = sympy.Expr
 
@@ -88,11 +88,11 @@ _INT64_MAX = 2**63 - 1
 class ShapeAnalysis:
     def __init__(self, func_op: ir.Operation):
         self.block = func_op.regions[0].blocks[0]
-        self.dims: dict[ir.Value, list[Expr | None]] = {}
+        self.dims: ValueMap = ValueMap()  # ir.Value -> its dims
         self.roots: dict[sympy.Symbol, tuple[int, int]] = {}  # symbol -> (argument, axis)
         self.ranges: dict[sympy.Symbol, tuple[int | None, int | None]] = {}  # symbol -> (min, max)
         self._symbol_of: dict[ir.Value, Expr] = {}
-        self._bindings: dict[ir.Value, list[Expr | None]] = {}
+        self._bindings: ValueMap = ValueMap()  # ir.Value -> dims its binding states
         self._collect_bindings()
         self._root_arguments()
         self._propagate()
@@ -101,7 +101,10 @@ class ShapeAnalysis:
     def refresh(self) -> None:
         """Derive every op result's dims again: rewrites that replaced ops
         without recording their results' dims (``arange`` to ``iota_like``)
-        leave those, and everything computed from them, unknown."""
+        leave those, and everything computed from them, unknown. The bindings
+        are read again: those of erased ops went with them."""
+        self._bindings = ValueMap()
+        self._collect_bindings()
         self._propagate()
 
     def dim(self, value: ir.Value, axis: int) -> Expr | None:
@@ -185,21 +188,27 @@ class ShapeAnalysis:
 
     def _propagate(self) -> None:
         for op in self.block.operations:
-            op = op.operation
-            for result in op.results:
-                shape = vtensor_shape(result.type)
-                if shape is None:
-                    continue
-                derived = self._bindings.get(result) or self._derive(op, len(shape[0]))
-                dims = []
-                for axis, size in enumerate(shape[0]):
-                    if size is not None:
-                        dims.append(sympy.Integer(size))
-                    elif derived is not None and axis < len(derived):
-                        dims.append(derived[axis])
-                    else:
-                        dims.append(None)
-                self.dims[result] = dims
+            for result in op.operation.results:
+                dims = self._dims_of(result)
+                if dims is not None:
+                    self.dims[result] = dims
+
+    def _dims_of(self, result: ir.Value) -> list[Expr | None] | None:
+        """An op result's dims from its binding, else its producer and operands."""
+        shape = vtensor_shape(result.type)
+        if shape is None or isinstance(result.owner, ir.Block):
+            return None
+        derived = self._bindings.get(result) or self._derive(result.owner.operation,
+                                                              len(shape[0]))
+        dims = []
+        for axis, size in enumerate(shape[0]):
+            if size is not None:
+                dims.append(sympy.Integer(size))
+            elif derived is not None and axis < len(derived):
+                dims.append(derived[axis])
+            else:
+                dims.append(None)
+        return dims
 
     def _operand_dims(self, value: ir.Value) -> list[Expr | None] | None:
         return self.dims.get(value)

@@ -1,6 +1,9 @@
 """Values, types and function bodies of torch-dialect IR: who defines a value,
 who reads it, tensor types, and the tidying every pass does to a function."""
 
+import collections.abc
+import itertools
+
 from anyshape.mlir import ir, torch_ops
 
 # torch's ScalarType codes for the integer dtypes an index tensor may have.
@@ -49,7 +52,8 @@ def rebuilt(op: ir.Operation, operands, result_types=None, attributes=None) -> i
     if attributes is None:
         # Indexed: iterating ``op.attributes`` yields only the names.
         named = (op.attributes[i] for i in range(len(op.attributes)))
-        attributes = {attribute.name: attribute.attr for attribute in named}
+        attributes = {attribute.name: attribute.attr for attribute in named
+                      if attribute.name != IDENTITY}  # the new op is another op
     return ir.Operation.create(op.name, results=list(result_types), operands=list(operands),
                                attributes=attributes)
 
@@ -122,3 +126,68 @@ def erase_unused(func: ir.Operation) -> None:
         for user in users:
             user.erase()
         op.erase()
+
+
+# An op's identity, as an attribute, while a ValueMap keeps facts about its
+# results: the attribute stays with the op through rewrites of its operands,
+# and an op created later (wherever it is allocated) has none or another.
+IDENTITY = "anyshape.identity"
+_identities = itertools.count(1)
+
+
+def _identity(value: ir.Value, assign: bool = False):
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return ("argument", ir.BlockArgument(value).arg_number)  # never erased
+    op = owner.operation
+    if IDENTITY in op.attributes:
+        return ir.IntegerAttr(op.attributes[IDENTITY]).value
+    if not assign:
+        return None
+    number = next(_identities)
+    op.attributes[IDENTITY] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), number)
+    return number
+
+
+def forget_identities(root: ir.Operation) -> None:
+    """Remove the identity attributes ValueMaps put on the ops under ``root``."""
+    def visit(op):
+        if IDENTITY in op.attributes:
+            del op.attributes[IDENTITY]
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit)
+
+
+class ValueMap(collections.abc.MutableMapping):
+    """A dict keyed by ``ir.Value`` whose entries die with their value's op.
+
+    The bindings hash and compare a value by the address of its storage. Once
+    the op owning it is erased (a rewrite's ``replace_op``, the greedy driver's
+    folding), a new op may be allocated at the same address, and a plain dict
+    would hand it the erased value's entry: dims of another tensor, silently
+    (issue 36's hunt). Each entry is kept with its op's identity (an attribute
+    the op carries until ``forget_identities``, which the pass adapter calls
+    after every pass), and is absent for a value whose op has another."""
+
+    def __init__(self):
+        self._entries: dict[ir.Value, tuple] = {}
+
+    def __setitem__(self, value: ir.Value, item) -> None:
+        self._entries[value] = (_identity(value, assign=True), item)
+
+    def __getitem__(self, value: ir.Value):
+        identity, item = self._entries[value]
+        if _identity(value) != identity:
+            del self._entries[value]
+            raise KeyError(value)
+        return item
+
+    def __delitem__(self, value: ir.Value) -> None:
+        del self._entries[value]
+
+    def __iter__(self):
+        return iter(list(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)

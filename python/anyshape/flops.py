@@ -71,6 +71,7 @@ from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir, new_context, parse_module
 from anyshape.passes.torch_ir.constants import constant_number, is_none
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir.values import forget_identities
 
 __all__ = ["FlopReport", "UnknownOp", "count_flops", "count_module_flops", "FREE",
            "PER_OUTPUT_ELEMENT", "PER_INPUT_ELEMENT", "MATMULS"]
@@ -479,6 +480,7 @@ def _count_function(func: ir.Operation, name: str) -> FlopReport:
         dims = counter.dims(arg)
         arguments.append(None if dims is None else tuple(dims))
     analysis = counter.analysis
+    forget_identities(func)  # the analysis' marks: the module is the caller's
     return FlopReport(function=name, total=sympy.expand(sympy.Add(*by_op.values())),
                       matmul=sympy.expand(matmul), by_op=by_op, op_counts=op_counts, free=free,
                       unknown=unknown, symbols=dict(analysis.roots),
