@@ -181,15 +181,33 @@ def signature_from_program(program: torch.export.ExportedProgram,
 
 
 def ordered_range_constraints(program: torch.export.ExportedProgram) -> list[tuple]:
-    """``program.range_constraints`` by symbol name (``s2`` before ``s10``).
+    """``program.range_constraints`` in the order the inputs' dims name them:
+    input by input, axis by axis, a derived dim's root symbols (by name) before
+    the derived dim; any other entry after them, by name.
 
     torch.export adds the roots of derived dims (``2*A``, ``B+1``) while iterating
-    a set of sympy symbols, so its order changes with ``PYTHONHASHSEED``; the
+    a set of sympy symbols, so its own order changes with ``PYTHONHASHSEED``; the
     manifest and the imported ``torch.symbolic_int`` ops follow this order instead."""
-    def natural(item):
-        return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(item[0]))]
+    constraints = program.range_constraints
+    order: list = []
 
-    return sorted(program.range_constraints.items(), key=natural)
+    def add(key) -> None:
+        if key in constraints and key not in order:
+            order.append(key)
+
+    def natural(key):
+        return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(key))]
+
+    for node in program.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        for dim in val.shape if isinstance(val, torch.Tensor) else ():
+            if isinstance(dim, torch.SymInt):
+                for root in sorted(dim.node.expr.free_symbols, key=natural):
+                    add(root)
+                add(dim.node.expr)
+    for key in sorted(constraints, key=natural):
+        add(key)
+    return [(key, constraints[key]) for key in order]
 
 
 # The 0-d tensor that carries a Python scalar output through the module.
