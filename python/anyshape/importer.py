@@ -161,8 +161,10 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     importer._cc.set_symbolic_guards(program)
     # torch-mlir makes the torch.symbolic_int ops in this dict's order: by name,
     # not in torch.export's hash-dependent one (signature.ordered_range_constraints).
-    importer._cc._symbolic_guards = {str(sym): importer._cc._symbolic_guards[str(sym)]
-                                     for sym, _ in ordered_range_constraints(program)}
+    guards = importer._cc._symbolic_guards  # integer symbols only (not .item()'s floats)
+    importer._cc._symbolic_guards = {str(sym): guards[str(sym)]
+                                     for sym, _ in ordered_range_constraints(program)
+                                     if str(sym) in guards}
     with ctx, _shape_expressions_as_affine_maps(), _node_being_imported() as current:
         try:
             importer.import_stateless_graph(graph, func_name=func_name,
