@@ -8,7 +8,7 @@ STAMP := $(VENV)/.anyshape-installed
 BENCH_STAMP := $(VENV)/.anyshape-bench-installed
 BENCH_ARGS ?=
 
-.PHONY: test lit pytest docs demo bench bench-sweep bench-served bench-hoist-slices zoo fuzz coverage opt-compat clean
+.PHONY: test lit pytest docs demo bench bench-sweep bench-served bench-hoist-slices zoo family-sweep fuzz coverage opt-compat clean
 
 # PIP_CONSTRAINT, not only -c: it also pins what pip installs to build anyshape
 # itself (setuptools, in pip's isolated build environment).
@@ -75,6 +75,16 @@ bench-served: $(BENCH_STAMP)
 # minutes on 2 cores). Writes bench/results/zoo.md.
 zoo: $(STAMP)
 	$(PY) bench/zoo.py
+
+# Not a test: every causal-LM and encoder family transformers builds from a small
+# config, each in a fresh process, compiled once (unbounded dynamic batch and
+# sequence) and checked against eager float32 (and float64 where they disagree)
+# at odd lengths, batch > 1 and padding (about an hour on 2 cores). Writes
+# bench/results/family_sweep.{md,json}.
+#   make family-sweep FAMILY_SWEEP_ARGS='--families bloom llama bert --out /tmp/sweep'
+FAMILY_SWEEP_ARGS ?=
+family-sweep: $(STAMP)
+	$(PY) bench/family_sweep.py $(FAMILY_SWEEP_ARGS)
 
 # Not a test: torch-mlir's own lit tests (test/ of a torch-mlir checkout outside this
 # repository) with torch-mlir-opt, then with anyshape-opt in its place; fails when a

@@ -1,0 +1,184 @@
+"""The HuggingFace families that pass `make family-sweep` (bench/family_sweep.py,
+bench/results/family_sweep.md), each built from transformers' default config at a
+smaller size than there, compiled once as a user would (unbounded ``Dim("batch")``,
+``Dim("seq")`` from batch 2, length 16, an all-ones mask), and checked against
+eager float32 at an odd length and at batch 3 with a half-padded row (padded on
+the left for causal LMs, on the right for encoders).
+
+``ANYSHAPE_HF_FAMILIES=all`` runs every family that passes the sweep; by default
+``CORE``, one family for each structurally different mechanism.
+"""
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+_SWEEP = Path(__file__).resolve().parents[2] / "bench" / "family_sweep.py"
+_spec = importlib.util.spec_from_file_location("family_sweep", _SWEEP)
+sweep = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("family_sweep", sweep)
+_spec.loader.exec_module(sweep)
+
+# Smaller than the sweep's (hidden 64): 4 heads of 8, 2 KV heads, one layer of
+# each kind the model has (at least 2).
+SIZES = sweep.Sizes(hidden=32, heads=4, kv_heads=2, head_dim=8, vocab=256)
+SHAPES = [(1, 7), (3, 17)]  # (3, 17): row 0 half padding
+
+# model type -> (kind, what it exercises): the families whose status is 'pass' in
+# bench/results/family_sweep.md.
+PASSING: dict[str, tuple[str, str]] = {
+    "albert": ("encoder", "passes the sweep"),
+    "apertus": ("causal", "passes the sweep"),
+    "arcee": ("causal", "passes the sweep"),
+    "bart": ("causal", "passes the sweep"),
+    "bert": ("encoder", "passes the sweep"),
+    "bert-generation": ("causal", "passes the sweep"),
+    "big_bird": ("encoder", "passes the sweep"),
+    "bigbird_pegasus": ("causal", "passes the sweep"),
+    "biogpt": ("causal", "passes the sweep"),
+    "bitnet": ("causal", "passes the sweep"),
+    "blenderbot": ("causal", "passes the sweep"),
+    "blenderbot-small": ("causal", "passes the sweep"),
+    "bloom": ("causal", "passes the sweep"),
+    "camembert": ("encoder", "passes the sweep"),
+    "codegen": ("causal", "passes the sweep"),
+    "cohere": ("causal", "passes the sweep"),
+    "cohere2": ("causal", "passes the sweep"),
+    "convbert": ("encoder", "passes the sweep"),
+    "ctrl": ("causal", "passes the sweep"),
+    "cwm": ("causal", "passes the sweep"),
+    "data2vec-text": ("encoder", "passes the sweep"),
+    "deberta": ("encoder", "passes the sweep"),
+    "deberta-v2": ("encoder", "passes the sweep"),
+    "diffllama": ("causal", "passes the sweep"),
+    "distilbert": ("encoder", "passes the sweep"),
+    "doge": ("causal", "passes the sweep"),
+    "electra": ("encoder", "passes the sweep"),
+    "ernie": ("encoder", "passes the sweep"),
+    "ernie4_5": ("causal", "passes the sweep"),
+    "eurobert": ("encoder", "passes the sweep"),
+    "exaone4": ("causal", "passes the sweep"),
+    "flaubert": ("encoder", "passes the sweep"),
+    "flint": ("causal", "passes the sweep"),
+    "gemma": ("causal", "passes the sweep"),
+    "gemma2": ("causal", "passes the sweep"),
+    "gemma3_text": ("causal", "passes the sweep"),
+    "git": ("causal", "passes the sweep"),
+    "glm": ("causal", "passes the sweep"),
+    "glm4": ("causal", "passes the sweep"),
+    "gpt-sw3": ("causal", "passes the sweep"),
+    "gpt2": ("causal", "passes the sweep"),
+    "gpt_bigcode": ("causal", "passes the sweep"),
+    "gpt_neox": ("causal", "passes the sweep"),
+    "gpt_neox_japanese": ("causal", "passes the sweep"),
+    "gptj": ("causal", "passes the sweep"),
+    "granite": ("causal", "passes the sweep"),
+    "granite_swa": ("causal", "passes the sweep"),
+    "gte": ("encoder", "passes the sweep"),
+    "helium": ("causal", "passes the sweep"),
+    "hrm_text": ("causal", "passes the sweep"),
+    "hyperclovax": ("causal", "passes the sweep"),
+    "ibert": ("encoder", "passes the sweep"),
+    "internlm3": ("causal", "passes the sweep"),
+    "iquestcoder": ("causal", "passes the sweep"),
+    "jais2": ("causal", "passes the sweep"),
+    "jina_embeddings_v3": ("encoder", "passes the sweep"),
+    "layoutlm": ("encoder", "passes the sweep"),
+    "lfm2": ("causal", "passes the sweep"),
+    "llama": ("causal", "passes the sweep"),
+    "luke": ("encoder", "passes the sweep"),
+    "marian": ("causal", "passes the sweep"),
+    "markuplm": ("encoder", "passes the sweep"),
+    "mbart": ("causal", "passes the sweep"),
+    "megatron-bert": ("encoder", "passes the sweep"),
+    "ministral3": ("causal", "passes the sweep"),
+    "mistral": ("causal", "passes the sweep"),
+    "modernbert": ("encoder", "passes the sweep"),
+    "modernbert-decoder": ("causal", "passes the sweep"),
+    "moshi": ("causal", "passes the sweep"),
+    "mpnet": ("encoder", "passes the sweep"),
+    "mra": ("encoder", "passes the sweep"),
+    "mvp": ("causal", "passes the sweep"),
+    "nanochat": ("causal", "passes the sweep"),
+    "nomic_bert": ("encoder", "passes the sweep"),
+    "nystromformer": ("encoder", "passes the sweep"),
+    "olmo": ("causal", "passes the sweep"),
+    "olmo2": ("causal", "passes the sweep"),
+    "olmo3": ("causal", "passes the sweep"),
+    "opt": ("causal", "passes the sweep"),
+    "pegasus": ("causal", "passes the sweep"),
+    "perceiver": ("encoder", "passes the sweep"),
+    "persimmon": ("causal", "passes the sweep"),
+    "phi": ("causal", "passes the sweep"),
+    "phi3": ("causal", "passes the sweep"),
+    "phi4_multimodal": ("causal", "passes the sweep"),
+    "plbart": ("causal", "passes the sweep"),
+    "qwen2": ("causal", "passes the sweep"),
+    "qwen3": ("causal", "passes the sweep"),
+    "rembert": ("encoder", "passes the sweep"),
+    "roberta": ("encoder", "passes the sweep"),
+    "roberta-prelayernorm": ("encoder", "passes the sweep"),
+    "roc_bert": ("encoder", "passes the sweep"),
+    "roformer": ("encoder", "passes the sweep"),
+    "seed_oss": ("causal", "passes the sweep"),
+    "smollm3": ("causal", "passes the sweep"),
+    "stablelm": ("causal", "passes the sweep"),
+    "starcoder2": ("causal", "passes the sweep"),
+    "trocr": ("causal", "passes the sweep"),
+    "ultrabert": ("encoder", "passes the sweep"),
+    "vaultgemma": ("causal", "passes the sweep"),
+    "whisper": ("causal", "passes the sweep"),
+    "xglm": ("causal", "passes the sweep"),
+    "xlm": ("encoder", "passes the sweep"),
+    "xlm-roberta": ("encoder", "passes the sweep"),
+    "xlm-roberta-xl": ("encoder", "passes the sweep"),
+    "yoso": ("encoder", "passes the sweep"),
+}
+
+# One per mechanism: which of PASSING a default run compiles.
+CORE: dict[str, str] = {
+    "bloom": "ALiBi slopes from torch.pow of a float base (issue 36)",
+    "llama": "rotary positions, grouped-query attention",
+    "gpt_neox": "partial rotary, parallel attention and MLP",
+    "mistral": "sliding-window mask",
+    "gemma2": "logit soft-capping, alternating local and global layers",
+    "deberta-v2": "relative-position encoder with disentangled attention",
+}
+
+SELECTED = PASSING if os.environ.get("ANYSHAPE_HF_FAMILIES") == "all" else \
+    {name: PASSING[name] for name in CORE}
+
+
+def _task(model_type: str, kind: str) -> str:
+    return dict(((t, k), task) for t, k, task in sweep.families(kind))[(model_type, kind)]
+
+
+@pytest.fixture(scope="module", params=sorted(SELECTED))
+def compiled_family(request):
+    model_type = request.param
+    kind = SELECTED[model_type][0]
+    family = sweep.Family(model_type, kind, _task(model_type, kind), SIZES)
+    compiled, _ = family.compile()
+    return family, compiled
+
+
+@pytest.mark.parametrize("batch, length", SHAPES)
+def test_matches_eager(compiled_family, batch, length):
+    family, compiled = compiled_family
+    ids, mask = family.inputs(batch, length, seed=length)
+    if (batch, length) == sweep.PADDED_SHAPE:
+        assert mask[0].sum() < length and mask[1:].all()
+    with torch.no_grad():
+        expected = family.wrapper(ids, mask)
+    got = compiled(ids, mask)
+    error, why = sweep.masked_error(got, expected, mask)
+    tolerance = sweep.REL_TOLERANCE * max(1.0, float(expected.abs().max()))
+    assert error <= tolerance, f"{family.model_type} at {batch}x{length}: {error:.2e} {why}"
+
+
+def test_core_families_pass_the_sweep():
+    assert set(CORE) <= set(PASSING), set(CORE) - set(PASSING)
