@@ -19,6 +19,8 @@ from anyshape.passes.torch_ir.mixed_comparisons import mend_mixed_comparisons
 from anyshape.signature import ordered_range_constraints, output_roles
 from anyshape.checked_det import check_det
 from anyshape.edge_value_math import rewrite_edge_value_math
+from anyshape.integer_negation import rewrite_integer_negation
+from anyshape.packed_sort_keys import rewrite_sorts_as_packed_keys
 from anyshape.rank0_softmax import rewrite_rank0_softmax
 from anyshape.stable_logcumsumexp import rewrite_logcumsumexp
 from anyshape.symbolic_scalars import (lower_symbolic_scalars, scalar_as_tensor,
@@ -143,6 +145,8 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     names: dict[int, str] = {}
     graph = _inline_state(program, names)
     refuse_wrong_lowerings(graph)
+    rewrite_sorts_as_packed_keys(graph)
+    rewrite_integer_negation(graph)
     # Before the scalars become 0-d tensor ops: those pow ops of sizes stay as
     # they were tested (test_symbolic_scalars.py), on IREE's host arithmetic.
     # (After them, the IEEE rewrite's sign tests met torch-mlir's comparison
