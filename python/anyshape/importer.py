@@ -25,6 +25,7 @@ from anyshape.rank0_softmax import rewrite_rank0_softmax
 from anyshape.stable_logcumsumexp import rewrite_logcumsumexp
 from anyshape.symbolic_scalars import (lower_symbolic_scalars, scalar_as_tensor,
                                        wrap_scalars_at_tensor_operands)
+from anyshape.tensor_metadata_asserts import drop_proven_metadata_asserts
 from anyshape.unsigned_casts import cast_floats_to_unsigned_through_int64
 from anyshape.wrong_lowerings import refuse_wrong_lowerings
 
@@ -145,6 +146,7 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     names: dict[int, str] = {}
     graph = _inline_state(program, names)
     refuse_wrong_lowerings(graph)
+    drop_proven_metadata_asserts(graph)
     rewrite_sorts_as_packed_keys(graph)
     rewrite_integer_negation(graph)
     # Before the scalars become 0-d tensor ops: those pow ops of sizes stay as

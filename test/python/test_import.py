@@ -202,3 +202,28 @@ def test_literal_cache_keeps_what_it_is_keyed_by():
             del temporary
             assert handed_over() is not None, "the cached tensor was freed: its id can be reused"
             assert "dense<" in str(literal.owner) and "3x5xui8" in str(literal.owner.attributes["value"])
+
+
+class ComplexRotary(torch.nn.Module):
+    """Llama 4's and DeepSeek-V2's rotary embedding: complex frequencies moved with
+    ``.to(device)``, which torch.export records as ``_assert_tensor_metadata``."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.register_buffer("freqs", torch.polar(torch.ones(64, 4), torch.randn(64, 4, generator=g)))
+
+    def forward(self, x):
+        pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(pairs * self.freqs[: x.shape[1]].to(x.device)).flatten(-2)
+
+
+def test_complex_to_device_imports():
+    """torch-mlir refused the assertion ("the dtype does not match") for complex64."""
+    model = ComplexRotary()
+    compiled = anyshape.compile(model, (torch.randn(2, 16, 8),),
+                                dynamic_shapes=({0: Dim("batch"), 1: Dim("seq", max=64)},))
+    for length in (1, 7, 33):
+        x = torch.randn(3, length, 8)
+        assert float((compiled(x) - model(x)).abs().max()) < 1e-6
+
