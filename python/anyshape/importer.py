@@ -18,6 +18,7 @@ from anyshape.mlir import ir, new_context
 from anyshape.passes.torch_ir.mixed_comparisons import mend_mixed_comparisons
 from anyshape.signature import ordered_range_constraints, output_roles
 from anyshape.checked_det import check_det
+from anyshape.constant_subexpressions import compute_constant_subexpressions
 from anyshape.edge_value_math import rewrite_edge_value_math
 from anyshape.integer_negation import rewrite_integer_negation
 from anyshape.packed_sort_keys import rewrite_sorts_as_packed_keys
@@ -146,6 +147,7 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     names: dict[int, str] = {}
     graph = _inline_state(program, names)
     refuse_wrong_lowerings(graph)
+    compute_constant_subexpressions(graph)
     drop_proven_metadata_asserts(graph)
     rewrite_sorts_as_packed_keys(graph)
     rewrite_integer_negation(graph)

@@ -227,3 +227,25 @@ def test_complex_to_device_imports():
         x = torch.randn(3, length, 8)
         assert float((compiled(x) - model(x)).abs().max()) < 1e-6
 
+
+class SparsityCutoff(torch.nn.Module):
+    """Gemma 3n's activation sparsity: a quantile of the normal from a literal
+    (an erfinv, which IREE cannot lower) and a small table built from constants."""
+
+    def forward(self, x):
+        cutoff = torch.distributions.normal.Normal(0, 1).icdf(torch.tensor(0.9))
+        table = torch.arange(6, dtype=torch.float32).reshape(2, 3).t().exp()
+        return torch.relu(x - cutoff) * table.sum()
+
+
+def test_ops_on_constants_are_computed_at_compile_time():
+    """IREE reported the literal ("failed to legalize 'torch.vtensor.literal'" at
+    <unknown>), not the erfinv that used it."""
+    model = SparsityCutoff()
+    compiled = anyshape.compile(model, (torch.randn(4, 5),),
+                                dynamic_shapes=({0: Dim("rows")},))
+    for rows in (1, 7):
+        x = torch.randn(rows, 5)
+        assert torch.equal(compiled(x), model(x))
+    text = str(anyshape.import_torch(model, (torch.randn(4, 5),)))
+    assert "erfinv" not in text and "torch.aten.exp" not in text

@@ -1,0 +1,50 @@
+"""Ops on constants only, computed once by torch at compile time.
+
+A model may compute a scalar from literals in its forward: Gemma 3n's
+activation sparsity takes ``Normal(0, 1).icdf(0.9)``, an ``erfinv`` of a 0-d
+constant. IREE 3.13 has no lowering for ``erfinv``, and what it reported was
+the literal (``failed to legalize operation 'torch.vtensor.literal'`` at
+``<unknown>``), not the op. Computed by torch here, the value is eager's to
+the bit and nothing is left to lower. Only small results are computed (a
+large one would be stored in the artifact where an op made it), and never an
+op whose result is not a function of its inputs (random, uninitialised).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx import Graph, Node
+from torch.fx.node import map_aggregate
+
+_MAX_ELEMENTS = 64
+
+
+def _computable(node: Node) -> bool:
+    op = node.target
+    if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in op.tags or op._schema.is_mutable \
+            or "empty" in op._schema.name or op.namespace != "aten":
+        return False
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.numel() > _MAX_ELEMENTS \
+            or any(not isinstance(s, int) for s in val.shape):
+        return False
+    inputs = []
+    map_aggregate((node.args, node.kwargs), inputs.append)
+    return not any(isinstance(a, (Node, torch.SymInt, torch.SymFloat, torch.SymBool))
+                   for a in inputs)
+
+
+def compute_constant_subexpressions(graph: Graph) -> int:
+    """Replace each small op of constants by its value; returns how many."""
+    computed = 0
+    for node in list(graph.nodes):
+        if not _computable(node):
+            continue
+        with torch.no_grad():
+            value = node.target(*node.args, **node.kwargs)
+        node.replace_all_uses_with(value)
+        graph.erase_node(node)
+        computed += 1
+    return computed
