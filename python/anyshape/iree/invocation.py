@@ -9,6 +9,7 @@ reproducer and the ``iree-compile`` command that replays it.
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import threading
@@ -76,5 +77,29 @@ def first_error(stderr: str) -> str:
     for i, line in enumerate(lines):
         if "error:" in line:
             notes = [l.strip() for l in lines[i + 1:i + 4] if "note:" in l]
-            return "\n".join([line.strip()] + notes)
+            return "\n".join([_name_unlowered_op(line.strip())] + notes)
     return stderr.strip() or "iree-compile failed with no diagnostic"
+
+
+_OPAQUE_OP = re.compile(r"^(?P<at>.*?error: )failed to legalize operation 'torch\.operator'"
+                        r".*?name = \"torch\.(?P<op>[\w.]+)\"")
+
+# How a user gets around an op without a lowering, where there is a way.
+_AROUND = {
+    "aten.histc": "transformers' default MoE experts (grouped_mm) count tokens per expert "
+                  "with histc; load the model with experts_implementation=\"batched_mm\"",
+    "aten._fft_c2c": "FFTs (FNet's token mixing) cannot be compiled",
+    "aten._fft_r2c": "FFTs cannot be compiled",
+}
+
+
+def _name_unlowered_op(line: str) -> str:
+    """IREE's 'failed to legalize torch.operator' as what it means: torch-mlir
+    imported an op it has no lowering for, opaque, and nothing can compile it."""
+    match = _OPAQUE_OP.match(line)
+    if not match:
+        return line
+    op = match["op"]
+    around = f"; {_AROUND[op]}" if op in _AROUND else ""
+    return (f"{match['at']}torch-mlir has no lowering for {op} (it imports as an opaque "
+            f"'torch.operator' that IREE cannot compile){around}")
