@@ -1,13 +1,16 @@
-"""Ops on constants only, computed once by torch at compile time.
+"""Small tensors computed from constant tensors only, once, by torch at compile time.
 
 A model may compute a scalar from literals in its forward: Gemma 3n's
 activation sparsity takes ``Normal(0, 1).icdf(0.9)``, an ``erfinv`` of a 0-d
 constant. IREE 3.13 has no lowering for ``erfinv``, and what it reported was
 the literal (``failed to legalize operation 'torch.vtensor.literal'`` at
 ``<unknown>``), not the op. Computed by torch here, the value is eager's to
-the bit and nothing is left to lower. Only small results are computed (a
-large one would be stored in the artifact where an op made it), and never an
-op whose result is not a function of its inputs (random, uninitialised).
+the bit and nothing is left to lower. Only results of at most 64 elements
+of ops on constant tensors are computed (a large one would be stored in the
+artifact where an op made it): creation ops (``full``, ``scalar_tensor``)
+stay ops, in the forms the passes match (RoBERTa's mask fill is a ``where``
+of two ``scalar_tensor``), and an op whose result is not a function of its
+inputs (random, uninitialised) is never run here.
 """
 
 from __future__ import annotations
@@ -28,16 +31,20 @@ def _computable(node: Node) -> bool:
         return False
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor) or val.numel() > _MAX_ELEMENTS \
-            or any(not isinstance(s, int) for s in val.shape):
+            or any(not isinstance(size, int) for size in val.shape):
         return False
     inputs = []
     map_aggregate((node.args, node.kwargs), inputs.append)
-    return not any(isinstance(a, (Node, torch.SymInt, torch.SymFloat, torch.SymBool))
-                   for a in inputs)
+    if any(isinstance(a, (Node, torch.SymInt, torch.SymFloat, torch.SymBool)) for a in inputs) \
+            or not any(isinstance(a, torch.Tensor) for a in inputs):
+        return False
+    # torch-mlir imports a list of tensors only if all are values, none a literal
+    # (``index.Tensor``'s indices, ``cat``'s inputs).
+    return all(node in (*user.args, *user.kwargs.values()) for user in node.users)
 
 
 def compute_constant_subexpressions(graph: Graph) -> int:
-    """Replace each small op of constants by its value; returns how many."""
+    """Replace each such op by its value; returns how many."""
     computed = 0
     for node in list(graph.nodes):
         if not _computable(node):
