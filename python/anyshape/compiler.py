@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from anyshape import compile_cache
 from anyshape.errors import CompileError, DataTilingFallback
 from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts, inject_dim_facts
@@ -44,7 +45,7 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
             progress: bool | Callable[[str], None] = False,
             threads: int | None = None, data_tiling: bool | None = None,
             params: str = "inline", dtype=None, padding: str | None = None,
-            target_cpu: str | None = None) -> CompiledModule:
+            target_cpu: str | None = None, cache: bool = True) -> CompiledModule:
     """Export ``model`` with ``torch.export`` (``dynamic_shapes`` as there), run the
     anyshape passes and compile with IREE for ``target`` ("cpu" or "cuda").
 
@@ -75,6 +76,11 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     (``"znver3"``, ``"skylake-avx512"``) or a level (``"x86-64-v3"``). The
     manifest records it with its features, and a host that lacks one refuses
     to run the artifact, naming it (``anyshape/iree/cpu.py``).
+    ``cache`` (default True): keep the artifact in the compile cache and take it
+    from there when the exported program, the options and the versions are the
+    same (``anyshape/compile_cache.py``; ``ANYSHAPE_CACHE_DIR`` says where). A
+    module from the cache runs the same; its ``stages`` and ``ir()`` compile
+    it again when first asked for. ``dump_ir_dir`` always compiles.
     """
     from anyshape.importer import export_program, import_program
     from anyshape.signature import dim_labels_from, signature_from_program
@@ -103,14 +109,47 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     signature = signature_from_program(program, dim_labels_from(program, dynamic_shapes))
     if padding == "eliminate":
         pass_names = with_padding_elimination(pass_names, signature)
-    weights: dict | None = {} if params == "external" else None
-    imported = import_program(program, weights=weights)
-    import_seconds = time.monotonic() - exported
-    module = compile_module(imported, signature, compile_target, pass_names,
-                            dump_ir_dir=dump_ir_dir, report=report, weights=weights)
-    module.stage_seconds = {"export": exported - started, IMPORT_STAGE: import_seconds,
-                            **{k: v for k, v in module.stage_seconds.items() if k != IMPORT_STAGE}}
+
+    def build() -> tuple[CompiledModule, list[warnings.WarningMessage]]:
+        weights: dict | None = {} if params == "external" else None
+        began = time.monotonic()
+        imported = import_program(program, weights=weights)
+        import_seconds = time.monotonic() - began
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            built = compile_module(imported, signature, compile_target, pass_names,
+                                   dump_ir_dir=dump_ir_dir, report=report, weights=weights)
+        built.stage_seconds = {IMPORT_STAGE: import_seconds,
+                               **{k: v for k, v in built.stage_seconds.items()
+                                  if k != IMPORT_STAGE}}
+        return built, caught
+
+    key = None
+    if cache:
+        options = {"target": compile_target.to_json(), "passes": pass_names, "params": params,
+                   "padding": padding, "signature": signature.to_json(),
+                   "cpu": (dataclasses.asdict(resolve_cpu(compile_target.cpu))
+                           if compile_target.name == "cpu" else None)}
+        key = compile_cache.cache_key(program, options)
+        hit = compile_cache.lookup(key, threads=threads) if dump_ir_dir is None else None
+        if hit is not None:
+            module, fallbacks = hit
+            module.stage_seconds = {"export": exported - started,
+                                    "cache": time.monotonic() - exported}
+            module.stage_source = lambda: build()[0]
+            for text in fallbacks:
+                warnings.warn(text, DataTilingFallback, stacklevel=2)
+            report(f"from the compile cache ({module.vmfb_path.parent}) in "
+                   f"{time.monotonic() - started:.1f}s")
+            return module
+    module, caught = build()
+    for warning in caught:  # raised again, at the caller's line
+        warnings.warn(warning.message, warning.category, stacklevel=2)
+    module.stage_seconds = {"export": exported - started, **module.stage_seconds}
     module.threads = threads
+    if key is not None:
+        compile_cache.store(key, module, [str(w.message) for w in caught
+                                          if issubclass(w.category, DataTilingFallback)])
     report(f"done in {time.monotonic() - started:.0f}s")
     return module
 

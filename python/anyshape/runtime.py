@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -67,14 +67,26 @@ class CompiledModule:
         self._functions = {}  # entry name -> IREE function, from _context
         self._context = None  # the IREE SystemContext that owns _functions
         self.cuda_ordinal: int | None = None  # load(device="cuda:N"); None: the first device
+        # A module from the compile cache: compiles it again, for its stages, when
+        # they are first asked for (compiler.compile)
+        self.stage_source: Callable[[], "CompiledModule"] | None = None
 
     # -- introspection -------------------------------------------------------
     @property
     def stages(self) -> list[str]:
+        self._compile_stages_again()
         return list(self._stage_files)
+
+    def _compile_stages_again(self) -> None:
+        if self._stage_files or self.stage_source is None:
+            return
+        fresh = self.stage_source()
+        self._stage_files, self._workdir = fresh._stage_files, fresh._workdir
+        self.stage_source = None
 
     def ir(self, stage: str) -> str:
         """MLIR text after ``stage`` (weights included)."""
+        self._compile_stages_again()
         if not self._stage_files:
             raise ValueError("this module was loaded from disk: its compile stages were not saved")
         if stage not in self._stage_files:

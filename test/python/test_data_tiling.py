@@ -265,7 +265,7 @@ def _program_22():
 
 
 @pytest.fixture
-def without_packing_barriers(monkeypatch):
+def without_packing_barriers(monkeypatch, tmp_path_factory):
     """IREE 3.13 as anyshape found it: random program 22 of the slice-hoisting
     property test (one-head masked attention, flattened into an mm) fails its
     CPU codegen with data tiling unless anyshape keeps the attention
@@ -281,6 +281,9 @@ def without_packing_barriers(monkeypatch):
         return 0
 
     monkeypatch.setattr(anyshape.compiler, "separate_dynamic_operand_packing", copy_unchanged)
+    # The compile cache knows anyshape's source, not a patch: builds without the
+    # barrier get a cache of their own.
+    monkeypatch.setenv("ANYSHAPE_CACHE_DIR", str(tmp_path_factory.mktemp("cache-without-barriers")))
 
 
 def test_program_22_is_data_tiled():

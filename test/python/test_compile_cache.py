@@ -1,0 +1,175 @@
+"""The compile cache (anyshape/compile_cache.py): hits, what the key covers,
+damaged and half-written entries, two processes filling one entry, cache=False."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch.export import Dim
+
+import anyshape
+from anyshape import compile_cache
+
+
+class Small(torch.nn.Module):
+    def __init__(self, seed=0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.weight = torch.nn.Parameter(torch.randn(8, 8, generator=g))
+
+    def forward(self, x):
+        return torch.tanh(x @ self.weight)
+
+
+DIMS = ({0: Dim("rows")},)
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(compile_cache.CACHE_ENV, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def entries(root: Path) -> list[Path]:
+    return sorted(p for p in (root / compile_cache.LAYOUT).glob("*/*")
+                  if p.is_dir() and not p.name.startswith("."))
+
+
+def from_cache(module) -> bool:
+    return "cache" in module.stage_seconds and "iree-compile" not in module.stage_seconds
+
+
+def test_a_hit_loads_in_well_under_a_second_and_runs_the_same(cache_dir):
+    model = Small().eval()
+    first = anyshape.compile(model, (torch.randn(3, 8),), dynamic_shapes=DIMS)
+    second = anyshape.compile(model, (torch.randn(3, 8),), dynamic_shapes=DIMS)
+    assert not from_cache(first) and from_cache(second)
+    assert second.stage_seconds["cache"] < 0.5, second.stage_seconds
+    assert len(entries(cache_dir)) == 1
+    x = torch.randn(7, 8)
+    assert torch.equal(first(x), second(x)) and torch.allclose(second(x), model(x), atol=1e-6)
+    assert second.vmfb == first.vmfb
+    # Its stages are compiled again when asked for.
+    assert "torch.aten.tanh" in second.ir("import") and second.stages == first.stages
+
+
+def test_the_key_covers_weights_options_and_versions(cache_dir, monkeypatch):
+    x = torch.randn(3, 8)
+    anyshape.compile(Small(0), (x,), dynamic_shapes=DIMS)
+    other_weights = anyshape.compile(Small(1), (x,), dynamic_shapes=DIMS)
+    assert not from_cache(other_weights)
+    assert not from_cache(anyshape.compile(Small(0), (x,), dynamic_shapes=DIMS, passes=[]))
+    assert not from_cache(anyshape.compile(Small(0), (x,), dynamic_shapes=DIMS,
+                                           data_tiling=False))
+    assert not from_cache(anyshape.compile(Small(0), (x,), dynamic_shapes=({0: Dim("n", max=64)},)))
+    assert not from_cache(anyshape.compile(Small(0), (x,), dynamic_shapes=DIMS,
+                                           target_cpu="x86-64-v2"))
+    assert len(entries(cache_dir)) == 6
+    # another anyshape source or IREE version: compiled again
+    monkeypatch.setattr(compile_cache, "source_digest", lambda: "a changed pass")
+    assert not from_cache(anyshape.compile(Small(0), (x,), dynamic_shapes=DIMS))
+    from anyshape import mlir
+
+    real = mlir.versions
+    monkeypatch.setattr(mlir, "versions", lambda: {**real(), "iree": "0.0.0"})
+    assert not from_cache(anyshape.compile(Small(0), (x,), dynamic_shapes=DIMS))
+    assert len(entries(cache_dir)) == 8
+    # The other weights' artifact computes with its weights.
+    assert torch.allclose(other_weights(x), Small(1)(x), atol=1e-6)
+
+
+@pytest.mark.parametrize("damage", ["truncated module", "altered manifest", "no record",
+                                    "empty directory"])
+def test_a_damaged_or_half_written_entry_is_compiled_again(cache_dir, damage):
+    model = Small().eval()
+    anyshape.compile(model, (torch.randn(3, 8),), dynamic_shapes=DIMS)
+    [entry] = entries(cache_dir)
+    if damage == "truncated module":
+        vmfb = entry / "module.vmfb"
+        vmfb.write_bytes(vmfb.read_bytes()[:1000])
+    elif damage == "altered manifest":
+        (entry / "manifest.json").write_text((entry / "manifest.json").read_text()
+                                             .replace('"rows"', '"other"'))
+    elif damage == "no record":  # as a writer that died before its last file
+        (entry / compile_cache.RECORD).unlink()
+    else:
+        for path in entry.iterdir():
+            path.unlink()
+    again = anyshape.compile(model, (torch.randn(3, 8),), dynamic_shapes=DIMS)
+    assert not from_cache(again), f"{damage}: loaded"
+    x = torch.randn(5, 8)
+    assert torch.allclose(again(x), model(x), atol=1e-6)
+    # ... and the entry is whole again.
+    assert from_cache(anyshape.compile(model, (torch.randn(3, 8),), dynamic_shapes=DIMS))
+
+
+def test_a_staging_directory_left_by_a_dead_writer_is_not_an_entry(cache_dir):
+    model = Small().eval()
+    anyshape.compile(model, (torch.randn(3, 8),), dynamic_shapes=DIMS)
+    [entry] = entries(cache_dir)
+    staging = entry.with_name(f".{entry.name[:16]}-dead")
+    staging.mkdir()
+    (staging / "module.vmfb").write_bytes(b"half")
+    assert from_cache(anyshape.compile(model, (torch.randn(3, 8),), dynamic_shapes=DIMS))
+
+
+FILL = textwrap.dedent("""
+    import sys, torch, anyshape
+    from torch.export import Dim
+    sys.path.insert(0, {here!r})
+    from test_compile_cache import Small
+    model = Small().eval()
+    compiled = anyshape.compile(model, (torch.randn(3, 8),), dynamic_shapes=({{0: Dim("rows")}},))
+    x = torch.randn(5, 8)
+    assert torch.allclose(compiled(x), model(x), atol=1e-6)
+    print("cache" in compiled.stage_seconds)
+""")
+
+
+@pytest.mark.builds_in_subprocess
+def test_two_processes_filling_one_entry_at_once(cache_dir, tmp_path):
+    script = tmp_path / "fill.py"
+    script.write_text(FILL.format(here=str(Path(__file__).parent)))
+    env = {**os.environ, compile_cache.CACHE_ENV: str(cache_dir)}
+    procs = [subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for proc, (out, err) in zip(procs, outs):
+        assert proc.returncode == 0, err[-2000:]
+    [entry] = entries(cache_dir)
+    assert not [p for p in entry.parent.iterdir() if p.name.startswith(".")], "staging left"
+    third = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert third.returncode == 0 and third.stdout.strip() == "True", third.stderr[-2000:]
+
+
+def test_cache_false_neither_reads_nor_writes(cache_dir):
+    model = Small().eval()
+    anyshape.compile(model, (torch.randn(3, 8),), dynamic_shapes=DIMS, cache=False)
+    assert not entries(cache_dir)
+    anyshape.compile(model, (torch.randn(3, 8),), dynamic_shapes=DIMS)
+    assert not from_cache(anyshape.compile(model, (torch.randn(3, 8),), dynamic_shapes=DIMS,
+                                           cache=False))
+
+
+class ByteSort(torch.nn.Module):
+    def forward(self, x):
+        return torch.sort(x, -1)  # IREE 3.13 compiles it only without data tiling
+
+
+def test_a_hit_warns_as_its_compile_did(cache_dir):
+    """A DataTilingFallback is part of what the artifact is: said again on a hit."""
+    x = (torch.rand(3, 6) * 200).to(torch.uint8)
+    for attempt in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compiled = anyshape.compile(ByteSort(), (x,), dynamic_shapes=({0: Dim("rows")},))
+        fallbacks = [w for w in caught if issubclass(w.category, anyshape.DataTilingFallback)]
+        assert len(fallbacks) == 1 and fallbacks[0].filename == __file__, \
+            (attempt, [(str(w.message)[:80], w.filename) for w in caught])
+        assert from_cache(compiled) == (attempt == 1)
