@@ -8,7 +8,7 @@ STAMP := $(VENV)/.anyshape-installed
 BENCH_STAMP := $(VENV)/.anyshape-bench-installed
 BENCH_ARGS ?=
 
-.PHONY: test lit pytest docs demo bench bench-sweep bench-served bench-hoist-slices zoo family-sweep fuzz coverage opt-compat clean
+.PHONY: test check check-pytest check-fuzz lit pytest docs demo bench bench-sweep bench-served bench-hoist-slices zoo family-sweep fuzz coverage opt-compat clean
 
 # PIP_CONSTRAINT, not only -c: it also pins what pip installs to build anyshape
 # itself (setuptools, in pip's isolated build environment).
@@ -27,11 +27,22 @@ $(BENCH_STAMP): $(STAMP)
 
 test: lit pytest
 
+# The loop to run while editing (docs/testing.md): lit, every pytest that needs
+# no IREE build (ANYSHAPE_NO_BUILD=1 skips a test where it would first build, and
+# those marked builds_in_subprocess), and two fuzz seeds with their builds.
+check: lit check-pytest check-fuzz
+
+check-pytest: $(STAMP)
+	ANYSHAPE_NO_BUILD=1 $(PY) -m pytest -q test/python --ignore=test/python/test_fuzz.py --durations=10
+
+check-fuzz: $(STAMP)
+	ANYSHAPE_FUZZ_COUNT=2 $(PY) -m pytest -q test/python/test_fuzz.py -k keeps_program_exact
+
 lit: $(STAMP)
 	$(VENV)/bin/lit -sv test
 
 pytest: $(STAMP)
-	$(PY) -m pytest -q test/python
+	$(PY) -m pytest -q test/python --durations=20
 
 demo: $(STAMP)
 	$(PY) examples/roberta_demo.py

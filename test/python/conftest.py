@@ -56,3 +56,60 @@ def test_passes():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+# `make check`: every test that needs no IREE build. With ANYSHAPE_NO_BUILD=1 a
+# test skips where it would first run iree-compile in this process (what a
+# build costs), so none is left out that could run; those that build in other
+# processes (command lines, fresh-process checks, the OpInfo pool) are marked
+# builds_in_subprocess and skipped.
+NO_BUILD = os.environ.get("ANYSHAPE_NO_BUILD") == "1"
+
+# Compiles share one compile cache per test session (anyshape/compile_cache.py):
+# an identical build made by two tests is made once, and no test reads or
+# fills the user's cache. Subprocesses inherit it.
+if not os.environ.get("ANYSHAPE_TEST_KEEP_CACHE_DIR"):
+    import tempfile
+
+    os.environ["ANYSHAPE_CACHE_DIR"] = tempfile.mkdtemp(prefix="anyshape-test-cache-")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "builds_in_subprocess: runs an IREE build in another "
+                                       "process (skipped by `make check`)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not NO_BUILD:
+        return
+    skip = pytest.mark.skip(reason="builds with IREE in a subprocess: `make test` runs it")
+    for item in items:
+        if "builds_in_subprocess" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    cache = os.environ.get("ANYSHAPE_CACHE_DIR", "")
+    if not os.environ.get("ANYSHAPE_TEST_KEEP_CACHE_DIR") and \
+            os.path.basename(cache).startswith("anyshape-test-cache-"):
+        import shutil
+
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_iree_builds():
+    if not NO_BUILD:
+        yield
+        return
+    from anyshape.iree import invocation
+
+    def refuse(*args, **kwargs):
+        pytest.skip("builds with IREE: `make test` runs it")
+
+    saved = invocation.run_iree_compile
+    invocation.run_iree_compile = refuse
+    try:
+        yield
+    finally:
+        invocation.run_iree_compile = saved

@@ -56,6 +56,7 @@ def test_wrong_rewrite_is_caught(tanh_text, test_passes):
     assert all(2 <= size <= 40 for t in trials for size in t.sizes.values())
 
 
+@pytest.mark.builds_in_subprocess
 def test_command_line_exit_status(tanh_text, tmp_path):
     path = tmp_path / "tanh.mlir"
     path.write_text(tanh_text)

@@ -56,6 +56,7 @@ def test_opt_usage_error():
     assert result.returncode == 2 and "expected one input file" in result.stderr
 
 
+@pytest.mark.builds_in_subprocess
 def test_compile_cli_from_imported_text(tmp_path):
     model, args, dynamic = shape_queries_case()
     (tmp_path / "model.mlir").write_text(str(anyshape.import_torch(model, args,
@@ -70,6 +71,7 @@ def test_compile_cli_from_imported_text(tmp_path):
     torch.testing.assert_close(compiled(x), model(x).detach(), atol=1e-5, rtol=0)
 
 
+@pytest.mark.builds_in_subprocess
 def test_compile_cli_data_tiling_auto_by_default_off_on_request(tmp_path):
     model, args, dynamic = shape_queries_case()
     (tmp_path / "model.mlir").write_text(str(anyshape.import_torch(model, args,
@@ -96,6 +98,7 @@ TINY_GPT2 = ["--config", "n_embd=32", "--config", "n_layer=2", "--config", "n_he
              "--config", "n_inner=64", "--config", "vocab_size=300", "--config", "n_positions=64"]
 
 
+@pytest.mark.builds_in_subprocess
 def test_compile_cli_hf_model_with_external_parameters(tmp_path):
     from anyshape import hf
 
@@ -122,6 +125,7 @@ def test_compile_cli_hf_model_with_external_parameters(tmp_path):
     torch.testing.assert_close(compiled(**inputs), expected, atol=1e-4, rtol=0)
 
 
+@pytest.mark.builds_in_subprocess
 def test_compile_cli_model_factory(tmp_path):
     (tmp_path / "mine.py").write_text(
         "import torch\n"

@@ -35,6 +35,7 @@ def _first_differing_stage(a: Path, b: Path) -> str | None:
     return None
 
 
+@pytest.mark.builds_in_subprocess
 @pytest.mark.parametrize("case, tolerance", [("bloom", 1e-5), ("fuzz", 1e-4)])
 def test_two_fresh_processes_give_one_artifact(case, tolerance, tmp_path):
     runs = [tmp_path / f"hash-seed-{seed}" for seed in HASH_SEEDS]

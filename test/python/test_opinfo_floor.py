@@ -85,6 +85,7 @@ def records(request):
             run_cases(wanted, workers=WORKERS, timeout=TIMEOUT)}
 
 
+@pytest.mark.builds_in_subprocess
 @pytest.mark.parametrize("case", [
     pytest.param(case, id=case,
                  marks=[pytest.mark.xfail(strict=True, reason=KNOWN[case])] if case in KNOWN else [])

@@ -57,6 +57,7 @@ def test_artifact_for_a_cpu_this_host_lacks_is_refused_by_name(shape_queries, tm
     assert expected in str(calling.value)
 
 
+@pytest.mark.builds_in_subprocess
 def test_cli_builds_for_a_named_level_and_says_so(tmp_path):
     host = cpu.resolve("host")
     if cpu.missing_on_this_host(host.arch, cpu.resolve("x86-64-v3").features):
