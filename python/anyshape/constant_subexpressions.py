@@ -30,8 +30,9 @@ def _computable(node: Node) -> bool:
             or "empty" in op._schema.name or op.namespace != "aten":
         return False
     val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor) or val.numel() > _MAX_ELEMENTS \
-            or any(not isinstance(size, int) for size in val.shape):
+    # Static sizes first: comparing a symbolic numel would record a guard.
+    if not isinstance(val, torch.Tensor) or any(not isinstance(size, int) for size in val.shape) \
+            or val.numel() > _MAX_ELEMENTS:
         return False
     inputs = []
     map_aggregate((node.args, node.kwargs), inputs.append)
