@@ -39,7 +39,7 @@ from anyshape.stages import (IMPORT_STAGE, IREE_COMPILE_STAGE, IREE_INPUT_STAGE,
                              discard_reproducer, keep_reproducer)
 
 
-def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = None,
+def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any = None,
             target: str = "cpu", cuda_arch: str | None = None, opt_level: str | None = None,
             passes: Sequence[str] | None = None, dump_ir_dir: str | Path | None = None,
             progress: bool | Callable[[str], None] = False,
@@ -48,6 +48,11 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
             target_cpu: str | None = None, cache: bool = True) -> CompiledModule:
     """Export ``model`` with ``torch.export`` (``dynamic_shapes`` as there), run the
     anyshape passes and compile with IREE for ``target`` ("cpu" or "cuda").
+
+    ``model`` may also be a ``torch.export.ExportedProgram`` (export once,
+    compile several variants): its dims are the program's, ``args`` and
+    ``kwargs`` are not given, and ``dynamic_shapes``, if given, only names
+    the dims (as the manifest and error messages call them).
 
     ``passes=None`` runs the default anyshape pipeline, ``[]`` none, or a list of
     pass arguments. ``progress=True`` prints each stage as it runs. ``threads``:
@@ -82,8 +87,20 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     module from the cache runs the same; its ``stages`` and ``ir()`` compile
     it again when first asked for. ``dump_ir_dir`` always compiles.
     """
-    from anyshape.importer import export_program, import_program
+    import torch
+
+    from anyshape.importer import export_program, import_program, prepare_program
     from anyshape.signature import dim_labels_from, signature_from_program
+
+    exported_already = isinstance(model, torch.export.ExportedProgram)
+    if exported_already and (args is not None or kwargs):
+        raise TypeError("args: expected none with an ExportedProgram (it was exported with its "
+                        f"example inputs), got {type(args).__name__}")
+    if exported_already and dtype is not None:
+        raise ValueError(f"dtype: expected None with an ExportedProgram (it is compiled in the "
+                         f"dtypes it was exported in), got {dtype}")
+    if not exported_already and args is None:
+        raise TypeError("args: expected the example inputs (a tuple of tensors), got None")
 
     compile_target = make_target(target, cuda_arch, opt_level, data_tiling, target_cpu)
     check_threads(threads)
@@ -102,8 +119,12 @@ def compile(model, args, kwargs: dict | None = None, *, dynamic_shapes: Any = No
     report = _progress_printer(progress)
 
     started = time.monotonic()
-    report("exporting with torch.export")
-    program = export_program(model, args, kwargs, dynamic_shapes)
+    if exported_already:
+        report("decomposing the exported program")
+        program = prepare_program(model)
+    else:
+        report("exporting with torch.export")
+        program = export_program(model, args, kwargs, dynamic_shapes)
     exported = time.monotonic()
     report("importing into the torch dialect")
     signature = signature_from_program(program, dim_labels_from(program, dynamic_shapes))

@@ -125,6 +125,12 @@ def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
             names = list(inspect.signature(model.forward).parameters)
             raise export_diagnostics.export_error(error, shape_log, dynamic_shapes,
                                                   names) from error
+    return prepare_program(program)
+
+
+def prepare_program(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """An exported program (``export_program``'s, or one a user passes to
+    ``compile``) decomposed as anyshape imports it (``decomposition_table``)."""
     try:
         program = program.run_decompositions(decomposition_table())
     except Exception as error:
