@@ -84,6 +84,7 @@ from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions, is_a, rebuilt,
                                              typed, users, vtensor_type)
+from anyshape.workarounds_index import Workaround
 
 
 def _flattened_4d(value: ir.Value):
@@ -634,3 +635,74 @@ class DataTilingFormsPass(ModulePass):
             apply_patterns(func, [(torch_ops.AtenLinearOp, linear_on_flat_rows),
                                   (torch_ops.AtenAddTensorOp, mask_as_contraction_column)])
             erase_unused(func)
+
+
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+WORKAROUNDS = (
+    Workaround(
+        name='data_tiling_one_row_bmm', stage='torch-ir',
+        where='_Rewrites.one_row_bmm',
+        upstream='With data tiling, unit-dim folding makes a one-row batch matmul (bmm([B*H, 1, '
+                 'K], [B*H, K, N])) a batch matvec whose data-tiled packing fails in IREE 3.13 '
+                 '("no basis element may be statically non-positive").',
+        guard=('test/passes/data-tiling-forms.mlir',
+               'test/python/test_data_tiling.py::test_data_tiled_matches_eager'),
+        remove_when='(inferred) when IREE > 3.13 data-tiles the one-row form; the pass docstring '
+                    'states no removal condition'),
+    Workaround(
+        name='data_tiling_selection_as_gather', stage='torch-ir',
+        where='_Rewrites.selection_as_gather',
+        upstream='IREE 3.13 fuses a strided one-row slice of a tensor read whole into the '
+                 "projection's dispatch with the operand packing, and that dispatch exceeds the "
+                 'stack or vector size limit; as index_select the rows are their own copy.',
+        guard=('test/passes/data-tiling-forms.mlir',
+               'test/python/test_data_tiling.py::test_data_tiled_matches_eager'),
+        remove_when='(inferred) when IREE > 3.13 compiles the fused slice+pack dispatch'),
+    Workaround(
+        name='data_tiling_whole_weight_projection', stage='torch-ir',
+        where='_Rewrites.whole_weight_projection, _Rewrites.rows_of_shared_projection',
+        upstream="IREE 3.13 packs a column slice of a constant weight (GPT-2's split c_attn) "
+                 "inside the projection's dispatch on every call instead of once at load time, "
+                 'and in the last layer that dispatch fails to compile.',
+        guard=('test/python/test_data_tiling.py::test_gpt2_qkv_weight_read_whole',
+               'test/passes/data-tiling-forms.mlir'),
+        remove_when='(inferred) when IREE > 3.13 hoists the packing of a sliced constant weight'),
+    Workaround(
+        name='data_tiling_fuse_shared_input_linears', stage='torch-ir',
+        where='fuse_shared_input_linears',
+        upstream='IREE 3.13 propagates each head transpose into its Q/K/V projection, which '
+                 "becomes a contraction data tiling leaves untiled (a third of roberta-base's "
+                 'matmul work); with that propagation off, packing V fails ("no basis element may'
+                 ' be statically non-positive"). Linears sharing an input become one.',
+        guard=('test/passes/data-tiling-forms.mlir',
+               'test/python/test_data_tiling.py::test_data_tiled_matches_eager'),
+        remove_when='(inferred) when IREE > 3.13 data-tiles per-head projections'),
+    Workaround(
+        name='data_tiling_few_rows_projection', stage='torch-ir',
+        where='_Rewrites.few_rows_projection',
+        upstream="IREE 3.13's data tiling fails on a projection of a dynamic row count of at most"
+                 ' one tile ("failed to resolve workgroup count hint", or past the stack limit), '
+                 'and tiled [1, K] @ [K, N] with dynamic N returned the product padded to 8 '
+                 'columns where it had a second user (linear_cross_entropy off by 0.05).',
+        guard=('test/python/test_opinfo_floor.py::test_floor[nn.functional.linear_cross_entropy-float32-0]',
+               'test/passes/data-tiling-forms.mlir'),
+        remove_when='(inferred) when IREE > 3.13 data-tiles few-row and dynamic-N projections '
+                    'correctly'),
+    Workaround(
+        name='data_tiling_linear_on_flat_rows', stage='torch-ir',
+        where='linear_on_flat_rows',
+        upstream="IREE's GlobalOptimization data tiling sees a linear on [B, L, K] as a batch "
+                 'matmul with the weight broadcast and packs that broadcast on every call (half '
+                 "of roberta-base's time at L = 32). Performance workaround.",
+        guard='test/passes/data-tiling-forms.mlir',
+        remove_when='(inferred) when IREE packs a broadcast constant weight once'),
+    Workaround(
+        name='data_tiling_mask_as_contraction_column', stage='torch-ir',
+        where='mask_as_contraction_column',
+        upstream='With a dynamic length IREE 3.13 does not fuse the unpacking of data-tiled '
+                 'attention scores with the addition of a [B, 1, 1, L] mask (a pass over [B, H, '
+                 'L, L] of its own, ~9% of roberta-base at L = 512). Performance workaround.',
+        guard=('test/python/test_defer_softmax_normalization.py::test_padding_mask_is_a_contraction_step',
+               'test/passes/data-tiling-forms.mlir'),
+        remove_when='(inferred) when IREE fuses the unpack with the elementwise mask add'),
+)

@@ -24,6 +24,7 @@ from typing import Callable, ClassVar
 from anyshape.mlir import ir, passmanager, rewrite
 from anyshape.passes.torch_ir.mixed_comparisons import mend_mixed_comparisons
 from anyshape.passes.torch_ir.values import forget_identities
+from anyshape.workarounds_index import Workaround
 
 
 class PassFailure(Exception):
@@ -148,3 +149,19 @@ def apply_patterns(op: ir.Operation, patterns: list[tuple[type | str, PatternFn]
         rewrite.apply_patterns_and_fold_greedily(op, frozen, config)
         if not rewrote:
             return
+
+
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+WORKAROUNDS = (
+    Workaround(
+        name='greedy_driver_rerun', stage='torch-ir',
+        where='apply_patterns',
+        upstream='Through the MLIR Python rewrite API ops a pattern creates are not announced to '
+                 'the greedy driver, so it may stop before visiting them; the driver is rerun '
+                 'until no pattern rewrites (and max_iterations raised from 10).',
+        guard=(),
+        unguarded='Binding quirk of the MLIR Python API bundled with torch-mlir; borderline as an'
+                  " 'upstream bug'.",
+        remove_when='(inferred) when the Python PatternRewriter notifies the driver of created '
+                    'ops'),
+)

@@ -33,6 +33,18 @@ import torch
 from torch.fx import Graph, Node
 
 from anyshape.fx_emit import Emitter
+from anyshape.workarounds_index import Workaround
+
+WORKAROUNDS = (Workaround(
+    name="sorts_as_packed_keys", stage="import", where="rewrite_sorts_as_packed_keys",
+    upstream="IREE 3.13: two sorts of one shape in a module give wrong indices (their two "
+             "iotas become one, which stream copy elision lets both in-place sorts sort; "
+             "iree-org/iree#24665, #24658: the sort op sorts its outs in place). The plain "
+             "stack too: MoE models with two or more topk routers were 0.05-0.6 off.",
+    guard=("test/python/test_sorts.py::test_two_topk_routed_layers_as_eager",
+           "test/python/test_sorts.py::test_many_sorts_in_one_module_as_eager"),
+    remove_when="two sorts in one module give eager's indices with the rewrite off (the "
+                "guards pass without it)"),)
 
 aten = torch.ops.aten
 

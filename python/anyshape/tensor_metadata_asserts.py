@@ -18,7 +18,17 @@ from __future__ import annotations
 import torch
 from torch.fx import Graph, Node
 
+from anyshape.workarounds_index import Workaround
+
 aten = torch.ops.aten
+
+WORKAROUNDS = (Workaround(
+    name="proven_metadata_asserts", stage="import", where="drop_proven_metadata_asserts",
+    upstream="torch-mlir 20261001 refuses torch.export's _assert_tensor_metadata on a "
+             "complex64 tensor (\"Failed to canonicalize the _assert_tensor_metadata op since "
+             "the dtype does not match\"): Llama 4's and DeepSeek-V2's rotary embeddings.",
+    guard="test/python/test_import.py::test_complex_to_device_imports",
+    remove_when="torch-mlir maps complex dtypes in that check"),)
 
 
 def drop_proven_metadata_asserts(graph: Graph) -> int:

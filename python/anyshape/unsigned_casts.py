@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 from torch.fx import Graph
+from anyshape.workarounds_index import Workaround
 
 _CASTS = (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)
 _UNSIGNED = (torch.uint8, torch.uint16, torch.uint32)
@@ -43,3 +44,17 @@ def cast_floats_to_unsigned_through_int64(graph: Graph) -> int:
         node.replace_input_with(source, wide)
         count += 1
     return count
+
+
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+WORKAROUNDS = (
+    Workaround(
+        name='unsigned_casts_through_int64', stage='import',
+        where='cast_floats_to_unsigned_through_int64',
+        upstream='torch-mlir lowers x.to(torch.uint8) of a float tensor as a signed conversion '
+                 '(signless builtin integers), so every value from 128 up came back 127 ((x * '
+                 '250).byte() gave 127 where eager gives 152).',
+        guard='test/python/test_opinfo_floor.py::test_floor[byte-float32-4]',
+        remove_when='(inferred) when torch-mlir converts floats to unsigned integers as unsigned;'
+                    ' the docstring states no removal condition'),
+)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from anyshape.dialects import DIMS_ATTR, builtin_tensor_text
 from anyshape.mlir import ir, iree_bindings
+from anyshape.workarounds_index import Workaround
 
 
 # A canonical expr that is a constant multiple of one symbol: "2*s0".
@@ -194,3 +195,20 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+WORKAROUNDS = (
+    Workaround(
+        name='dim_facts_real_minimum', stage='iree-input',
+        where='inject_dim_facts (with passes/lower.py: anyshape-lower writes anyshape.dims)',
+        upstream="IREE's torch input turns torch.bind_symbolic_shape on an argument into "
+                 "util.assume.int with every minimum replaced by 1 (Dim('s', min=16) reaches IREE"
+                 " as umin = 1), and torch-mlir's linalg pipeline cannot lower the bindings at "
+                 'all; the facts are stated directly as util.assume.int + flow.tensor.tie_shape.',
+        guard=('test/python/test_dim_facts.py::test_iree_input_states_real_minimum',
+               'test/iree/dim-facts.mlir',
+               'test/passes/lower.mlir'),
+        remove_when="(inferred) when IREE's torch input keeps each symbol's minimum (and "
+                    'torch-mlir lowers the bindings)'),
+)

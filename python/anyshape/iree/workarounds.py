@@ -22,6 +22,7 @@ from typing import NamedTuple
 from anyshape.dialects import builtin_tensor_text, vtensor_shape
 from anyshape.mlir import iree_bindings
 from anyshape.passes.torch_ir.ops import ELEMENTWISE
+from anyshape.workarounds_index import Workaround
 
 # Products, and the operands of each that IREE's data tiling packs (not a
 # linear's bias or addmm's added term).
@@ -343,3 +344,65 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+WORKAROUNDS = (
+    Workaround(
+        name='packing_barrier_two_dynamic_dims', stage='iree-input',
+        where='separate_dynamic_operand_packing (_packs_in_producer)',
+        upstream='With data tiling, IREE 3.13 packs a computed product operand whose last two '
+                 "dims are dynamic inside its producer's dispatch, whose CPU codegen fails "
+                 '("\'affine.delinearize_index\' op no basis element may be statically '
+                 'non-positive": the form of MLIR\'s bug llvm/llvm-project#205288); a '
+                 'compute_barrier keeps the packing apart.',
+        guard=('test/python/test_data_tiling.py::test_packing_barrier_is_still_needed',
+               'test/python/test_data_tiling.py::test_exponentials_of_a_static_batch_are_packed_apart',
+               'test/python/test_data_tiling.py::test_program_22_is_data_tiled',
+               'test/iree/workarounds.mlir'),
+        remove_when='when IREE > 3.13 compiles the original form '
+                    '(test_packing_barrier_is_still_needed then fails)'),
+    Workaround(
+        name='packing_barrier_elementwise_of_product', stage='iree-input',
+        where='separate_dynamic_operand_packing (_elementwise_of_product)',
+        upstream="With one dynamic dim IREE 3.13 fuses a product's unpacking, elementwise ops (a "
+                 "GELU) and the next product's packing into one dispatch whose dynamic code is "
+                 "slow (roberta-base's 11 such dispatches 15.1 ms vs 5.0 ms static). Performance "
+                 'workaround.',
+        guard=('test/python/test_data_tiling.py::test_feed_forward_barrier_is_still_needed',
+               'test/python/test_data_tiling.py::test_feed_forward_of_one_dynamic_dim_packs_apart_from_its_elementwise_ops',
+               'test/iree/workarounds.mlir'),
+        remove_when='when IREE no longer fuses unpack+elementwise+pack '
+                    '(test_feed_forward_barrier_is_still_needed then fails)'),
+    Workaround(
+        name='untie_repeated_workload', stage='iree-input',
+        where='rewrite_flow (untie), run from iree.invocation.compile_with_iree (two iree-compile'
+              ' runs around the flow phase)',
+        upstream="IREE 3.13's FoldUniformOperands stream pass folds a repeated dynamic workload "
+                 'value but renumbers its ordinal to 0, so inside the executable the second L of '
+                 '[B, L, L] reads B and tiles past the first are silently not computed; each '
+                 'repeat is made distinct with util.optimization_barrier at the flow level.',
+        guard='test/iree/workarounds.mlir',
+        remove_when='when IREE > 3.13 compiles the original form correctly (module docstring)'),
+    Workaround(
+        name='f64_math_in_f32_on_cpu', stage='iree-input',
+        where='rewrite_flow (narrow, remainder, logarithm; F64_MATH_IN_F32)',
+        upstream="IREE 3.13's CPU backend lowers float64 tanh/sin/cos/tan/asin/acos/atan/atan2 to"
+                 ' C library calls its linker lacks ("iree-lld: error: undefined symbol: tanh"; '
+                 'arith.remf: "fmod"), or not at all (math.erf: "failed to legalize operation"); '
+                 'those are computed in float32, fmod as a - b*trunc(a/b) in float64, log2/log10 '
+                 'as log times a constant.',
+        guard=('test/iree/workarounds.mlir',
+               'test/python/test_edge_value_math.py::test_pow_and_atan2_at_edge_values_as_eager[dtype1]'),
+        remove_when="when IREE > 3.13's CPU backend has float64 code for them (module docstring)"),
+    Workaround(
+        name='integer_division_divisor_guard', stage='iree-input',
+        where='rewrite_flow (_INTEGER_DIVISIONS, _in_loop_body)',
+        upstream="With dynamic dims IREE 3.13's CPU code divides the lanes past the end of a "
+                 'partial vector too, by zeros, and the process dies of SIGFPE (int64 '
+                 "div(rounding_mode='trunc') of [5, 10, 5] tensors; with or without peeling); a "
+                 'divisor of 0 becomes 1.',
+        guard=('test/python/test_opinfo_floor.py::test_floor[div.trunc_rounding-int64-5]',
+               'test/iree/workarounds.mlir'),
+        remove_when='when IREE > 3.13 compiles the original form correctly (module docstring)'),
+)
