@@ -528,7 +528,7 @@ def work(model_type: str, kind: str, task: str) -> dict:
             _export_causes(error) if error.stage == "export"
             else error.diagnostic.splitlines()[0][:400])
         row["message"] = str(error)[:4000]
-        if "torch.aten.histc" in error.diagnostic:
+        if "aten.histc" in error.diagnostic:
             row["batched_mm"] = _batched_mm(model_type, kind, task)
             row["note"] += "; " + row["batched_mm"]["summary"]
         return row
@@ -686,7 +686,7 @@ def host_cpu() -> str:
     return f"{model} ({features}), {os.cpu_count()} cores"
 
 
-def write(rows: list[dict], out: Path, command: str, started: float) -> None:
+def write(rows: list[dict], out: Path, command: str) -> None:
     from collections import Counter
 
     import torch
@@ -698,7 +698,8 @@ def write(rows: list[dict], out: Path, command: str, started: float) -> None:
             f"command: `{command}` (`make family-sweep`)\n\n"
             f"host: {host_cpu()}; torch {torch.__version__}, transformers "
             f"{transformers.__version__}; {time.strftime('%Y-%m-%d %H:%M')}; "
-            f"{(time.monotonic() - started) / 60:.0f} min\n\n"
+            f"{sum(r.get('wall_s') or 0 for r in rows) / 60:.0f} min (the families' wall "
+            f"times, one at a time)\n\n"
             f"Each family from transformers' default config, shrunk (bench/family_sweep.py), "
             f"random weights, in a fresh process; compiled once with unbounded `Dim('batch')`, "
             f"`Dim('seq')` from batch 2, length 16; run at (batch, length) = "
@@ -730,6 +731,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", action="store_true",
                         help="keep the rows of family_sweep.json under --out for families not "
                              "run now")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the rows of family_sweep.json under --out and run only the "
+                             "families it has no row for, or a crash (a sweep that was cut off)")
     args = parser.parse_args(argv)
     todo = families(args.kind)
     if args.families:
@@ -740,11 +744,15 @@ def main(argv: list[str] | None = None) -> int:
         todo = [f for f in todo if f[0] in args.families]
     command = " ".join(["python bench/family_sweep.py", *argv])
     kept = []
-    if args.merge and (args.out / "family_sweep.json").exists():
-        now = {(t, k) for t, k, _ in todo}
-        kept = [r for r in json.loads((args.out / "family_sweep.json").read_text())["rows"]
-                if (r["family"], r["kind"]) not in now]
-    started = time.monotonic()
+    if (args.merge or args.resume) and (args.out / "family_sweep.json").exists():
+        kept = json.loads((args.out / "family_sweep.json").read_text())["rows"]
+        if args.resume:  # a worker that crashed runs again
+            kept = [r for r in kept if r["status"] != "crash"]
+            done = {(r["family"], r["kind"]) for r in kept}
+            todo = [f for f in todo if (f[0], f[1]) not in done]
+        else:
+            now = {(t, k) for t, k, _ in todo}
+            kept = [r for r in kept if (r["family"], r["kind"]) not in now]
     rows = []
     for i, (model_type, kind, task) in enumerate(todo):
         print(f"[{time.strftime('%H:%M:%S')}] {i + 1}/{len(todo)} {model_type} ({kind}, {task})",
@@ -754,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    {row['status']} {_fmt(row.get('error_f32'))} {row.get('wall_s', '')} s "
               f"{row.get('note', '')[:300]}", flush=True)
         merged = sorted(kept + rows, key=lambda r: (r["family"], r["kind"]))
-        write(merged, args.out, command, started)
+        write(merged, args.out, command)
     return 1 if any(r["status"] != "pass" for r in rows) else 0
 
 
