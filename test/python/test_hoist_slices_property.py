@@ -237,6 +237,7 @@ def _output_slices(text: str) -> list[collections.Counter]:
     return slices
 
 
+@pytest.mark.builds_in_subprocess
 @pytest.mark.parametrize("module_seed", MODULE_SEEDS)
 def test_hoisted_selections_match_eager(bundles, tmp_path, module_seed):
     bundle = bundles[module_seed]
