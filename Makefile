@@ -47,9 +47,11 @@ pytest: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/roberta_demo.py
 
-# docs/passes.md from the passes' docstrings (test_docs.py fails when it is stale).
+# docs/passes.md from the passes' docstrings and docs/workarounds.md from the
+# modules' WORKAROUNDS (test_docs.py fails when either is stale).
 docs: $(STAMP)
 	$(PY) tools/gen_pass_docs.py
+	$(PY) tools/gen_workarounds_doc.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info test/*/Output

@@ -10,7 +10,6 @@ The docstrings are the source; this page is their index, so it cannot drift.
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import sys
 from pathlib import Path
@@ -70,18 +69,9 @@ def _own_doc(cls) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="compare with docs/passes.md instead of writing it")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        if not DOC.exists() or DOC.read_text() != text:
-            print(f"{DOC} is stale: run python tools/gen_pass_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(text)
-    return 0
+    from generated_page import main as page_main
+
+    return page_main(__doc__.splitlines()[0], DOC, render, "tools/gen_pass_docs.py", argv)
 
 
 if __name__ == "__main__":

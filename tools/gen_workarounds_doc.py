@@ -9,7 +9,6 @@ The declarations are the source; this page is their index, so it cannot drift.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -43,18 +42,9 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="compare with docs/workarounds.md instead of writing it")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        if not DOC.exists() or DOC.read_text() != text:
-            print(f"{DOC} is stale: run python tools/gen_workarounds_doc.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(text)
-    return 0
+    from generated_page import main as page_main
+
+    return page_main(__doc__.splitlines()[0], DOC, render, "tools/gen_workarounds_doc.py", argv)
 
 
 if __name__ == "__main__":
