@@ -1,15 +1,20 @@
-"""Sorts whose indices IREE gets wrong, written as sorts of packed keys.
+"""Sorts in eager's order, written as sorts of packed keys.
 
-IREE 3.13 gives wrong indices when a program has two sorts of the same shape
-(two MoE routers' ``topk``, two ``argsort``): torch-mlir lowers each sort to
-``iree_linalg_ext.sort`` over the values and an iota of indices, sorted in
-place; the two identical iotas become one, and the stream dialect's copy
-elision then lets both sorts sort that one buffer (the second sort's indices
-are never written: uninitialised memory). The values come out right. The
-plain stack is wrong too (MoE families with ``experts_implementation=
-"batched_mm"`` gave logits 0.05-0.6 off). Upstream: iree-org/iree#24665 and
-#24658 (the sort op sorts its ``outs`` in place); guarded by
-``test_sorts.py``; remove when two sorts in one module give eager's indices.
+Three things go wrong with a sort lowered as it comes (torch-mlir lowers each
+to ``iree_linalg_ext.sort`` over the values and an iota of indices, sorted in
+place):
+- IREE 3.13 gave wrong indices when a program has two sorts of one shape (two
+  MoE routers' ``topk``): the two iotas became one buffer that both sorted
+  (the plain stack too; MoE families with ``experts_implementation=
+  "batched_mm"`` were 0.05-0.6 off; iree-org/iree#24665, #24658). The cause
+  is stream's CSE of fills after copy-on-write, now also undone for every
+  in-place op at the flow level (``iree/distinct_fills.py``);
+- IREE's sort compares floats as floats: NaN lands anywhere (``[nan, 1,
+  -0.0, 0.0, -nan, inf]`` sorted to ``[nan, -0.0, 0.0, 1, nan, inf]``), where
+  eager puts NaN above +inf;
+- torch-mlir has no lowering for ``aten.sort.stable``.
+Guarded by ``test_sorts.py``; remove when IREE sorts NaN as eager does and
+torch-mlir lowers the stable sort.
 
 So no sort's indices are used: each value becomes an order-preserving integer
 key, packed with its position into one int64 (key * 2**32 + position, all
@@ -37,13 +42,13 @@ from anyshape.workarounds_index import Workaround
 
 WORKAROUNDS = (Workaround(
     name="sorts_as_packed_keys", stage="import", where="rewrite_sorts_as_packed_keys",
-    upstream="IREE 3.13: two sorts of one shape in a module give wrong indices (their two "
-             "iotas become one, which stream copy elision lets both in-place sorts sort; "
-             "iree-org/iree#24665, #24658: the sort op sorts its outs in place). The plain "
-             "stack too: MoE models with two or more topk routers were 0.05-0.6 off.",
+    upstream="IREE 3.13's sort puts NaN anywhere (eager: above +inf), torch-mlir has no "
+             "lowering for aten.sort.stable, and two sorts of one shape in a module gave wrong "
+             "indices (iree-org/iree#24665, #24658; the cause, stream's CSE of the two iotas "
+             "after copy-on-write, is now also undone by iree/distinct_fills.py).",
     guard=("test/python/test_sorts.py::test_two_topk_routed_layers_as_eager",
            "test/python/test_sorts.py::test_many_sorts_in_one_module_as_eager"),
-    remove_when="two sorts in one module give eager's indices with the rewrite off (the "
+    remove_when="IREE sorts NaN as eager does and torch-mlir lowers aten.sort.stable (the "
                 "guards pass without it)"),)
 
 aten = torch.ops.aten

@@ -278,3 +278,100 @@ flow.executable private @ex_integer_division {
     }
   }
 }
+
+// ---- rewrite-flow: a fill for each in-place write ---------------------------
+
+/// Two in-place writes into one fill: IREE 3.13's stream clones the fill to
+/// each writer, then CSE merges the identical copies after copy-on-write, so
+/// both write one buffer (beam's router). The first writer gets a copy of the
+/// fill calling a copy of its executable, which no CSE can merge; the second,
+/// then the fill's only user, keeps it. Views (the reshape) are copied too.
+// FLOW-LABEL: flow.executable private @ex_fill {
+// FLOW: func.func @fill(
+// FLOW-LABEL: flow.executable private @ex_fill_fill1 {
+// FLOW: flow.executable.export public @fill_fill1
+// FLOW: func.func @fill_fill1(
+// FLOW-LABEL: flow.executable private @ex_write {
+flow.executable private @ex_fill {
+  flow.executable.export public @fill workgroups() -> (index, index, index) {
+    %x, %y, %z = iree_tensor_ext.dispatch.workgroup_count_from_slice()
+    flow.return %x, %y, %z : index, index, index
+  }
+  builtin.module {
+    func.func @fill(%arg0: !iree_tensor_ext.dispatch.tensor<writeonly:tensor<8xf32>>) {
+      %cst = arith.constant 0.000000e+00 : f32
+      %0 = tensor.empty() : tensor<8xf32>
+      %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<8xf32>) -> tensor<8xf32>
+      iree_tensor_ext.dispatch.tensor.store %1, %arg0, offsets = [0], sizes = [8], strides = [1] : tensor<8xf32> -> !iree_tensor_ext.dispatch.tensor<writeonly:tensor<8xf32>>
+      return
+    }
+  }
+}
+flow.executable private @ex_write {
+  flow.executable.export public @write workgroups() -> (index, index, index) {
+    %x, %y, %z = iree_tensor_ext.dispatch.workgroup_count_from_slice()
+    flow.return %x, %y, %z : index, index, index
+  }
+  builtin.module {
+    func.func @write(%arg0: !iree_tensor_ext.dispatch.tensor<readonly:tensor<2x4xf32>>, %arg1: !iree_tensor_ext.dispatch.tensor<readwrite:tensor<2x4xf32>>) {
+      %0 = iree_tensor_ext.dispatch.tensor.load %arg0, offsets = [0, 0], sizes = [2, 4], strides = [1, 1] : !iree_tensor_ext.dispatch.tensor<readonly:tensor<2x4xf32>> -> tensor<2x4xf32>
+      iree_tensor_ext.dispatch.tensor.store %0, %arg1, offsets = [0, 0], sizes = [2, 4], strides = [1, 1] : tensor<2x4xf32> -> !iree_tensor_ext.dispatch.tensor<readwrite:tensor<2x4xf32>>
+      return
+    }
+  }
+}
+// FLOW-LABEL: util.func public @fills_for_two_writers
+// FLOW-SAME: (%[[X:[^:]*]]: tensor<2x4xf32>, %[[Y:[^:]*]]: tensor<2x4xf32>)
+// FLOW: %[[FILL:.+]] = flow.dispatch @ex_fill::@fill() : () -> tensor<8xf32>
+// FLOW: %[[VIEW:.+]] = flow.tensor.reshape %[[FILL]] : tensor<8xf32> -> tensor<2x4xf32>
+// FLOW: %[[OWN:.+]] = flow.dispatch @ex_fill_fill1::@fill_fill1() : () -> tensor<8xf32>
+// FLOW: %[[OWN_VIEW:.+]] = flow.tensor.reshape %[[OWN]] : tensor<8xf32> -> tensor<2x4xf32>
+// FLOW: %[[A:.+]] = flow.dispatch @ex_write::@write(%[[X]], %[[OWN_VIEW]]) : (tensor<2x4xf32>, tensor<2x4xf32>) -> %[[OWN_VIEW]]
+// FLOW: %[[B:.+]] = flow.dispatch @ex_write::@write(%[[Y]], %[[VIEW]]) : (tensor<2x4xf32>, tensor<2x4xf32>) -> %[[VIEW]]
+// FLOW: util.return %[[A]], %[[B]]
+util.func public @fills_for_two_writers(%arg0: tensor<2x4xf32>, %arg1: tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>) {
+  %0 = flow.dispatch @ex_fill::@fill() : () -> tensor<8xf32>
+  %1 = flow.tensor.reshape %0 : tensor<8xf32> -> tensor<2x4xf32>
+  %2 = flow.dispatch @ex_write::@write(%arg0, %1) : (tensor<2x4xf32>, tensor<2x4xf32>) -> %1
+  %3 = flow.dispatch @ex_write::@write(%arg1, %1) : (tensor<2x4xf32>, tensor<2x4xf32>) -> %1
+  util.return %2, %3 : tensor<2x4xf32>, tensor<2x4xf32>
+}
+
+/// A fill written in place and also read: merged back, the reader could see
+/// the write. The writer gets its own.
+// FLOW-LABEL: util.func public @fill_written_and_read
+// FLOW: %[[FILL:.+]] = flow.dispatch @ex_fill::@fill()
+// FLOW: %[[VIEW:.+]] = flow.tensor.reshape %[[FILL]]
+// FLOW: %[[OWN:.+]] = flow.dispatch @ex_fill_fill2::@fill_fill2()
+// FLOW: %[[OWN_VIEW:.+]] = flow.tensor.reshape %[[OWN]]
+// FLOW: flow.dispatch @ex_write::@write(%{{.+}}, %[[OWN_VIEW]]) : {{.+}} -> %[[OWN_VIEW]]
+// FLOW: util.return %{{.+}}, %[[VIEW]]
+util.func public @fill_written_and_read(%arg0: tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>) {
+  %0 = flow.dispatch @ex_fill::@fill() : () -> tensor<8xf32>
+  %1 = flow.tensor.reshape %0 : tensor<8xf32> -> tensor<2x4xf32>
+  %2 = flow.dispatch @ex_write::@write(%arg0, %1) : (tensor<2x4xf32>, tensor<2x4xf32>) -> %1
+  util.return %2, %1 : tensor<2x4xf32>, tensor<2x4xf32>
+}
+
+/// A fill with one writer and no other user: nothing to merge it with.
+// FLOW-LABEL: util.func public @negative_fill_with_one_writer
+// FLOW-NOT: @ex_fill_fill
+// FLOW: util.return
+util.func public @negative_fill_with_one_writer(%arg0: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  %0 = flow.dispatch @ex_fill::@fill() : () -> tensor<8xf32>
+  %1 = flow.tensor.reshape %0 : tensor<8xf32> -> tensor<2x4xf32>
+  %2 = flow.dispatch @ex_write::@write(%arg0, %1) : (tensor<2x4xf32>, tensor<2x4xf32>) -> %1
+  util.return %2 : tensor<2x4xf32>
+}
+
+/// A computed value written in place twice: stream's copy-on-write clones
+/// it, and those clones are kept (measured: two scatters into `2 * x`).
+// FLOW-LABEL: util.func public @negative_computed_value_written_twice
+// FLOW-NOT: @ex_fill_fill
+// FLOW: util.return
+util.func public @negative_computed_value_written_twice(%arg0: tensor<2x4xf32>, %arg1: tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>) {
+  %0 = flow.dispatch @ex_write::@write(%arg0, %arg1) : (tensor<2x4xf32>, tensor<2x4xf32>) -> %arg1
+  %1 = flow.dispatch @ex_write::@write(%arg0, %0) : (tensor<2x4xf32>, tensor<2x4xf32>) -> %0
+  %2 = flow.dispatch @ex_write::@write(%arg1, %0) : (tensor<2x4xf32>, tensor<2x4xf32>) -> %0
+  util.return %1, %2 : tensor<2x4xf32>, tensor<2x4xf32>
+}

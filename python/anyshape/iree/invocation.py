@@ -37,6 +37,8 @@ def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
     if rewritten.narrowed:
         report(f"  computed {rewritten.narrowed} float64 math ops IREE's CPU code lacks in "
                f"float32")
+    if rewritten.filled:
+        report(f"  gave {rewritten.filled} in-place writes into a fill a fill of their own")
     if rewritten.guarded:
         report(f"  kept {rewritten.guarded} integer divisions from dividing by 0 past a "
                f"partial vector's end")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from anyshape.dialects import builtin_tensor_text, vtensor_shape
+from anyshape.iree.distinct_fills import give_in_place_writes_their_own_fills
 from anyshape.mlir import iree_bindings
 from anyshape.passes.torch_ir.ops import ELEMENTWISE
 from anyshape.workarounds_index import Workaround
@@ -167,7 +168,8 @@ def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool,
     computed in float32 and widened back: what IREE's default demotion of
     float64 did to every value, here only to those ops (everything else
     float64 stays float64); and, in dispatches, integer divisions by a
-    divisor that is never 0 (``_INTEGER_DIVISIONS``)."""
+    divisor that is never 0 (``_INTEGER_DIVISIONS``); each in-place write into
+    a fill given a fill of its own (``distinct_fills``)."""
     ir = iree_bindings()
     with ir.Context():
         module = ir.Module.parse(Path(flow_file).read_bytes())
@@ -247,6 +249,7 @@ def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool,
             return ir.WalkResult.ADVANCE
 
         module.operation.walk(visit)
+        filled = give_in_place_writes_their_own_fills(ir, module)
         for op in found:  # erased after the walk, not during it
             rewrites[op.name](op)
         for op in divides:
@@ -268,13 +271,14 @@ def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool,
         if text_file is not None:
             with open(text_file, "w") as f:
                 module.operation.print(file=f)
-    return FlowRewrite(untied, narrowed, len(divides))
+    return FlowRewrite(untied, narrowed, len(divides), filled)
 
 
 class FlowRewrite(NamedTuple):
     untied: int    # dispatch workload operands made distinct
     narrowed: int  # float64 math ops rewritten
     guarded: int   # integer divisions given a divisor that is never 0
+    filled: int    # in-place writes given a fill of their own (distinct_fills)
 
 
 # Elementwise integer division in a dispatch. With dynamic dims IREE 3.13's
@@ -307,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     packing.add_argument("input", help="torch-dialect IR (after anyshape-lower), text or bytecode")
     flow = commands.add_parser(
         "rewrite-flow", help="distinct repeated workload values, integer divisions by 0 "
-                             "guarded, and with --f64-math-in-f32 float64 math in float32 (the "
+                             "guarded, a fill for each in-place write, and with --f64-math-in-f32 float64 math in float32 (the "
                              "IR between iree-compile's two runs)")
     flow.add_argument("input", help="flow-phase IR (iree-compile --compile-to=flow), text or "
                                     "bytecode")
@@ -325,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         done = rewrite_flow(Path(args.input), out_file, args.f64_math_in_f32, text_file)
         return (f"made {done.untied} repeated dispatch workload sizes distinct, computed "
                 f"{done.narrowed} float64 math ops in float32, guarded {done.guarded} "
-                f"integer divisions")
+                f"integer divisions, gave {done.filled} in-place writes a fill of their own")
 
     try:
         if args.output is not None:
