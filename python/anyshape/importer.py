@@ -21,6 +21,7 @@ from anyshape.checked_det import check_det
 from anyshape.constant_subexpressions import compute_constant_subexpressions
 from anyshape.edge_value_math import rewrite_edge_value_math
 from anyshape.integer_negation import rewrite_integer_negation
+from anyshape.nonnegative_dims import count_dims_from_the_front
 from anyshape.packed_sort_keys import rewrite_sorts_as_packed_keys
 from anyshape.rank0_softmax import rewrite_rank0_softmax
 from anyshape.stable_logcumsumexp import rewrite_logcumsumexp
@@ -158,6 +159,7 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     drop_proven_metadata_asserts(graph)
     rewrite_sorts_as_packed_keys(graph)
     rewrite_integer_negation(graph)
+    count_dims_from_the_front(graph)
     # Before the scalars become 0-d tensor ops: those pow ops of sizes stay as
     # they were tested (test_symbolic_scalars.py), on IREE's host arithmetic.
     # (After them, the IEEE rewrite's sign tests met torch-mlir's comparison

@@ -10,6 +10,7 @@ import torch
 from torch.export import Dim
 
 import anyshape
+import anyshape.importer
 
 
 class TanhNeg(torch.nn.Module):
@@ -80,6 +81,29 @@ def test_op_without_a_lowering_is_named_with_the_way_around():
     assert f"{__file__}:" in diagnostic
     assert "torch-mlir has no lowering for aten.histc" in diagnostic, diagnostic
     assert 'experts_implementation="batched_mm"' in diagnostic
+
+
+class MaskFirstExpert(torch.nn.Module):
+    def forward(self, scores, experts):
+        return torch.scatter(scores, -1, experts, float("-inf"))  # PhiMoE's router
+
+
+def test_compiler_crash_names_the_pass_and_the_op(monkeypatch):
+    """iree-compile dies with a stack dump, not an error line: the message said
+    only "Please report issues to ...". It names the pass and the op being
+    rewritten. The crash is real: torch-mlir's scatter lowering at a negative
+    dim, with anyshape's rewrite of it (nonnegative_dims) turned off; when this
+    stops crashing, that rewrite can go."""
+    monkeypatch.setattr(anyshape.importer, "count_dims_from_the_front", lambda graph: 0)
+    with pytest.raises(anyshape.CompileError) as info:
+        anyshape.compile(MaskFirstExpert(), (torch.randn(3, 4), torch.tensor([[1], [0], [3]])),
+                         dynamic_shapes=({0: Dim("rows")}, {0: Dim("rows")}), cache=False)
+    assert info.value.stage == "iree-compile"
+    assert info.value.diagnostic == (
+        "iree-compile crashed in ConvertTorchToTMTensor while rewriting AtenScatterSrcOp (a "
+        "bug of IREE or torch-mlir, not of the model; the stack dump is in the error's "
+        "details)"), info.value.diagnostic
+    assert "Stack dump:" in info.value.details
 
 
 class ComplexScale(torch.nn.Module):

@@ -55,3 +55,28 @@ def test_in_place_writes_into_zeros_of_one_shape_as_eager(writes_into_fills, row
                                    strict=True):
         assert torch.equal(got, expected), f"{name} at {rows} rows: {got} against eager " \
                                            f"{expected}"
+
+
+class WritesAlongTheLastDim(torch.nn.Module):
+    """PhiMoE's router masks its first expert with ``torch.scatter(scores, -1,
+    experts, -inf)``: at a negative dim torch-mlir's scatter lowering crashed
+    iree-compile."""
+
+    def forward(self, scores, index):
+        ones = torch.ones_like(index, dtype=scores.dtype)
+        return (torch.scatter(scores, -1, index, float("-inf")),
+                torch.scatter(scores, -1, index, ones * 3),
+                torch.scatter_add(scores, -1, index, ones),
+                torch.scatter_reduce(scores, -1, index, ones, "amax"),
+                torch.scatter(scores.unsqueeze(-1).repeat(1, 1, 2), -2, index.unsqueeze(-1), 5.0))
+
+
+def test_writes_along_a_negative_dim_as_eager():
+    rows = Dim("rows")
+    example = _inputs(5, 0)[:2]
+    compiled = anyshape.compile(WritesAlongTheLastDim(), example,
+                                dynamic_shapes=({0: rows}, {0: rows}))
+    for n in (1, 7):
+        x = _inputs(n, n)[:2]
+        for got, expected in zip(compiled(*x), WritesAlongTheLastDim()(*x), strict=True):
+            assert torch.equal(got, expected), f"at {n} rows: {got} against eager {expected}"

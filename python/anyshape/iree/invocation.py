@@ -80,7 +80,26 @@ def first_error(stderr: str) -> str:
         if "error:" in line:
             notes = [l.strip() for l in lines[i + 1:i + 4] if "note:" in l]
             return "\n".join([_name_unlowered_op(line.strip())] + notes)
+    if "Stack dump:" in stderr:
+        return _crash_summary(stderr)
     return stderr.strip() or "iree-compile failed with no diagnostic"
+
+
+_CRASHED_PASS = re.compile(r"([A-Za-z]\w*?)(?:Pass)?::runOnOperation\(\)")
+_CRASHED_PATTERN_OP = re.compile(r"matchAndRewrite\((?:mlir::)?(?:\w+::)*(\w+Op)\b")
+
+
+def _crash_summary(stderr: str) -> str:
+    """iree-compile died (an assertion, a segfault) rather than reporting an
+    error: its output opens with "Please report issues" and a stack dump. The
+    pass and the op being rewritten, read from the stack, say what to
+    reduce (the whole output is the error's ``details``)."""
+    pass_match = _CRASHED_PASS.search(stderr)
+    op_match = _CRASHED_PATTERN_OP.search(stderr)
+    where = "".join([f" in {pass_match[1]}" if pass_match else "",
+                     f" while rewriting {op_match[1]}" if op_match else ""])
+    return (f"iree-compile crashed{where} (a bug of IREE or torch-mlir, not of the model; "
+            f"the stack dump is in the error's details)")
 
 
 _OPAQUE_OP = re.compile(r"^(?P<at>.*?error: )failed to legalize operation 'torch\.operator'"
