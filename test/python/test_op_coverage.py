@@ -298,10 +298,8 @@ CASES = [
     Case("scatter-negative-dim",
          # As scatter-permutation, with the dim counted from the end (static shapes too).
          fn(lambda x, idx: x.scatter(-1, idx, x * 10)),
-         lambda b, n: (randn(b, n, 8), unique_indices(b, n, 8)), ({0: B, 1: N}, {0: B, 1: N}),
-         xfail="torch-mlir: iree-compile crashes in TorchToTMTensor's "
-               "convertTorchScatterIndexAndSrcToTMScatterIndexAndSrc: \"Please report issues to "
-               "https://github.com/iree-org/iree/issues and include the crash backtrace.\""),
+         # torch-mlir crashed there (anyshape/nonnegative_dims.py).
+         lambda b, n: (randn(b, n, 8), unique_indices(b, n, 8)), ({0: B, 1: N}, {0: B, 1: N})),
     Case("scatter-add-over-dynamic-dim",
          fn(lambda x, idx, src: x.scatter_add(1, idx, src)),
          lambda b, n, m: (randn(b, n, 8), torch.randint(0, n, (b, m, 8)), randn(b, m, 8)),
