@@ -29,6 +29,7 @@ from anyshape.symbolic_scalars import (lower_symbolic_scalars, scalar_as_tensor,
                                        wrap_scalars_at_tensor_operands)
 from anyshape.tensor_metadata_asserts import drop_proven_metadata_asserts
 from anyshape.unsigned_casts import cast_floats_to_unsigned_through_int64
+from anyshape.whole_dim_slices import drop_whole_dim_slices
 from anyshape.wrong_lowerings import refuse_wrong_lowerings
 from anyshape.workarounds_index import Workaround
 
@@ -160,6 +161,7 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     rewrite_sorts_as_packed_keys(graph)
     rewrite_integer_negation(graph)
     count_dims_from_the_front(graph)
+    drop_whole_dim_slices(graph)
     # Before the scalars become 0-d tensor ops: those pow ops of sizes stay as
     # they were tested (test_symbolic_scalars.py), on IREE's host arithmetic.
     # (After them, the IEEE rewrite's sign tests met torch-mlir's comparison

@@ -248,3 +248,33 @@ def test_ops_on_constants_are_computed_at_compile_time():
         assert torch.equal(compiled(x), model(x))
     text = str(anyshape.import_torch(model, (torch.randn(4, 5),)))
     assert "erfinv" not in text and "torch.aten.exp" not in text and "torch.aten.sum" not in text
+
+
+class NormThenPaddingMask(torch.nn.Module):
+    """LFM2/3's padding mask, sliced to the hidden states' length
+    (``apply_mask_to_padding_states``) after a reduction (RMSNorm): the slice
+    keeps the whole mask, and IREE failed on it ("write affecting operations
+    on global resources are restricted to workgroup distributed contexts")."""
+
+    def forward(self, h, mask):
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return h * mask[:, -h.shape[1]:][:, :, None]
+
+
+class FirstColumn(torch.nn.Module):
+    def forward(self, mask):
+        return mask[:, :1]
+
+
+def test_slice_of_a_whole_dim_is_dropped():
+    model = NormThenPaddingMask()
+    dims = {0: Dim("batch"), 1: Dim("seq")}
+    example = (torch.randn(2, 16, 8), torch.ones(2, 16, dtype=torch.int64))
+    compiled = anyshape.compile(model, example, dynamic_shapes=(dims, dims))
+    for batch, length in ((1, 7), (3, 17)):
+        h, mask = torch.randn(batch, length, 8), torch.randint(0, 2, (batch, length))
+        torch.testing.assert_close(compiled(h, mask), model(h, mask), atol=1e-6, rtol=1e-6)
+    assert "torch.aten.slice.Tensor" not in str(
+        anyshape.import_torch(model, example, dynamic_shapes=(dims, dims)))
+    assert "torch.aten.slice.Tensor" in str(  # a slice that drops something stays
+        anyshape.import_torch(FirstColumn(), example[1:], dynamic_shapes=(dims,)))
