@@ -141,16 +141,27 @@ def _explain_specializations(text: str, log: ShapeLog,
             pinned.append(f"torch.export could not keep dim {named} dynamic: a Python "
                           f"conversion of it made the condition {_with_sources(guard.expr, log)}"
                           f", true at the example size {hint} and not at others, {_at(guard)}")
-        else:
+        elif not _holds_by_declaration(guard.expr, log, labels):
             conditions.setdefault((id(guard), _with_sources(guard.expr, log)), (guard, []))[1] \
                 .append(named)
+    # The guards torch says are violated, where the probing above found none
+    # for that dim (one that fails only at small sizes: L - 1 != 1).
+    explained = {dim for _, dims in conditions.values() for dim in dims} | \
+        {p.split(" ", 6)[5] for p in pinned}
+    for label, source, condition in _VIOLATED.findall(text):
+        if not any(f"'{label}' ({_dim_of(source)})" in dim or _dim_of(source) in dim
+                   for dim in explained):
+            guard = _recorded(condition, source, log)
+            named = f"'{label}' ({_dim_of(source)})"
+            conditions.setdefault((id(guard) if guard else condition, condition),
+                                  (guard, []))[1].append(named)
     if not pinned and not conditions:
         return None
     parts = list(pinned)
     for (_, condition), (guard, dims) in conditions.items():
         parts.append(f"torch.export could not keep dim{'s' if len(dims) > 1 else ''} "
                      f"{' and '.join(dims)} dynamic: the condition {condition} holds only "
-                     f"for some sizes, added {_at(guard)}")
+                     f"for some sizes, added {_at(guard) if guard else '(where, torch did not record)' + chr(10)}")
     advice = ADVICE if pinned else ""
     if conditions:
         fixes = text[text.index("Suggested fixes:"):].split("\n\n")[0].strip() \
@@ -161,6 +172,68 @@ def _explain_specializations(text: str, log: ShapeLog,
                    "holds (one Dim for dims that must be equal, a min or max, a multiple of a "
                    f"Dim){', as torch suggests:' if fixes else '.'}" + (f"\n{fixes}" if fixes else ""))
     return "".join(parts) + advice
+
+
+# torch's own words for a guard that narrows a declared dim.
+_VIOLATED = re.compile(r"Not all values of (\w+) = (\S+) in the specified range satisfy the "
+                       r"generated guard (.+?)\.?$", re.MULTILINE)
+
+
+def _dim_of(source: str) -> str:
+    match = _SIZE_SOURCE.fullmatch(source)
+    return f"{match.group(1)}.size()[{match.group(2)}]" if match else source
+
+
+def _holds_by_declaration(expr: str, log: ShapeLog, labels: dict[tuple[str, int], str]) -> bool:
+    """A guard relating sizes the user declared with one ``Dim`` (``Eq(s0,
+    s2)``, ``-s1 >= -s3``) that holds once they are one size: torch relates
+    them that way, and the declaration already makes it hold."""
+    import sympy
+
+    parsed = _parse(expr)
+    if parsed is None:
+        return False
+    by_label: dict[str, sympy.Symbol] = {}
+    sizes = {}  # each symbol as a positive integer, one per declared Dim
+    for symbol in sorted(getattr(parsed, "free_symbols", ()), key=str):
+        source = _SIZE_SOURCE.fullmatch(log.sources.get(str(symbol), ("",))[0])
+        label = labels.get((source.group(1), int(source.group(2)))) if source else None
+        fresh = sympy.Symbol(f"size_{label or symbol}", integer=True, positive=True)
+        sizes[symbol] = by_label.setdefault(label, fresh) if label else fresh
+    if len(set(sizes.values())) == len(sizes):
+        return False  # no two sizes of one Dim
+    try:
+        return bool(sympy.simplify(parsed.subs(sizes)) in (sympy.true, True))
+    except (TypeError, ValueError):
+        return False
+
+
+def _recorded(condition: str, source: str, log: ShapeLog) -> Guard | None:
+    """The logged guard torch's ``condition`` (written with sources) is."""
+    import sympy
+
+    symbols = {src: name for name, (src, _) in log.sources.items()}
+    text = condition
+    for src, name in sorted(symbols.items(), key=lambda item: -len(item[0])):
+        text = text.replace(src, name)
+    for python, sympy_name in ((" != ", "Ne"), (" == ", "Eq")):
+        if python in text:  # sympify reads these as Python's own comparisons
+            left, right = text.split(python, 1)
+            text = f"{sympy_name}({left}, {right})"
+    wanted = _parse(text)
+    if wanted is None:
+        return None
+    for guard in log.guards:
+        expr = _parse(guard.expr)
+        if expr is None:
+            continue
+        try:
+            if expr == wanted or sympy.simplify(expr.lhs - expr.rhs - wanted.lhs + wanted.rhs) == 0 \
+                    and type(expr) is type(wanted):
+                return guard
+        except (AttributeError, TypeError):
+            continue
+    return None
 
 
 def _at(guard: Guard) -> str:

@@ -62,11 +62,34 @@ SCALES = {
 SIZES = [(1, 1), (2, 5), (3, 6), (1, 7), (4, 17), (2, 33), (1, 65)]
 
 
+class AllScaled(torch.nn.Module):
+    """Every scale of SCALES in one module: one build for all of them."""
+
+    def forward(self, x):
+        return tuple(x * SCALES[name](x) for name in sorted(SCALES))
+
+
+DIMS = {"x": {0: Dim("batch"), 1: Dim("n")}}
+
+
+@pytest.fixture(scope="module")
+def all_scaled():
+    """The bundle's build, or None when it fails: each case then builds alone,
+    and the failure names it."""
+    try:
+        return anyshape.compile(AllScaled().eval(), (torch.randn(3, 5),), dynamic_shapes=DIMS)
+    except CompileError:
+        return None
+
+
 @pytest.mark.parametrize("name", sorted(SCALES))
-def test_scalar_from_sizes_is_exact_at_every_size(name):
+def test_scalar_from_sizes_is_exact_at_every_size(name, all_scaled):
     model = Scaled(SCALES[name]).eval()
-    compiled = anyshape.compile(model, (torch.randn(3, 5),),
-                                dynamic_shapes={"x": {0: Dim("batch"), 1: Dim("n")}})
+    if all_scaled is not None:
+        position = sorted(SCALES).index(name)
+        compiled = lambda x: all_scaled(x)[position]  # noqa: E731
+    else:
+        compiled = anyshape.compile(model, (torch.randn(3, 5),), dynamic_shapes=DIMS)
     for size in SIZES:
         x = torch.randn(*size)
         torch.testing.assert_close(compiled(x), model(x), atol=1e-6, rtol=1e-6,
@@ -140,6 +163,26 @@ def test_dim_restricted_by_a_branch_names_the_condition_and_torchs_fix():
            "L['x'].size()[1] < 10 holds only for some sizes" in message
     assert "return x * 2 if x.shape[-1] < 10 else x" in message
     assert "n = Dim('n', max=9)" in message
+
+
+class MaskedAndShifted(torch.nn.Module):
+    def forward(self, h, mask):
+        return h * mask[:, -h.shape[1]:][:, :, None], mask[:, 1:]
+
+
+def test_condition_named_is_torchs_not_one_the_declared_dims_make_hold():
+    """torch.export refuses ``mask[:, 1:]`` at an unbounded length (its guard
+    L - 1 != 1). The message named Eq(h.size()[0], mask.size()[0]) instead:
+    a condition torch adds relating two sizes declared with one Dim, which
+    that declaration makes hold."""
+    batch, length = Dim("batch"), Dim("seq")
+    with pytest.raises(CompileError) as caught:
+        anyshape.compile(MaskedAndShifted(), (torch.randn(2, 16, 8), torch.ones(2, 16)),
+                         dynamic_shapes=({0: batch, 1: length}, {0: batch, 1: length}))
+    message = str(caught.value)
+    assert "could not keep dim 'seq' (h.size()[1]) dynamic: the condition " \
+           "((-1) + L['h'].size()[1]) != 1 holds only for some sizes" in message, message
+    assert "'batch'" not in message and ">=" not in message, message
 
 
 def test_other_export_failures_are_compile_errors_of_stage_export():
