@@ -1,0 +1,91 @@
+# RUN: %PYTHON %s | FileCheck %s
+
+# Rewrites of the exported graph before torch-mlir imports it, each in the form
+# anyshape imports: slices of a whole dim, sorts as packed keys, constants
+# computed, casts to unsigned integers (anyshape/whole_dim_slices.py,
+# packed_sort_keys.py, constant_subexpressions.py, unsigned_casts.py).
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+
+import torch  # noqa: E402
+from imported import show  # noqa: E402
+from torch.export import Dim  # noqa: E402
+
+DIMS = {0: Dim("batch"), 1: Dim("seq")}
+
+
+class MaskToLength(torch.nn.Module):
+    def forward(self, h, mask):
+        return h * mask[:, -h.shape[1]:][:, :, None]
+
+
+# /// LFM2/3's mask sliced to the hidden states' length keeps the whole mask;
+# /// its dynamic start made IREE fail on the fused RMSNorm. The mask is used
+# /// as it is.
+# CHECK-LABEL: // CASE: slice_of_the_whole_length
+# CHECK: func.func @main(%[[H:.+]]: !torch.vtensor<[?,?,8],f32>, %[[MASK:.+]]: !torch.vtensor<[?,?],si64>)
+# CHECK-NOT: torch.aten.slice.Tensor
+# CHECK: %[[COLUMN:.+]] = torch.aten.unsqueeze %[[MASK]]
+# CHECK: torch.aten.mul.Tensor %[[H]], %[[COLUMN]]
+show("slice_of_the_whole_length", MaskToLength(),
+     (torch.randn(2, 16, 8), torch.ones(2, 16, dtype=torch.int64)), (DIMS, DIMS))
+
+
+class FirstColumn(torch.nn.Module):
+    def forward(self, mask):
+        return mask[:, :1]
+
+
+# /// A slice that drops elements stays.
+# CHECK-LABEL: // CASE: negative_slice_of_part
+# CHECK: torch.aten.slice.Tensor
+show("negative_slice_of_part", FirstColumn(), (torch.ones(2, 16, dtype=torch.int64),), (DIMS,))
+
+
+class Top2(torch.nn.Module):
+    def forward(self, x):
+        return torch.topk(x, 2).indices
+
+
+# /// IREE's sort puts NaN anywhere and gave two sorts of one shape one index
+# /// buffer: topk sorts int64 keys (order-preserving bits, then the position),
+# /// and the indices are the keys' low 32 bits.
+# CHECK-LABEL: // CASE: topk_as_packed_keys
+# CHECK-NOT: torch.aten.topk
+# CHECK: %[[KEYS:.+]] = torch.aten.add.Tensor %{{.+}}, %{{.+}}, %{{.+}} : !torch.vtensor<[3,6],si64>, !torch.vtensor<[1,6],si64>
+# CHECK: %[[SORTED:.+]], %{{.+}} = torch.aten.sort %[[KEYS]]
+# CHECK: %[[LOW:.+]] = torch.constant.int 4294967295
+# CHECK: torch.aten.bitwise_and.Scalar %[[SORTED]], %[[LOW]]
+show("topk_as_packed_keys", Top2(), (torch.randn(3, 6),))
+
+
+class Cutoff(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x - torch.erfinv(torch.tensor(0.8)))
+
+
+# /// IREE has no erfinv, and reported the literal it was applied to: an op on
+# /// constants only is computed by torch (erfinv(0.8) = 0.906193852).
+# CHECK-LABEL: // CASE: erfinv_of_a_constant
+# CHECK-NOT: erfinv
+# CHECK: %[[CUTOFF:.+]] = torch.vtensor.literal(dense<0.906193{{[0-9]*}}> : tensor<f32>)
+# CHECK: torch.aten.sub.Tensor %{{.+}}, %[[CUTOFF]]
+show("erfinv_of_a_constant", Cutoff(), (torch.randn(3),))
+
+
+class ToBytes(torch.nn.Module):
+    def forward(self, x):
+        return (x * 250).to(torch.uint8), x.to(torch.int32)
+
+
+# /// torch-mlir converts a float to uint8 as to a signed byte (152 came back
+# /// 127): through int64. A cast to a signed type is left alone.
+# CHECK-LABEL: // CASE: float_to_unsigned_through_int64
+# CHECK: %[[WIDE:.+]] = torch.prims.convert_element_type %{{.+}}, %{{.+}} : !torch.vtensor<[3],f32>, !torch.int -> !torch.vtensor<[3],si64>
+# CHECK: torch.aten._to_copy %[[WIDE]], {{.+}} -> !torch.vtensor<[3],ui8>
+# CHECK-NOT: si64
+# CHECK: -> !torch.vtensor<[3],si32>
+show("float_to_unsigned_through_int64", ToBytes(), (torch.rand(3),))
