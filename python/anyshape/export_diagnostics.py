@@ -145,23 +145,34 @@ def _explain_specializations(text: str, log: ShapeLog,
             conditions.setdefault((id(guard), _with_sources(guard.expr, log)), (guard, []))[1] \
                 .append(named)
     # The guards torch says are violated, where the probing above found none
-    # for that dim (one that fails only at small sizes: L - 1 != 1).
+    # for that dim: one false only at small sizes (L - 1 != 1), or one torch
+    # cannot prove though it may hold (L * min(64, 64 * L) == 64 * L).
     explained = {dim for _, dims in conditions.values() for dim in dims} | \
         {p.split(" ", 6)[5] for p in pinned}
+    unproven = {}  # (guard or None, condition) -> dims
     for label, source, condition in _VIOLATED.findall(text):
-        if not any(f"'{label}' ({_dim_of(source)})" in dim or _dim_of(source) in dim
-                   for dim in explained):
-            guard = _recorded(condition, source, log)
-            named = f"'{label}' ({_dim_of(source)})"
-            conditions.setdefault((id(guard) if guard else condition, condition),
-                                  (guard, []))[1].append(named)
-    if not pinned and not conditions:
+        named = f"'{label}' ({_dim_of(source)})"
+        if any(_dim_of(source) in dim for dim in explained):
+            continue
+        failing = _small_sizes_failing(condition, source, log)
+        if failing:
+            condition += f" (false at {label} = {', '.join(map(str, failing))})"
+        guard = _recorded(condition, source, log)
+        unproven.setdefault((id(guard) if guard else condition, condition), (guard, []))[1] \
+            .append(named)
+    if not pinned and not conditions and not unproven:
         return None
     parts = list(pinned)
     for (_, condition), (guard, dims) in conditions.items():
         parts.append(f"torch.export could not keep dim{'s' if len(dims) > 1 else ''} "
                      f"{' and '.join(dims)} dynamic: the condition {condition} holds only "
-                     f"for some sizes, added {_at(guard) if guard else '(where, torch did not record)' + chr(10)}")
+                     f"for some sizes, added {_at(guard)}")
+    for (_, condition), (guard, dims) in unproven.items():
+        where = _at(guard) if guard else "(where, torch did not record)\n"
+        parts.append(f"torch.export could not keep dim{'s' if len(dims) > 1 else ''} "
+                     f"{' and '.join(dims)} dynamic: it could not show that the condition "
+                     f"{condition} holds at every size it allows, added {where}")
+    conditions.update(unproven)
     advice = ADVICE if pinned else ""
     if conditions:
         fixes = text[text.index("Suggested fixes:"):].split("\n\n")[0].strip() \
@@ -175,8 +186,8 @@ def _explain_specializations(text: str, log: ShapeLog,
 
 
 # torch's own words for a guard that narrows a declared dim.
-_VIOLATED = re.compile(r"Not all values of (\w+) = (\S+) in the specified range satisfy the "
-                       r"generated guard (.+?)\.?$", re.MULTILINE)
+_VIOLATED = re.compile(r"Not all values of (\w+) = (\S+) in the specified range(?: .*?)? satisfy "
+                       r"the generated guard (.+?)\.?$", re.MULTILINE)
 
 
 def _dim_of(source: str) -> str:
@@ -208,10 +219,9 @@ def _holds_by_declaration(expr: str, log: ShapeLog, labels: dict[tuple[str, int]
         return False
 
 
-def _recorded(condition: str, source: str, log: ShapeLog) -> Guard | None:
-    """The logged guard torch's ``condition`` (written with sources) is."""
-    import sympy
-
+def _as_sympy(condition: str, log: ShapeLog):
+    """torch's ``condition``, written with sources and Python's comparisons,
+    as sympy over the log's symbols; None when it does not parse."""
     symbols = {src: name for name, (src, _) in log.sources.items()}
     text = condition
     for src, name in sorted(symbols.items(), key=lambda item: -len(item[0])):
@@ -220,7 +230,33 @@ def _recorded(condition: str, source: str, log: ShapeLog) -> Guard | None:
         if python in text:  # sympify reads these as Python's own comparisons
             left, right = text.split(python, 1)
             text = f"{sympy_name}({left}, {right})"
-    wanted = _parse(text)
+    return _parse(text)
+
+
+def _small_sizes_failing(condition: str, source: str, log: ShapeLog) -> list[int]:
+    """The sizes 0 to 3 of ``source``'s dim at which ``condition`` is false
+    (every size of the same Dim set alike): what a min would rule out."""
+    import sympy
+
+    expr = _as_sympy(condition, log)
+    if expr is None:
+        return []
+    failing = []
+    for size in range(4):
+        point = {symbol: size for symbol in getattr(expr, "free_symbols", ())}
+        try:
+            if expr.subs(point) in (sympy.false, False):
+                failing.append(size)
+        except (TypeError, ValueError, ArithmeticError):
+            return []
+    return failing
+
+
+def _recorded(condition: str, source: str, log: ShapeLog) -> Guard | None:
+    """The logged guard torch's ``condition`` (written with sources) is."""
+    import sympy
+
+    wanted = _as_sympy(condition, log)
     if wanted is None:
         return None
     for guard in log.guards:
