@@ -22,9 +22,10 @@ from typing import Any, Callable, Sequence
 
 from anyshape import compile_cache
 from anyshape.errors import CompileError, DataTilingFallback
+from anyshape.fallbacks import FALLBACKS, Build
 from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts, inject_dim_facts
-from anyshape.iree.flags import PEELING_FAILURE, PEELING_FLAG, Target, make_target
+from anyshape.iree.flags import PEELING_FLAG, Target, make_target
 from anyshape.iree.invocation import compile_with_iree
 from anyshape.iree.parameters import ARCHIVE, externalize_weights
 from anyshape.iree.workarounds import separate_dynamic_operand_packing
@@ -266,13 +267,14 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
     if target.data_tiling is not None:
         return _compile_stages(module, stages, compilation)
     tiled = data_tiling_applies(target, signature, pass_names)
+    fallback = FALLBACKS["data_tiling"]
     try:
         return _compile_stages(module, stages, compilation.with_data_tiling(tiled))
     except CompileError as error:
-        if not tiled or error.stage != IREE_COMPILE_STAGE:
+        if not fallback.applies(error, Build((), tiled, True, False)):
             raise
         failure = error
-    report("compiling again without data tiling: " + failure.diagnostic.splitlines()[0])
+    report(f"compiling again {fallback.change}: " + failure.diagnostic.splitlines()[0])
     stages.remove_dumps_after_import()  # the failure's reproducer stays
     (Path(workdir.name) / "untiled").mkdir()
     retry = _StageWriter(Path(workdir.name) / "untiled", stages.dump_dir)
@@ -280,11 +282,16 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
     module = parse_module(stages.files[IMPORT_STAGE].read_bytes(), new_context())
     # A failure without data tiling too was not data tiling's: it is raised as
     # it is, with no fallback warning.
-    compiled = _compile_stages(module, retry, compilation.with_data_tiling(False))
+    try:
+        compiled = _compile_stages(module, retry, compilation.with_data_tiling(False))
+    except CompileError:
+        if fallback.raise_when_both_fail == "second":
+            raise
+        raise failure from None
     warnings.warn(f"IREE could not compile this module with data tiling, so it was compiled "
                   f"without it (slower matmuls; data_tiling=False skips the first attempt): "
                   f"{failure.diagnostic}\nreproducer: {failure.reproducer}",
-                  DataTilingFallback, stacklevel=3)
+                  fallback.warning, stacklevel=3)
     return compiled
 
 
@@ -357,33 +364,33 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter",
     started = time.monotonic()
     cpu = target.name == "cpu"
 
-    def build(iree_input: Path) -> Path:
+    def made(with_facts: bool) -> Build:
+        return Build(tuple(flags), bool(target.data_tiling), False, with_facts)
+
+    def build(iree_input: Path, with_facts: bool) -> Path:
         nonlocal flags
+        peeling = FALLBACKS["peeling"]
         try:
             return compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu)
         except CompileError as error:
-            if PEELING_FLAG not in flags or PEELING_FAILURE not in error.diagnostic:
+            if not peeling.applies(error, made(with_facts)):
                 raise
             # What peeling can need, IREE may refuse (iree/flags.py); without it the
-            # module compiles as IREE does by default.
-            report("compiling again without peeling: " + error.diagnostic.splitlines()[0])
+            # module compiles as IREE does by default, whose failure is the one raised.
+            report(f"compiling again {peeling.change}: " + error.diagnostic.splitlines()[0])
             discard_reproducer(error.reproducer, dump_ir_dir)
             flags = [flag for flag in flags if flag != PEELING_FLAG]
             return compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu)
 
+    dim_facts = FALLBACKS["dim_facts"]
     try:
-        vmfb_path = build(iree_input)
+        vmfb_path = build(iree_input, facts)
     except CompileError as error:
-        if not facts or target.data_tiling or error.stage != IREE_COMPILE_STAGE:
+        if not dim_facts.applies(error, made(facts)):
             raise
         # The dim facts are for speed without data tiling, and IREE 3.13 fails
-        # on some modules with them that it compiles without ("'linalg.generic'
-        # op write affecting operations on global resources are restricted to
-        # workgroup distributed contexts": torch.cumulative_trapezoid's slices;
-        # "offset 0 is out-of-bounds": bincount). Where it fails without them
-        # too, the first failure is the one reported.
-        report("compiling again without the argument dim ranges: " +
-               error.diagnostic.splitlines()[0])
+        # on some modules with them that it compiles without (fallbacks.py).
+        report(f"compiling again {dim_facts.change}: " + error.diagnostic.splitlines()[0])
         first = Path(error.reproducer)
         kept = first.rename(first.with_name(first.name + ".first"))  # the retry's may take its name
         module = parse_module(passes_output.read_bytes(), new_context())
@@ -392,8 +399,10 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter",
                                   dim_facts=False)
         del module
         try:
-            vmfb_path = build(retry)
+            vmfb_path = build(retry, False)
         except CompileError as second:
+            if dim_facts.raise_when_both_fail == "second":
+                raise
             discard_reproducer(second.reproducer, dump_ir_dir)
             stages.forget_last()
             kept.replace(first)
@@ -552,34 +561,4 @@ WORKAROUNDS = (
                  'stays off.',
         guard='test/python/test_data_tiling.py::test_data_tiling_needs_the_dim_ranges',
         remove_when="(inferred) when IREE's data tiling is exact without range assumptions"),
-    Workaround(
-        name='data_tiling_fallback', stage='iree-fallback',
-        where='compile_module (retry with_data_tiling(False), DataTilingFallback warning)',
-        upstream='IREE 3.13 fails to compile some modules with data tiling (e.g. '
-                 '"delinearize_index" failures; a uint8 sort); with data_tiling=None the module '
-                 'is compiled again without it, with a DataTilingFallback warning.',
-        guard=('test/python/test_data_tiling.py::test_automatic_data_tiling_falls_back_with_a_warning',
-               'test/python/test_data_tiling.py::test_data_tiling_compile_failure_is_an_error',
-               'test/python/test_compile_cache.py::test_a_hit_warns_as_its_compile_did'),
-        remove_when='(inferred) when IREE data-tiles every module it compiles without data tiling'),
-    Workaround(
-        name='peeling_fallback', stage='iree-fallback',
-        where='_compile_stages.build (PEELING_FAILURE)',
-        upstream='Peeled, some dispatches (a one-row softmax over a dynamic axis) need a scratch '
-                 'buffer of dynamic size, which IREE 3.13 refuses ("\'memref.alloca\' op expected '
-                 'no unbounded stack allocations"); compiled again without the peeling flag.',
-        guard='test/python/test_targets.py::test_module_that_peeling_cannot_compile_is_compiled_without_it',
-        remove_when="(inferred) when IREE's peeled code needs no unbounded stack allocation (or "
-                    'peeling is dropped)'),
-    Workaround(
-        name='dim_facts_fallback', stage='iree-fallback',
-        where='_compile_stages (retry _write_iree_input(dim_facts=False))',
-        upstream='IREE 3.13 fails on some modules with the argument dim ranges that it compiles '
-                 'without them ("\'linalg.generic\' op write affecting operations on global '
-                 'resources are restricted to workgroup distributed contexts": '
-                 'torch.cumulative_trapezoid\'s slices; "offset 0 is out-of-bounds": bincount); '
-                 'without data tiling the module is compiled again without the facts.',
-        guard=('test/python/test_opinfo_floor.py::test_floor[cumulative_trapezoid-float32-0]',
-               'test/python/test_opinfo_floor.py::test_floor[bincount-int64-0]'),
-        remove_when='(inferred) when IREE compiles those modules with util.assume.int facts'),
 )

@@ -61,3 +61,14 @@ def test_modules_that_say_when_to_remove_a_workaround_declare_it():
                 not getattr(module, "WORKAROUNDS", ()):
             undeclared.append(name)
     assert not undeclared, f"say when to remove a workaround but declare none: {undeclared}"
+
+
+def test_each_fallback_is_one_declared_workaround():
+    """The table compiler.py asks (anyshape/fallbacks.py) and the workarounds
+    page list the same fallbacks, at the iree-fallback stage."""
+    from anyshape.fallbacks import FALLBACKS, WORKAROUNDS
+    from anyshape.workarounds_index import all_workarounds
+
+    assert {f"{name}_fallback" for name in FALLBACKS} == {w.name for w in WORKAROUNDS}
+    assert {w.name for w in all_workarounds() if w.stage == "iree-fallback"} == \
+        {w.name for w in WORKAROUNDS}
