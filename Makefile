@@ -7,6 +7,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.anyshape-installed
 BENCH_STAMP := $(VENV)/.anyshape-bench-installed
 BENCH_ARGS ?=
+# pytest-xdist workers for make test and make check: one per core, at most 4
+# (each IREE build is itself threaded; more would only compete for memory).
+# Modules stay whole on one worker (--dist loadscope), with their fixtures.
+PYTEST_WORKERS ?= auto
+XDIST := -n $(PYTEST_WORKERS) --maxprocesses=4 --dist loadscope
 
 .PHONY: test check check-pytest check-fuzz lit pytest docs demo bench bench-sweep bench-served bench-hoist-slices zoo family-sweep fuzz coverage opt-compat clean
 
@@ -33,7 +38,7 @@ test: lit pytest
 check: lit check-pytest check-fuzz
 
 check-pytest: $(STAMP)
-	ANYSHAPE_NO_BUILD=1 $(PY) -m pytest -q test/python --ignore=test/python/test_fuzz.py --durations=10
+	ANYSHAPE_NO_BUILD=1 $(PY) -m pytest -q $(XDIST) test/python --ignore=test/python/test_fuzz.py --durations=10
 
 check-fuzz: $(STAMP)
 	ANYSHAPE_FUZZ_COUNT=2 $(PY) -m pytest -q test/python/test_fuzz.py -k keeps_program_exact
@@ -42,7 +47,7 @@ lit: $(STAMP)
 	$(VENV)/bin/lit -sv test
 
 pytest: $(STAMP)
-	$(PY) -m pytest -q test/python --durations=20
+	$(PY) -m pytest -q $(XDIST) test/python --durations=20
 
 demo: $(STAMP)
 	$(PY) examples/roberta_demo.py

@@ -67,8 +67,11 @@ NO_BUILD = os.environ.get("ANYSHAPE_NO_BUILD") == "1"
 
 # Compiles share one compile cache per test session (anyshape/compile_cache.py):
 # an identical build made by two tests is made once, and no test reads or
-# fills the user's cache. Subprocesses inherit it.
-if not os.environ.get("ANYSHAPE_TEST_KEEP_CACHE_DIR"):
+# fills the user's cache. Subprocesses inherit it, and so do pytest-xdist's
+# workers (make test runs several): they share the controller's, which the
+# cache lets several processes fill at once.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if not os.environ.get("ANYSHAPE_TEST_KEEP_CACHE_DIR") and XDIST_WORKER is None:
     import tempfile
 
     os.environ["ANYSHAPE_CACHE_DIR"] = tempfile.mkdtemp(prefix="anyshape-test-cache-")
@@ -90,7 +93,7 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_sessionfinish(session, exitstatus):
     cache = os.environ.get("ANYSHAPE_CACHE_DIR", "")
-    if not os.environ.get("ANYSHAPE_TEST_KEEP_CACHE_DIR") and \
+    if not os.environ.get("ANYSHAPE_TEST_KEEP_CACHE_DIR") and XDIST_WORKER is None and \
             os.path.basename(cache).startswith("anyshape-test-cache-"):
         import shutil
 
