@@ -80,15 +80,20 @@ if not os.environ.get("ANYSHAPE_TEST_KEEP_CACHE_DIR") and XDIST_WORKER is None:
 def pytest_configure(config):
     config.addinivalue_line("markers", "builds_in_subprocess: runs an IREE build in another "
                                        "process (skipped by `make check`)")
+    config.addinivalue_line("markers", "builds_after_export: exports a whole model, then builds "
+                                       "it (skipped by `make check` before the export)")
 
 
 def pytest_collection_modifyitems(config, items):
     if not NO_BUILD:
         return
-    skip = pytest.mark.skip(reason="builds with IREE in a subprocess: `make test` runs it")
+    in_subprocess = pytest.mark.skip(reason="builds with IREE in a subprocess: `make test` runs it")
+    after_export = pytest.mark.skip(reason="builds a whole model with IREE: `make test` runs it")
     for item in items:
         if "builds_in_subprocess" in item.keywords:
-            item.add_marker(skip)
+            item.add_marker(in_subprocess)
+        elif "builds_after_export" in item.keywords:
+            item.add_marker(after_export)
 
 
 def pytest_sessionfinish(session, exitstatus):

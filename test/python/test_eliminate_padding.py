@@ -52,6 +52,7 @@ def _masks(batch, length, generator):
 SHAPES = [(1, 1), (1, 7), (3, 17), (2, 33), (8, 65), (4, 333), (2, 512)]
 
 
+@pytest.mark.builds_after_export
 @pytest.mark.parametrize("family,task", [("bert", "sequence-classification"),
                                          ("roberta", "masked-lm"),
                                          ("distilbert", "sequence-classification"),
@@ -168,6 +169,7 @@ def test_a_batch_without_padding_runs_the_dense_twin(tmp_path, monkeypatch):
         torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.builds_after_export
 @pytest.mark.parametrize("family", ["gpt2", "t5"])
 def test_decoder_and_encoder_decoder(family):
     """GPT-2 (a causal mask combined with the padding mask) and T5 (relative

@@ -54,6 +54,7 @@ def _tensors(output):
     return {key: value for key, value in output.items() if isinstance(value, torch.Tensor)}
 
 
+@pytest.mark.builds_after_export
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("length", LENGTHS)
 def test_matches_eager_with_padding(family, batch, length):

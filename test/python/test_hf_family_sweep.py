@@ -218,6 +218,7 @@ def compiled_family(request):
     return family, compiled
 
 
+@pytest.mark.builds_after_export
 @pytest.mark.parametrize("batch, length", SHAPES)
 def test_matches_eager(compiled_family, batch, length):
     family, compiled = compiled_family
