@@ -253,19 +253,25 @@ def _small_sizes_failing(condition: str, source: str, log: ShapeLog) -> list[int
 
 
 def _recorded(condition: str, source: str, log: ShapeLog) -> Guard | None:
-    """The logged guard torch's ``condition`` (written with sources) is."""
+    """The logged guard torch's ``condition`` (written with sources) is. Only
+    guards over the same symbols are parsed: a hybrid model logs thousands."""
     import sympy
 
     wanted = _as_sympy(condition, log)
     if wanted is None:
         return None
+    names = {str(symbol) for symbol in getattr(wanted, "free_symbols", ())}
     for guard in log.guards:
+        if set(_SYMBOL.findall(guard.expr)) != names:
+            continue
         expr = _parse(guard.expr)
         if expr is None:
             continue
+        if expr == wanted:
+            return guard
         try:
-            if expr == wanted or sympy.simplify(expr.lhs - expr.rhs - wanted.lhs + wanted.rhs) == 0 \
-                    and type(expr) is type(wanted):
+            if type(expr) is type(wanted) and \
+                    sympy.expand(expr.lhs - expr.rhs - wanted.lhs + wanted.rhs) == 0:
                 return guard
         except (AttributeError, TypeError):
             continue
