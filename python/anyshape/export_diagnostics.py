@@ -126,6 +126,7 @@ def export_error(error: Exception, log: ShapeLog, dynamic_shapes=None,
 def _explain_specializations(text: str, log: ShapeLog,
                              labels: dict[tuple[str, int], str]) -> str | None:
     pinned, conditions = [], {}  # conditions: (guard, its text) -> the dims it holds back
+    explained = set()  # the sizes (x.size()[1]) a message above already names
     for symbol, (source, hint) in log.sources.items():
         guard = _restricting_guard(symbol, log)
         if guard is None:
@@ -144,15 +145,16 @@ def _explain_specializations(text: str, log: ShapeLog,
         elif not _holds_by_declaration(guard.expr, log, labels):
             conditions.setdefault((id(guard), _with_sources(guard.expr, log)), (guard, []))[1] \
                 .append(named)
+        else:
+            continue
+        explained.add(where_dim)
     # The guards torch says are violated, where the probing above found none
     # for that dim: one false only at small sizes (L - 1 != 1), or one torch
     # cannot prove though it may hold (L * min(64, 64 * L) == 64 * L).
-    explained = {dim for _, dims in conditions.values() for dim in dims} | \
-        {p.split(" ", 6)[5] for p in pinned}
     unproven = {}  # (guard or None, condition) -> dims
     for label, source, condition in _VIOLATED.findall(text):
         named = f"'{label}' ({_dim_of(source)})"
-        if any(_dim_of(source) in dim for dim in explained):
+        if _dim_of(source) in explained:
             continue
         failing = _small_sizes_failing(condition, source, log)
         if failing:
