@@ -62,7 +62,6 @@ class _Executables:
 
     def __init__(self, ir, module):
         self.ir = ir
-        self.module = module
         self.by_name = {}
         for op in module.body.operations:
             if op.operation.name == "flow.executable":
@@ -159,7 +158,7 @@ def _result_number(producer, views, operand) -> int:
 def _erase_replaced(ir, module, replaced, executables) -> None:
     """Drop the fills (and views) whose every use got a copy, then the
     executables no dispatch calls any more."""
-    for op in replaced:  # views after their producers: erase from the last
+    for op in replaced:  # each chain listed from the writer's end back to its fill
         if all(not list(result.uses) for result in op.results):
             op.erase()
     called = set()
