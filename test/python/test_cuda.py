@@ -1,5 +1,7 @@
 """target="cuda": compiling needs no GPU; running skips cleanly where none is present."""
 
+import json
+
 import pytest
 import torch
 from models import roberta_inputs, small_roberta
@@ -80,3 +82,53 @@ def test_cuda_outputs_on_the_inputs_device(cuda_roberta):
     got = compiled(ids.cuda(), attention_mask=mask.cuda()).logits
     assert got.device.type == "cuda"
     torch.testing.assert_close(got.cpu(), expected, atol=1e-4, rtol=0)
+
+
+_ADD = """func.func @add(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = arith.addf %a, %b : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}"""
+
+
+def _iree_builds_for(arch: str) -> bool:
+    from iree.compiler.tools import CompilerToolError, compile_str
+
+    try:
+        compile_str(_ADD, input_type="none", extra_args=[
+            "--iree-hal-target-device=cuda", f"--iree-cuda-target={arch}"])
+    except CompilerToolError as error:
+        assert "missing GPU target" in str(error), str(error)[:500]
+        return False
+    return True
+
+
+def test_iree_knows_exactly_the_listed_cuda_archs():
+    """/// The substitution table is IREE's own: a new IREE that learns sm_90 fails here."""
+    from anyshape.iree.flags import IREE_CUDA_ARCHS
+
+    assert [arch for arch in IREE_CUDA_ARCHS if not _iree_builds_for(arch)] == []
+    others = ["sm_53", "sm_88", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_103", "sm_110"]
+    assert [arch for arch in others if _iree_builds_for(arch)] == []
+
+
+def test_unknown_gpu_gets_the_newest_older_arch(tmp_path):
+    from anyshape.iree.flags import CudaArchSubstituted, iree_cuda_arch, make_target
+
+    assert [iree_cuda_arch(a) for a in ("sm_90", "sm_90a", "sm_100", "sm_89", "sm_121")] == \
+        ["sm_89", "sm_89", "sm_89", "sm_89", "sm_121"]
+    with pytest.raises(ValueError, match="cuda_arch: IREE 3.13 builds for sm_60 and newer .*"
+                                         "got 'sm_52'"):
+        make_target("cuda", "sm_52")
+    model = small_roberta(layers=1, hidden=64, max_positions=34)
+    ids, mask = roberta_inputs(1, 8)
+    seq = Dim("seq", min=1, max=32)
+    with pytest.warns(CudaArchSubstituted, match="no GPU target for sm_90, so the module is "
+                                                 "built for sm_89"):
+        compiled = anyshape.compile(model, (ids,), {"attention_mask": mask}, target="cuda",
+                                    cuda_arch="sm_90", dynamic_shapes={
+                                        "input_ids": {1: seq}, "attention_mask": {1: seq}})
+    assert "--iree-cuda-target=sm_89" in compiled.iree_flags
+    loaded = anyshape.load(compiled.save(tmp_path))
+    assert (loaded.target.cuda_arch, loaded.target.requested_cuda_arch) == ("sm_89", "sm_90")
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["target"]["requested_cuda_arch"] == "sm_90"
