@@ -329,6 +329,36 @@ def run_all(artifacts: Path, batches: list[int], check_lengths: list[int], lengt
     return results
 
 
+def merge_tables(paths: list[Path], out: Path) -> None:
+    """``cuda.md`` from several runs' ``cuda.json``, in the order given; a
+    (batch, L) cell's check or timing in a later run replaces an earlier run's."""
+    runs = [json.loads(path.read_text()) for path in paths]
+    devices = {run["environment"]["device"] for run in runs}
+    if len(devices) != 1:
+        raise SystemExit(f"results: expected runs on one device, got {sorted(devices)}")
+
+    def label(entry):
+        return (entry["model"], entry["dtype"], entry["cuda_arch"],
+                tuple(entry.get("extra_iree_flags", [])))
+
+    checks, latency = {}, {}
+    for run in runs:
+        for check in run["checks"]:
+            rows = {(r["batch"], r["L"]): r for r in checks.get(label(check), {}).get("rows", [])}
+            rows.update({(r["batch"], r["L"]): r for r in check["rows"]})
+            checks[label(check)] = {**check, "rows": [rows[k] for k in sorted(rows)]}
+        for cell in run["latency"]:
+            latency[(*label(cell), cell["batch"], cell["L"])] = cell
+    merged = {"environment": runs[-1]["environment"],
+              "checks": [checks[k] for k in sorted(checks)],
+              "latency": [latency[k] for k in sorted(latency)]}
+    merged["environment"]["runs"] = "/".join(sorted({str(r["environment"]["runs"]) for r in runs}))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cuda.md").write_text(_tables(merged) + "\nMerged from: "
+                                 + ", ".join(str(p) for p in paths) + "\n")
+    print(_tables(merged))
+
+
 def _version(package: str) -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -352,7 +382,8 @@ def _latency_row(cell: dict) -> str:
     def ratio(system):
         return f"{times[system] / fastest:.2f}" if system in times else "-"
 
-    return (f"| {cell['model']} | {cell['dtype']} | {cell['batch']} | {cell['L']} | "
+    flags = "".join(f" {flag}" for flag in cell.get("extra_iree_flags", []))
+    return (f"| {cell['model']}{flags} | {cell['dtype']} | {cell['batch']} | {cell['L']} | "
             + " | ".join(_ms(cell, s) for s in SYSTEMS) + " | "
             + " | ".join(ratio(s) for s in SYSTEMS) + " |")
 
@@ -435,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("artifacts", type=Path)
     run_options(run)
     run.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu (smoke)")
+    table = steps.add_parser("table", help="one cuda.md from the cuda.json of several runs "
+                                           "on one GPU (runs cut short by a time limit)")
+    table.add_argument("results", nargs="+", type=Path)
+    table.add_argument("--out", type=Path, required=True)
     both = steps.add_parser("all", help="compile, then run, on this machine")
     compile_options(both)
     run_options(both)
@@ -447,7 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     run_arguments = lambda directory, device: run_all(  # noqa: E731
         directory, args.batches, args.check_lengths, args.lengths, args.runs, device, args.out,
         args.inductor, args.deadline_s)
-    if args.step == "compile":
+    if args.step == "table":
+        merge_tables(args.results, args.out)
+    elif args.step == "compile":
         compile_all(args.out, args.models, args.dtypes, args.target, args.cuda_arch, args.tiny,
                     args.iree_flags)
     elif args.step == "run":
