@@ -19,7 +19,7 @@ XDIST := -n $(PYTEST_WORKERS) --maxprocesses=4 --dist loadscope
 # itself (setuptools, in pip's isolated build environment).
 PIP_INSTALL := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip install --quiet
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) --upgrade pip
 	$(PIP_INSTALL) -e '.[test]'
@@ -55,8 +55,8 @@ demo: $(STAMP)
 # docs/passes.md from the passes' docstrings and docs/workarounds.md from the
 # modules' WORKAROUNDS (test_docs.py fails when either is stale).
 docs: $(STAMP)
-	$(PY) tools/gen_pass_docs.py
-	$(PY) tools/gen_workarounds_doc.py
+	$(PY) tools/dev/gen_pass_docs.py
+	$(PY) tools/dev/gen_workarounds_doc.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info test/*/Output
@@ -112,7 +112,7 @@ family-sweep: $(STAMP)
 TORCH_MLIR_SRC ?=
 opt-compat: $(STAMP)
 	@test -n "$(TORCH_MLIR_SRC)" || { echo "usage: make opt-compat TORCH_MLIR_SRC=<a torch-mlir checkout>"; exit 2; }
-	$(PY) tools/opt-compat/run.py $(TORCH_MLIR_SRC)
+	$(PY) tools/dev/opt-compat/run.py $(TORCH_MLIR_SRC)
 
 # Random torch programs (shape queries, aranges, broadcasts, slices) through the
 # default passes and anyshape.check: 500 of them (about half an hour on 2

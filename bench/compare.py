@@ -252,7 +252,7 @@ def _child_run(task: dict) -> dict:
     import numpy  # noqa: F401
     import torch
     import transformers  # noqa: F401
-    import anyshape.runtime  # noqa: F401
+    import anyshape.runtime.compiled_module  # noqa: F401
 
     if task["system"] == "onnxruntime":
         import onnxruntime

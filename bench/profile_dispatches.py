@@ -95,7 +95,7 @@ def _inputs(manifest: dict, sizes: dict[str, int], tmp: Path,
         if manifest.get("padding_dense_entry") and mask.all():
             entry = manifest["padding_dense_entry"]
             continue
-        from anyshape.runtime import padding_indices
+        from anyshape.runtime.compiled_module import padding_indices
 
         for index, array in enumerate(padding_indices(name, mask)):
             np.save(tmp / f"padding{index}.npy", array)

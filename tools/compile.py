@@ -343,7 +343,7 @@ def _runs_on(compiled) -> str:
 
 def summary(compiled, out: Path, described: dict | None) -> str:
     """What was written, how long each stage took, the dynamic dims, how to call it."""
-    from anyshape.signature import leaf_paths
+    from anyshape.runtime.signature import leaf_paths
 
     signature = compiled.signature
     lines = [f"anyshape-compile: wrote {out}/"]

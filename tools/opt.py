@@ -16,7 +16,7 @@ on that op, as mlir-opt nests it. ``--pass-pipeline`` takes a textual
 pipeline instead (anyshape passes directly inside ``builtin.module(...)``).
 ``--verify-diagnostics`` checks the diagnostics against the file's
 ``// expected-error {{...}}`` comments with mlir-opt's rules
-(``anyshape.expected_diagnostics``). ``--load-passes`` runs a Python file that
+(``anyshape.tools.expected_diagnostics``). ``--load-passes`` runs a Python file that
 registers more passes (as mlir-opt's ``--load-pass-plugin`` loads a library).
 The README lists what differs from torch-mlir-opt.
 """
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     if opts.list_passes:
         print(list_passes())
         return 0
-    from anyshape import opt_session
+    from anyshape.tools import opt_session
 
     if opts.show_dialects:
         print("Available Dialects: " + ",".join(opt_session.dialect_names()))
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
 
     verifier = None
     if opts.verify is not None:
-        from anyshape.expected_diagnostics import Verifier
+        from anyshape.tools.expected_diagnostics import Verifier
 
         verifier = Verifier(filename, data.decode(errors="replace") if isinstance(data, bytes)
                             and not data.startswith(b"ML\xefR") else "",

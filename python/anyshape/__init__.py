@@ -14,10 +14,10 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "compile": ("anyshape.compiler", "compile"),
-    "import_torch": ("anyshape.importer", "import_torch"),
-    "load": ("anyshape.runtime", "load"),
-    "write_parameters": ("anyshape.runtime", "write_parameters"),
-    "CompiledModule": ("anyshape.runtime", "CompiledModule"),
+    "import_torch": ("anyshape.frontend.importer", "import_torch"),
+    "load": ("anyshape.runtime.compiled_module", "load"),
+    "write_parameters": ("anyshape.runtime.compiled_module", "write_parameters"),
+    "CompiledModule": ("anyshape.runtime.compiled_module", "CompiledModule"),
 }
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from anyshape.signature import ModuleSignature
+from anyshape.runtime.signature import ModuleSignature
 
 LOWER = "anyshape-lower"
 

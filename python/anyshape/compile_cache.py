@@ -116,7 +116,7 @@ def _file_digest(path: Path) -> str:
 def lookup(key: str, *, threads: int | None):
     """(module, warnings it was compiled with) from the entry for ``key``, or None.
     An entry that is incomplete, altered or does not load is removed."""
-    from anyshape.runtime import load
+    from anyshape.runtime.compiled_module import load
 
     entry = _entry(cache_root(), key)
     if not entry.is_dir():

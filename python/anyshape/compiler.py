@@ -34,8 +34,8 @@ from anyshape.passes import DEFAULT_PIPELINE
 from anyshape.passes.eliminate_padding.pass_ import dense_twin
 from anyshape.pipeline import (diagnostics_of, make_anyshape_pass, opt_command_flag, run_pipeline,
                                split_pass_element)
-from anyshape.runtime import CompiledModule, check_threads
-from anyshape.signature import ModuleSignature
+from anyshape.runtime.compiled_module import CompiledModule, check_threads
+from anyshape.runtime.signature import ModuleSignature
 from anyshape.stages import (IMPORT_STAGE, IREE_COMPILE_STAGE, IREE_INPUT_STAGE,
                              discard_reproducer, keep_reproducer)
 from anyshape.workarounds_index import Workaround
@@ -91,8 +91,9 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     """
     import torch
 
-    from anyshape.importer import export_program, import_program, prepare_program
-    from anyshape.signature import dim_labels_from, signature_from_program
+    from anyshape.frontend.export import export_program, prepare_program
+    from anyshape.frontend.importer import import_program
+    from anyshape.runtime.signature import dim_labels_from, signature_from_program
 
     exported_already = isinstance(model, torch.export.ExportedProgram)
     if exported_already and (args is not None or kwargs):

@@ -13,7 +13,7 @@ import re
 
 from anyshape.dialects import DIMS_ATTR, vtensor_shape
 from anyshape.mlir import ir
-from anyshape.signature import ModuleSignature, Symbol, TensorSpec
+from anyshape.runtime.signature import ModuleSignature, Symbol, TensorSpec
 
 _DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
            "si64": "int64", "si32": "int32", "si16": "int16", "si8": "int8", "ui8": "uint8",

@@ -5,7 +5,7 @@ module level, in ``WORKAROUNDS``, a tuple of ``Workaround``: the stage it acts
 in, the upstream bug or behaviour, the test that guards it (fails when it is
 removed, or when upstream changes so that it can go), and when it can go.
 ``all_workarounds()`` collects them from every module of the package, and
-``tools/gen_workarounds_doc.py`` writes ``docs/workarounds.md`` from them
+``tools/dev/gen_workarounds_doc.py`` writes ``docs/workarounds.md`` from them
 (``test_docs.py`` fails when that page is stale, and when a declared guard
 names a test that does not exist). It is the page the next IREE or
 torch-mlir upgrade starts from.

@@ -1,7 +1,7 @@
 # RUN: %PYTHON %s | FileCheck %s
 
 # torch.export's _assert_tensor_metadata on a complex tensor, dropped where the
-# graph's own types prove it (anyshape/tensor_metadata_asserts.py).
+# graph's own types prove it (anyshape/frontend/graph_fixes/tensor_metadata_asserts.py).
 
 import os
 import sys

@@ -1,7 +1,7 @@
 # RUN: %PYTHON %s | FileCheck %s
 
 # pow at the inputs where IREE's exp(y * log(x)) expansion is wrong, as anyshape
-# imports it (anyshape/edge_value_math.py).
+# imports it (anyshape/frontend/graph_fixes/edge_value_math.py).
 
 import os
 import sys

@@ -2,7 +2,7 @@
 
 # Rewrites of the exported graph before torch-mlir imports it, each in the form
 # anyshape imports: slices of a whole dim, sorts as packed keys, constants
-# computed, casts to unsigned integers (anyshape/whole_dim_slices.py,
+# computed, casts to unsigned integers (anyshape/frontend/graph_fixes/whole_dim_slices.py,
 # packed_sort_keys.py, constant_subexpressions.py, unsigned_casts.py).
 
 import os

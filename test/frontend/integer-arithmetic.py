@@ -1,7 +1,7 @@
 # RUN: %PYTHON %s | FileCheck %s
 
 # Integer negation and dims counted from the end, as anyshape imports them
-# (anyshape/integer_negation.py, anyshape/nonnegative_dims.py).
+# (anyshape/frontend/graph_fixes/integer_negation.py, anyshape/frontend/graph_fixes/nonnegative_dims.py).
 
 import os
 import sys

@@ -1,7 +1,7 @@
 # RUN: %PYTHON %s | FileCheck %s
 
 # Rewrites and refusals of the exported graph for scalars computed from sizes
-# and ops torch-mlir lowers wrongly (anyshape/symbolic_scalars.py,
+# and ops torch-mlir lowers wrongly (anyshape/frontend/graph_fixes/symbolic_scalars.py,
 # rank0_softmax.py, checked_det.py, stable_logcumsumexp.py, wrong_lowerings.py).
 
 import os

@@ -10,7 +10,7 @@ import torch
 from torch.export import Dim
 
 import anyshape
-import anyshape.importer
+import anyshape.frontend.importer
 
 
 class TanhNeg(torch.nn.Module):
@@ -94,7 +94,10 @@ def test_compiler_crash_names_the_pass_and_the_op(monkeypatch):
     rewritten. The crash is real: torch-mlir's scatter lowering at a negative
     dim, with anyshape's rewrite of it (nonnegative_dims) turned off; when this
     stops crashing, that rewrite can go."""
-    monkeypatch.setattr(anyshape.importer, "count_dims_from_the_front", lambda graph: 0)
+    from anyshape.frontend import graph_fixes
+
+    monkeypatch.setattr(graph_fixes, "GRAPH_FIXES", tuple(
+        fix for fix in graph_fixes.GRAPH_FIXES if fix[0] != "nonnegative_dims"))
     with pytest.raises(anyshape.CompileError) as info:
         anyshape.compile(MaskFirstExpert(), (torch.randn(3, 4), torch.tensor([[1], [0], [3]])),
                          dynamic_shapes=({0: Dim("rows")}, {0: Dim("rows")}), cache=False)

@@ -8,7 +8,7 @@ from models import roberta_inputs, small_roberta
 from torch.export import Dim
 
 import anyshape
-from anyshape.runtime import cuda_available
+from anyshape.runtime.compiled_module import cuda_available
 
 
 @pytest.fixture(scope="module")

@@ -65,7 +65,7 @@ def test_data_tiling_must_be_a_bool_or_none(roberta):
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
 def test_data_tiling_automatic_by_default(target):
     from anyshape.compiler import data_tiling_applies
-    from anyshape.signature import ModuleSignature
+    from anyshape.runtime.signature import ModuleSignature
     from anyshape.iree.flags import make_target
 
     automatic = make_target(target)

@@ -53,8 +53,8 @@ _DERIVED_DIMS = """
 import sys, torch
 from torch.export import Dim
 import anyshape
-from anyshape.importer import export_program
-from anyshape.signature import signature_from_program
+from anyshape.frontend.export import export_program
+from anyshape.runtime.signature import signature_from_program
 
 class Sums(torch.nn.Module):
     def forward(self, x, y, z, w):

@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_pass_docs_are_current():
-    result = subprocess.run([sys.executable, "tools/gen_pass_docs.py", "--check"], cwd=ROOT,
+    result = subprocess.run([sys.executable, "tools/dev/gen_pass_docs.py", "--check"], cwd=ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -25,7 +25,7 @@ def test_pass_docs_name_every_pass_of_anyshape():
 
 
 def test_workaround_docs_are_current():
-    result = subprocess.run([sys.executable, "tools/gen_workarounds_doc.py", "--check"], cwd=ROOT,
+    result = subprocess.run([sys.executable, "tools/dev/gen_workarounds_doc.py", "--check"], cwd=ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 

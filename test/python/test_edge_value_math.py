@@ -2,7 +2,7 @@
 
 IREE 3.13's float math expansions are right only for finite positive inputs
 (``(-2.0) ** x`` gave 0, ``0 ** 0`` NaN, ``atan2(0, 0)`` NaN);
-``anyshape.edge_value_math`` rewrites the ops around them."""
+``anyshape.frontend.graph_fixes.edge_value_math`` rewrites the ops around them."""
 
 import math
 

@@ -15,8 +15,8 @@ from torch.export import Dim
 
 import anyshape
 from anyshape.iree.flags import make_target
-from anyshape.runtime import CompiledModule
-from anyshape.signature import ModuleSignature, Symbol, TensorSpec
+from anyshape.runtime.compiled_module import CompiledModule
+from anyshape.runtime.signature import ModuleSignature, Symbol, TensorSpec
 from anyshape.tools import compile as compile_tool
 from anyshape.tools import opt as opt_tool
 
@@ -321,7 +321,7 @@ def test_call_derived_dim(artifact):
 
 def test_output_class_not_importable_warns():
     """Where the model's output class cannot be imported, a call returns its fields."""
-    from anyshape.signature import decode_tree
+    from anyshape.runtime.signature import decode_tree
 
     tree = {"kind": "class", "module": "no_such_module_for_anyshape", "qualname": "Output",
             "keys": ["logits"], "children": [{"kind": "leaf"}]}

@@ -187,7 +187,7 @@ def test_literal_cache_keeps_what_it_is_keyed_by():
     buffer) would import as this one's data (issue 36's hunt)."""
     import weakref
 
-    from anyshape.importer import _WeightLiterals
+    from anyshape.frontend.importer import _WeightLiterals
     from anyshape.mlir import ir, new_context
 
     with new_context(), ir.Location.unknown():

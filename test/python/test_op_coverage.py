@@ -298,7 +298,7 @@ CASES = [
     Case("scatter-negative-dim",
          # As scatter-permutation, with the dim counted from the end (static shapes too).
          fn(lambda x, idx: x.scatter(-1, idx, x * 10)),
-         # torch-mlir crashed there (anyshape/nonnegative_dims.py).
+         # torch-mlir crashed there (anyshape/frontend/graph_fixes/nonnegative_dims.py).
          lambda b, n: (randn(b, n, 8), unique_indices(b, n, 8)), ({0: B, 1: N}, {0: B, 1: N})),
     Case("scatter-add-over-dynamic-dim",
          fn(lambda x, idx, src: x.scatter_add(1, idx, src)),

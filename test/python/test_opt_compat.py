@@ -291,7 +291,7 @@ def test_roundtrip_failure_is_reported(monkeypatch):
     """When the fresh context cannot read the printed module back (here a bare
     context without torch-mlir's dialects), --verify-roundtrip says so and fails
     the chunk."""
-    from anyshape import opt_session
+    from anyshape.tools import opt_session
     from anyshape.mlir import ir
     from anyshape.tools import opt as opt_tool
 

@@ -8,7 +8,7 @@ from torch.export import Dim
 
 import anyshape
 from anyshape.errors import RunError
-from anyshape.runtime import iree_message
+from anyshape.runtime.compiled_module import iree_message
 
 
 class ReshapeRows(torch.nn.Module):

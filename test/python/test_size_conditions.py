@@ -1,7 +1,7 @@
 """The size conditions a signature keeps from torch.export's guards, and their
 evaluation (an evaluator of its own: a manifest is data, never eval'd)."""
 
-from anyshape.size_conditions import from_guards, holds, readable
+from anyshape.runtime.size_conditions import from_guards, holds, readable
 
 
 

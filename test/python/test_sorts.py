@@ -3,15 +3,15 @@
 IREE 3.13 gave wrong indices when a module has two sorts of the same shape
 (anyshape/iree/distinct_fills.py has the cause): every MoE model with more
 than one layer was wrong (issue 36's family sweep, ``experts_implementation=
-"batched_mm"``); its sort puts NaN anywhere (anyshape.packed_sort_keys). And torch-mlir negates integers through float32
-(anyshape.integer_negation)."""
+"batched_mm"``); its sort puts NaN anywhere (anyshape.frontend.graph_fixes.packed_sort_keys). And torch-mlir negates integers through float32
+(anyshape.frontend.graph_fixes.integer_negation)."""
 
 import pytest
 import torch
 from torch.export import Dim
 
 import anyshape
-from anyshape.packed_sort_keys import rewrite_sorts_as_packed_keys
+from anyshape.frontend.graph_fixes.packed_sort_keys import rewrite_sorts_as_packed_keys
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64,
           torch.int64, torch.int32, torch.uint8, torch.bool]

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from anyshape.mlir import iree_bindings
-from anyshape.runtime import PARAMETER_SCOPE, PARAMETERS, write_archive
+from anyshape.runtime.compiled_module import PARAMETER_SCOPE, PARAMETERS, write_archive
 
 SCOPE = PARAMETER_SCOPE
 _GLOBAL_PREFIX = "param."

@@ -37,7 +37,7 @@ import operator
 import torch
 from torch.fx import Graph, Node
 
-from anyshape.fx_emit import Emitter
+from anyshape.frontend.graph_fixes.fx_emit import Emitter
 from anyshape.workarounds_index import Workaround
 
 WORKAROUNDS = (Workaround(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch.fx import Graph
 
-from anyshape.fx_emit import Emitter
+from anyshape.frontend.graph_fixes.fx_emit import Emitter
 from anyshape.workarounds_index import Workaround
 
 aten = torch.ops.aten

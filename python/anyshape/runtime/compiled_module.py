@@ -16,11 +16,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from anyshape import size_conditions
+from anyshape.runtime import size_conditions
 from anyshape.errors import RunError
 from anyshape.iree.cpu import check_runs_here
 from anyshape.iree.flags import Target
-from anyshape.signature import SCHEMA_VERSION, ModuleSignature, TensorSpec, decode_tree
+from anyshape.runtime.signature import SCHEMA_VERSION, ModuleSignature, TensorSpec, decode_tree
 from anyshape.stages import IREE_INPUT_STAGE
 from anyshape.workarounds_index import Workaround
 

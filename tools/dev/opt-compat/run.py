@@ -2,7 +2,7 @@
 anyshape-opt in its place; fails when a test that passes with the reference
 does not pass with anyshape-opt.
 
-    python tools/opt-compat/run.py /path/to/torch-mlir [--jobs N]
+    python tools/dev/opt-compat/run.py /path/to/torch-mlir [--jobs N]
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 # repository, run with `torch-mlir-opt` replaced by the driver named in
 # `-D driver=` (anyshape-opt, or torch-mlir-opt itself for the reference run).
 #
-#   lit tools/opt-compat -D torch_mlir_src=/path/to/torch-mlir -D driver=anyshape-opt
+#   lit tools/dev/opt-compat -D torch_mlir_src=/path/to/torch-mlir -D driver=anyshape-opt
 #
 # torch-mlir's test/lit.cfg.py needs the site config of a CMake build; this one
 # stands in for both with what the pinned wheel provides: its torch-mlir-opt,

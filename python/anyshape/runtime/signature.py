@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from anyshape import size_conditions
+from anyshape.runtime import size_conditions
 
 SCHEMA_VERSION = 1
 
@@ -217,7 +217,7 @@ _CONSTANT_TYPES = (int, float, bool, str, type(None))
 
 def scalar_kind(value) -> str | None:
     """'int', 'float' or 'bool' for a (symbolic) Python scalar, else None."""
-    from anyshape.symbolic_scalars import kind
+    from anyshape.frontend.graph_fixes.symbolic_scalars import kind
 
     return kind(value)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch.fx import Graph, Node
 
-from anyshape.fx_emit import Emitter
+from anyshape.frontend.graph_fixes.fx_emit import Emitter
 from anyshape.workarounds_index import Workaround
 
 WORKAROUNDS = (Workaround(

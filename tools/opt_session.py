@@ -13,8 +13,8 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from anyshape.diagnostic_text import render
-from anyshape.expected_diagnostics import Produced, Report, Verifier, produced_from
+from anyshape.tools.diagnostic_text import render
+from anyshape.tools.expected_diagnostics import Produced, Report, Verifier, produced_from
 from anyshape.mlir import (MLIRError, dialect_names as _dialect_names, ir,
                            load_reference_dialects, new_context, parse_source, passmanager)
 from anyshape.pipeline import build_pass_manager, parse_pipeline
