@@ -646,7 +646,7 @@ WORKAROUNDS = (
                  'K], [B*H, K, N])) a batch matvec whose data-tiled packing fails in IREE 3.13 '
                  '("no basis element may be statically non-positive").',
         guard=('test/passes/data-tiling-forms.mlir',
-               'test/python/test_data_tiling.py::test_data_tiled_matches_eager'),
+               'test/python/iree/test_data_tiling.py::test_data_tiled_matches_eager'),
         remove_when='(inferred) when IREE > 3.13 data-tiles the one-row form; the pass docstring '
                     'states no removal condition'),
     Workaround(
@@ -656,7 +656,7 @@ WORKAROUNDS = (
                  "projection's dispatch with the operand packing, and that dispatch exceeds the "
                  'stack or vector size limit; as index_select the rows are their own copy.',
         guard=('test/passes/data-tiling-forms.mlir',
-               'test/python/test_data_tiling.py::test_data_tiled_matches_eager'),
+               'test/python/iree/test_data_tiling.py::test_data_tiled_matches_eager'),
         remove_when='(inferred) when IREE > 3.13 compiles the fused slice+pack dispatch'),
     Workaround(
         name='data_tiling_whole_weight_projection', stage='torch-ir',
@@ -664,7 +664,7 @@ WORKAROUNDS = (
         upstream="IREE 3.13 packs a column slice of a constant weight (GPT-2's split c_attn) "
                  "inside the projection's dispatch on every call instead of once at load time, "
                  'and in the last layer that dispatch fails to compile.',
-        guard=('test/python/test_data_tiling.py::test_gpt2_qkv_weight_read_whole',
+        guard=('test/python/iree/test_data_tiling.py::test_gpt2_qkv_weight_read_whole',
                'test/passes/data-tiling-forms.mlir'),
         remove_when='(inferred) when IREE > 3.13 hoists the packing of a sliced constant weight'),
     Workaround(
@@ -675,7 +675,7 @@ WORKAROUNDS = (
                  'matmul work); with that propagation off, packing V fails ("no basis element may'
                  ' be statically non-positive"). Linears sharing an input become one.',
         guard=('test/passes/data-tiling-forms.mlir',
-               'test/python/test_data_tiling.py::test_data_tiled_matches_eager'),
+               'test/python/iree/test_data_tiling.py::test_data_tiled_matches_eager'),
         remove_when='(inferred) when IREE > 3.13 data-tiles per-head projections'),
     Workaround(
         name='data_tiling_few_rows_projection', stage='torch-ir',
@@ -702,7 +702,7 @@ WORKAROUNDS = (
         upstream='With a dynamic length IREE 3.13 does not fuse the unpacking of data-tiled '
                  'attention scores with the addition of a [B, 1, 1, L] mask (a pass over [B, H, '
                  'L, L] of its own, ~9% of roberta-base at L = 512). Performance workaround.',
-        guard=('test/python/test_defer_softmax_normalization.py::test_padding_mask_is_a_contraction_step',
+        guard=('test/python/passes/test_defer_softmax_normalization.py::test_padding_mask_is_a_contraction_step',
                'test/passes/data-tiling-forms.mlir'),
         remove_when='(inferred) when IREE fuses the unpack with the elementwise mask add'),
 )

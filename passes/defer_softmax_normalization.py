@@ -190,7 +190,7 @@ WORKAROUNDS = (
                  'into the attention product, which runs as an untiled contraction recomputing it'
                  " (roberta-base's biggest dispatch at L = 512), and with a static batch data "
                  'tiling fails on it. Performance/compile-failure workaround.',
-        guard=('test/python/test_defer_softmax_normalization.py::test_product_reads_unnormalized_exponentials',
+        guard=('test/python/passes/test_defer_softmax_normalization.py::test_product_reads_unnormalized_exponentials',
                'test/passes/defer-softmax-normalization.mlir'),
         remove_when='(inferred) when IREE > 3.13 compiles softmax(S) @ V with a dynamic key axis '
                     'well'),

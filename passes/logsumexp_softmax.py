@@ -72,7 +72,7 @@ WORKAROUNDS = (
                  'CPU codegen, with a dynamic reduced axis, recomputes the row max for every 16 '
                  "columns (roberta-base's attention softmax 20x its static counterpart at L = "
                  '512). Performance workaround.',
-        guard=('test/python/test_logsumexp_softmax.py::test_softmax_over_dynamic_axis_is_rewritten',
+        guard=('test/python/passes/test_logsumexp_softmax.py::test_softmax_over_dynamic_axis_is_rewritten',
                'test/passes/logsumexp-softmax.mlir'),
         remove_when='(inferred) when IREE > 3.13 tiles a dynamic-axis softmax as well as a static'
                     ' one'),

@@ -195,7 +195,7 @@ WORKAROUNDS = (
                  'out [3, 8] (eager [6, 4]); dynamic dims into static sizes paired wrongly or '
                  'failed ("\'tensor.collapse_shape\' op expected dimension 1 of collapsed type to '
                  'be static value of 0").',
-        guard=('test/python/test_run_errors.py::test_reshape_of_two_dynamic_dims_is_exact',
+        guard=('test/python/runtime/test_run_errors.py::test_reshape_of_two_dynamic_dims_is_exact',
                'test/python/test_op_coverage.py::test_matches_eager[reshape-merge-dynamic-split-static]',
                'test/python/test_opinfo_floor.py::test_floor[reshape-float32-0]'),
         remove_when="(inferred) when torch-mlir's view lowering infers dynamic groupings "

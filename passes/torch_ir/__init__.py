@@ -16,7 +16,7 @@ pattern roots by class, operands by name (``typed(op).keepdim``), new ops by
 their typed builders (``torch_ops.AtenUnsqueezeOp(type, x, dim)``). Op
 families stay tables keyed by op name in ``ops.py``.
 ``values.rebuilt`` is the one generic builder, for re-issuing whichever op of
-a family a rewrite matched. ``test/python/test_torch_ir_ops.py`` holds the
+a family a rewrite matched. ``test/python/passes/test_torch_ir_ops.py`` holds the
 tables to the generated classes.
 
 The passes import from these modules; nothing here registers a pass.

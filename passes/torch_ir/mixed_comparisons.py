@@ -131,7 +131,7 @@ WORKAROUNDS = (
                  "lt(0.25, 0) -> true, this project's issue 36); an int/bool literal against a "
                  'float scalar crashes the compiler.',
         guard=('test/passes/mixed-comparisons.mlir',
-               'test/python/test_edge_value_math.py::test_power_of_a_float_literal_base_as_eager',
+               'test/python/frontend/test_edge_value_math.py::test_power_of_a_float_literal_base_as_eager',
                'test/python/test_deterministic_compile.py::test_two_fresh_processes_give_one_artifact[bloom-1e-05]'),
         remove_when="when the folder checks the tensor's element type"),
 )

@@ -202,7 +202,7 @@ WORKAROUNDS = (
         upstream="The MLIR Python bindings (torch-mlir's copy) hash and compare an ir.Value by "
                  "the address of its storage; an erased op's address is reused, so a plain dict "
                  "handed a new value the erased one's dims (this project's issue 36 hunt).",
-        guard=('test/python/test_value_map.py::test_an_erased_values_dims_are_not_a_new_values',
-               'test/python/test_value_map.py::test_value_map_entries_stay_with_their_op_and_leave_no_trace'),
+        guard=('test/python/passes/test_value_map.py::test_an_erased_values_dims_are_not_a_new_values',
+               'test/python/passes/test_value_map.py::test_value_map_entries_stay_with_their_op_and_leave_no_trace'),
         remove_when='(inferred) when the bindings give values a stable identity'),
 )

@@ -560,6 +560,6 @@ WORKAROUNDS = (
                  'it is not told (roberta-base with passes=[]: max error 0.36 at L = 128); '
                  'data_tiling=True without anyshape-lower is refused, and automatic data tiling '
                  'stays off.',
-        guard='test/python/test_data_tiling.py::test_data_tiling_needs_the_dim_ranges',
+        guard='test/python/iree/test_data_tiling.py::test_data_tiling_needs_the_dim_ranges',
         remove_when="(inferred) when IREE's data tiling is exact without range assumptions"),
 )

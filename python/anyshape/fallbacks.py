@@ -73,8 +73,8 @@ WORKAROUNDS = (
         upstream='IREE 3.13 fails to compile some modules with data tiling (e.g. '
                  '"delinearize_index" failures; a uint8 sort); with data_tiling=None the module '
                  'is compiled again without it, with a DataTilingFallback warning.',
-        guard=('test/python/test_data_tiling.py::test_automatic_data_tiling_falls_back_with_a_warning',
-               'test/python/test_data_tiling.py::test_data_tiling_compile_failure_is_an_error',
+        guard=('test/python/iree/test_data_tiling.py::test_automatic_data_tiling_falls_back_with_a_warning',
+               'test/python/iree/test_data_tiling.py::test_data_tiling_compile_failure_is_an_error',
                'test/python/test_compile_cache.py::test_a_hit_warns_as_its_compile_did'),
         remove_when='(inferred) when IREE data-tiles every module it compiles without data tiling'),
     Workaround(
@@ -83,7 +83,7 @@ WORKAROUNDS = (
         upstream='Peeled, some dispatches (a one-row softmax over a dynamic axis) need a scratch '
                  'buffer of dynamic size, which IREE 3.13 refuses ("\'memref.alloca\' op expected '
                  'no unbounded stack allocations"); compiled again without the peeling flag.',
-        guard='test/python/test_targets.py::test_module_that_peeling_cannot_compile_is_compiled_without_it',
+        guard='test/python/iree/test_targets.py::test_module_that_peeling_cannot_compile_is_compiled_without_it',
         remove_when="(inferred) when IREE's peeled code needs no unbounded stack allocation (or "
                     'peeling is dropped)'),
     Workaround(

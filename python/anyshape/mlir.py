@@ -257,6 +257,6 @@ WORKAROUNDS = (
                  'chlo/tm_tensor/vhlo) load only as dependent dialects of passes, so a pass is '
                  'run on an empty function to load them.',
         guard=('test/passes/lower.mlir',
-               'test/python/test_opt_compat.py::test_show_dialects_lists_every_dialect_of_torch_mlir_opt'),
+               'test/python/tools/test_opt_compat.py::test_show_dialects_lists_every_dialect_of_torch_mlir_opt'),
         remove_when="(inferred) when torch-mlir's bindings register torch_c"),
 )

@@ -135,7 +135,7 @@ WORKAROUNDS = (
         upstream='torch decomposes squeeze.dim and squeeze() to aten.squeeze.dims, for which '
                  'torch-mlir has no op: it imports as an opaque `torch.operator` that IREE cannot'
                  " lower (Electra's `logits.squeeze(-1)`).",
-        guard=('test/python/test_import.py::test_squeezes_compile_and_match_eager',
+        guard=('test/python/frontend/test_import.py::test_squeezes_compile_and_match_eager',
                'test/python/test_hf_families.py::test_squeezed_head_reaches_iree_as_a_known_op'),
         remove_when='(inferred) when torch-mlir has an op/lowering for aten.squeeze.dims'),
     Workaround(
@@ -170,7 +170,7 @@ WORKAROUNDS = (
                  'during export; the result is made contiguous, as eager attention returns it.',
         guard=(),
         unguarded='Exercised (not specifically guarded) by the GPT-2 tests, e.g. '
-                  'test/python/test_unbounded_dims.py::test_gpt2_last_token_with_unbounded_batch_and_length'
-                  ' and test/python/test_data_tiling.py::test_gpt2_data_tiled_matches_eager.',
+                  'test/python/frontend/test_unbounded_dims.py::test_gpt2_last_token_with_unbounded_batch_and_length'
+                  ' and test/python/iree/test_data_tiling.py::test_gpt2_data_tiled_matches_eager.',
         remove_when="(inferred) when torch's SDPA decomposition returns a contiguous result"),
 )

@@ -275,9 +275,9 @@ WORKAROUNDS = (
                  'x[:, ::2], (-L) % 4); they become affine floordiv/mod, and a shape no affine '
                  'map can state (x.reshape(-1, 4)) is imported without its binding instead of '
                  'failing the import.',
-        guard=('test/python/test_import.py::test_strided_slice_of_dynamic_length',
-               'test/python/test_import.py::test_modulo_in_symbolic_shape_imports',
-               'test/python/test_run_errors.py::test_reshape_of_two_dynamic_dims_is_exact'),
+        guard=('test/python/frontend/test_import.py::test_strided_slice_of_dynamic_length',
+               'test/python/frontend/test_import.py::test_modulo_in_symbolic_shape_imports',
+               'test/python/runtime/test_run_errors.py::test_reshape_of_two_dynamic_dims_is_exact'),
         remove_when="(inferred) when torch-mlir's importer translates FloorDiv/PythonMod and "
                     'tolerates non-affine shape expressions'),
     Workaround(
@@ -286,7 +286,7 @@ WORKAROUNDS = (
         upstream="torch-mlir's import_frozen_program looks buffers up in state_dict only, but "
                  "non-persistent buffers (RoBERTa's position_ids) live in the exported program's "
                  'constants; state is inlined from both.',
-        guard='test/python/test_import.py::test_non_persistent_buffer',
+        guard='test/python/frontend/test_import.py::test_non_persistent_buffer',
         remove_when="(inferred) when torch-mlir's frozen-program import reads program.constants"),
     Workaround(
         name='weight_literals_as_resources', stage='import',
@@ -295,7 +295,7 @@ WORKAROUNDS = (
                  'tensor.tolist(), which takes minutes and gigabytes for a roberta-base-sized '
                  'model; the hook hands the buffer over as a dense_resource blob, one per tensor '
                  '(tied weights stored once).',
-        guard='test/python/test_import.py::test_tied_weights_stored_once',
+        guard='test/python/frontend/test_import.py::test_tied_weights_stored_once',
         remove_when="(inferred) when torch-mlir's importer hands tensor buffers over directly"),
     Workaround(
         name='literal_cache_keeps_tensor_alive', stage='import',
@@ -303,7 +303,7 @@ WORKAROUNDS = (
         upstream='torch-mlir hands a bool literal over as a temporary .to(torch.uint8); cached by'
                  " id(tensor), a later temporary at the same address would import as this one's "
                  'data, so the cache keeps the tensor alive.',
-        guard='test/python/test_import.py::test_literal_cache_keeps_what_it_is_keyed_by',
+        guard='test/python/frontend/test_import.py::test_literal_cache_keeps_what_it_is_keyed_by',
         remove_when='(inferred) when the literal cache is no longer keyed by id() or torch-mlir '
                     'passes the original tensor'),
     Workaround(

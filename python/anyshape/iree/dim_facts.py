@@ -206,7 +206,7 @@ WORKAROUNDS = (
                  "util.assume.int with every minimum replaced by 1 (Dim('s', min=16) reaches IREE"
                  " as umin = 1), and torch-mlir's linalg pipeline cannot lower the bindings at "
                  'all; the facts are stated directly as util.assume.int + flow.tensor.tie_shape.',
-        guard=('test/python/test_dim_facts.py::test_iree_input_states_real_minimum',
+        guard=('test/python/iree/test_dim_facts.py::test_iree_input_states_real_minimum',
                'test/iree/dim-facts.mlir',
                'test/passes/lower.mlir'),
         remove_when="(inferred) when IREE's torch input keeps each symbol's minimum (and "

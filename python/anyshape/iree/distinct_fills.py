@@ -182,7 +182,7 @@ WORKAROUNDS = (Workaround(
              "into fills of one shape write one buffer: stream clones the fill dispatch to its "
              "consumers, and a CSE after copy-on-write merges the copies back, so the second "
              "result is never written (beam with batched_mm experts 0.31 off eager).",
-    guard=("test/python/test_in_place_writes.py::test_in_place_writes_into_zeros_of_one_shape_as_eager",
+    guard=("test/python/iree/test_in_place_writes.py::test_in_place_writes_into_zeros_of_one_shape_as_eager",
            "test/iree/workarounds.mlir"),
     remove_when="when two in-place writes into zeros_like of one shape match eager with the "
                 "rewrite off (the guard passes without it)"),)

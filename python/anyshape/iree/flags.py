@@ -158,7 +158,7 @@ WORKAROUNDS = (
         upstream="IREE's default demotes float64 to float32 and then fails at run time on any "
                  'float64 output ("buffer view byte length 120 exceeds backing buffer byte length'
                  ' 60") and reads float64 inputs as garbage.',
-        guard=('test/python/test_run_errors.py::test_float64_is_computed_in_float64',
+        guard=('test/python/runtime/test_run_errors.py::test_float64_is_computed_in_float64',
                'test/python/test_opinfo_floor.py::test_floor[softmax.with_dtype-float32-4]'),
         remove_when='when IREE moves past 3.13, revisit (flags.py)'),
     Workaround(
@@ -167,8 +167,8 @@ WORKAROUNDS = (
         upstream="From O1 on IREE drops the program's assertions, so a check in it (anyshape's "
                  "view element-count check, torch-mlir's size checks, check_det) never fired and "
                  'a call with impossible sizes computed something.',
-        guard=('test/python/test_run_errors.py::test_run_time_failure_names_call_inputs_and_iree_message',
-               'test/python/test_edge_value_math.py::test_det_with_a_zero_pivot_is_an_error_not_nan'),
+        guard=('test/python/runtime/test_run_errors.py::test_run_time_failure_names_call_inputs_and_iree_message',
+               'test/python/frontend/test_edge_value_math.py::test_det_with_a_zero_pivot_is_an_error_not_nan'),
         remove_when='when IREE moves past 3.13, revisit (flags.py); a behaviour choice more than '
                     'a bug'),
     Workaround(
@@ -177,8 +177,8 @@ WORKAROUNDS = (
         upstream="With a dynamic dim IREE 3.13's CPU codegen vectorizes a partial tile with "
                  'masked vectors by default, which on x86 costs as much as the arithmetic (exp(S '
                  '- max) over dynamic [?, ?] 3x slower than static). Performance workaround.',
-        guard=('test/python/test_targets.py::test_cpu_peels_partial_vectors_and_cuda_does_not',
-               'test/python/test_targets.py::test_peeled_remainders_are_exact'),
+        guard=('test/python/iree/test_targets.py::test_cpu_peels_partial_vectors_and_cuda_does_not',
+               'test/python/iree/test_targets.py::test_peeled_remainders_are_exact'),
         remove_when='when IREE moves past 3.13, revisit (flags.py)'),
     Workaround(
         name='global_opt_data_tiling_path', stage='iree-flags',
@@ -188,7 +188,7 @@ WORKAROUNDS = (
                  "projection's rows for a following batch matmul inside the projection's dispatch"
                  ' and gets every batch after the first wrong when L is not a multiple of 16 (max'
                  ' error 6-16); the GlobalOptimization path is exact.',
-        guard='test/python/test_data_tiling.py::test_projection_times_transposed_input_is_exact',
+        guard='test/python/iree/test_data_tiling.py::test_projection_times_transposed_input_is_exact',
         remove_when='when IREE moves past 3.13, revisit (flags.py)'),
     Workaround(
         name='cuda_arch_substitution', stage='iree-flags',
@@ -198,7 +198,7 @@ WORKAROUNDS = (
                  'GPU IREE does not know gets the newest architecture below it that IREE knows '
                  '(sm_90 -> sm_89), with a CudaArchSubstituted warning and both in the manifest; '
                  'its PTX is compiled by the CUDA driver for the GPU when the module loads.',
-        guard=('test/python/test_cuda.py::test_iree_knows_exactly_the_listed_cuda_archs',
-               'test/python/test_cuda.py::test_unknown_gpu_gets_the_newest_older_arch'),
+        guard=('test/python/iree/test_cuda.py::test_iree_knows_exactly_the_listed_cuda_archs',
+               'test/python/iree/test_cuda.py::test_unknown_gpu_gets_the_newest_older_arch'),
         remove_when='(inferred) when IREE knows sm_90 and sm_100: the guard fails then'),
 )

@@ -360,9 +360,9 @@ WORKAROUNDS = (
                  '("\'affine.delinearize_index\' op no basis element may be statically '
                  'non-positive": the form of MLIR\'s bug llvm/llvm-project#205288); a '
                  'compute_barrier keeps the packing apart.',
-        guard=('test/python/test_data_tiling.py::test_packing_barrier_is_still_needed',
-               'test/python/test_data_tiling.py::test_exponentials_of_a_static_batch_are_packed_apart',
-               'test/python/test_data_tiling.py::test_program_22_is_data_tiled',
+        guard=('test/python/iree/test_data_tiling.py::test_packing_barrier_is_still_needed',
+               'test/python/iree/test_data_tiling.py::test_exponentials_of_a_static_batch_are_packed_apart',
+               'test/python/iree/test_data_tiling.py::test_program_22_is_data_tiled',
                'test/iree/workarounds.mlir'),
         remove_when='when IREE > 3.13 compiles the original form '
                     '(test_packing_barrier_is_still_needed then fails)'),
@@ -373,8 +373,8 @@ WORKAROUNDS = (
                  "GELU) and the next product's packing into one dispatch whose dynamic code is "
                  "slow (roberta-base's 11 such dispatches 15.1 ms vs 5.0 ms static). Performance "
                  'workaround.',
-        guard=('test/python/test_data_tiling.py::test_feed_forward_barrier_is_still_needed',
-               'test/python/test_data_tiling.py::test_feed_forward_of_one_dynamic_dim_packs_apart_from_its_elementwise_ops',
+        guard=('test/python/iree/test_data_tiling.py::test_feed_forward_barrier_is_still_needed',
+               'test/python/iree/test_data_tiling.py::test_feed_forward_of_one_dynamic_dim_packs_apart_from_its_elementwise_ops',
                'test/iree/workarounds.mlir'),
         remove_when='when IREE no longer fuses unpack+elementwise+pack '
                     '(test_feed_forward_barrier_is_still_needed then fails)'),
@@ -397,7 +397,7 @@ WORKAROUNDS = (
                  'those are computed in float32, fmod as a - b*trunc(a/b) in float64, log2/log10 '
                  'as log times a constant.',
         guard=('test/iree/workarounds.mlir',
-               'test/python/test_edge_value_math.py::test_pow_and_atan2_at_edge_values_as_eager[dtype1]'),
+               'test/python/frontend/test_edge_value_math.py::test_pow_and_atan2_at_edge_values_as_eager[dtype1]'),
         remove_when="when IREE > 3.13's CPU backend has float64 code for them (module docstring)"),
     Workaround(
         name='integer_division_divisor_guard', stage='iree-input',

@@ -562,7 +562,7 @@ WORKAROUNDS = (
         where='host_tensor',
         upstream="IREE's buffers are signless: a uint8 result reads back as int8; results are "
                  "viewed as the signature's dtype.",
-        guard=('test/python/test_sorts.py::test_many_sorts_in_one_module_as_eager',
+        guard=('test/python/frontend/test_sorts.py::test_many_sorts_in_one_module_as_eager',
                'test/python/test_opinfo_floor.py::test_floor[byte-float32-4]'),
         remove_when="(inferred) when IREE's runtime returns unsigned element types"),
     Workaround(
@@ -571,6 +571,6 @@ WORKAROUNDS = (
         upstream="IREE's CPU driver starts its worker threads when first used and keeps the count"
                  ' for the life of the process (the driver is cached); anyshape sets '
                  '--task_topology_group_count once and refuses a different count.',
-        guard='test/python/test_threads.py::test_threads_sets_the_worker_count',
+        guard='test/python/runtime/test_threads.py::test_threads_sets_the_worker_count',
         remove_when="(inferred) when IREE's local-task driver takes a per-device worker count"),
 )

@@ -72,7 +72,7 @@ WORKAROUNDS = (
                  'zero pivot gives NaN (singular matrices, and regular ones like [[0, 1], [1, '
                  '0]]); a run-time assertion turns that into a RunError (relies on '
                  '--iree-opt-strip-assertions=false).',
-        guard='test/python/test_edge_value_math.py::test_det_with_a_zero_pivot_is_an_error_not_nan',
+        guard='test/python/frontend/test_edge_value_math.py::test_det_with_a_zero_pivot_is_an_error_not_nan',
         remove_when="(inferred) when torch-mlir's det lowering pivots rows; the docstring states "
                     'no removal condition'),
 )

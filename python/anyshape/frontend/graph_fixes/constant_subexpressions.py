@@ -28,7 +28,7 @@ WORKAROUNDS = (Workaround(
     upstream="IREE 3.13 has no lowering for some ops a model applies to literals only "
              "(Gemma 3n's erfinv of 0.9), and reports the literal, not the op (\"failed to "
              "legalize operation 'torch.vtensor.literal'\" at <unknown>).",
-    guard="test/python/test_import.py::test_ops_on_constants_are_computed_at_compile_time",
+    guard="test/python/frontend/test_import.py::test_ops_on_constants_are_computed_at_compile_time",
     remove_when="IREE lowers erfinv (computing constants here stays exact and cheap; it "
                 "can stay)"),)
 

@@ -224,8 +224,8 @@ WORKAROUNDS = (
                  'polynomial, right for finite positive inputs only: (-2.0) ** x gave 0, pow of a'
                  ' negative base NaN, 0 ** 0 NaN, x ** -1 at +0 -inf, atan2(0, 0) NaN, atan2(y, '
                  "-inf) +pi whatever y's sign.",
-        guard=('test/python/test_edge_value_math.py::test_pow_and_atan2_at_edge_values_as_eager',
-               'test/python/test_edge_value_math.py::test_atan2_of_integers_at_the_origin',
+        guard=('test/python/frontend/test_edge_value_math.py::test_pow_and_atan2_at_edge_values_as_eager',
+               'test/python/frontend/test_edge_value_math.py::test_atan2_of_integers_at_the_origin',
                'test/python/test_opinfo_floor.py::test_floor[atan2-int64-5]'),
         remove_when="when IREE's expansions handle these inputs"),
     Workaround(
@@ -234,7 +234,7 @@ WORKAROUNDS = (
         upstream='Through torch-mlir/IREE the variance of fewer elements than its correction (an '
                  'empty dim) gave -0.0, 0 / (0 - 1), where eager divides by max(0, N - '
                  'correction) and gives NaN.',
-        guard=('test/python/test_edge_value_math.py::test_variance_of_fewer_elements_than_the_correction_is_nan',
+        guard=('test/python/frontend/test_edge_value_math.py::test_variance_of_fewer_elements_than_the_correction_is_nan',
                'test/python/test_opinfo_floor.py::test_floor[var-float32-14]'),
         remove_when="when the lowering gives NaN there (the module docstring's 'remove this when "
                     "IREE's expansions handle these inputs' covers the whole module)"),

@@ -21,7 +21,7 @@ WORKAROUNDS = (Workaround(
     name="integer_negation", stage="import", where="rewrite_integer_negation",
     upstream="torch-mlir 20261001 lowers aten.neg of an integer tensor through float32 "
              "(sitofp, negf, fptosi): -(2**40 + 7) comes back as -2**40.",
-    guard="test/python/test_sorts.py::test_integer_negation_is_exact",
+    guard="test/python/frontend/test_sorts.py::test_integer_negation_is_exact",
     remove_when="torch-mlir negates integers as integers (the guard passes without it)"),)
 
 aten = torch.ops.aten

@@ -19,7 +19,7 @@ WORKAROUNDS = (Workaround(
     upstream="torch-mlir 20261001: aten.scatter (src, value, reduce), scatter_add and "
              "scatter_reduce at a negative dim crash iree-compile "
              "(convertTorchScatterIndexAndSrcToTMScatterIndexAndSrc; PhiMoE's router).",
-    guard=("test/python/test_in_place_writes.py::test_writes_along_a_negative_dim_as_eager",
+    guard=("test/python/iree/test_in_place_writes.py::test_writes_along_a_negative_dim_as_eager",
            "test/python/test_compile_errors.py::test_compiler_crash_names_the_pass_and_the_op"),
     remove_when="torch-mlir lowers these at a negative dim (the guard passes without it)"),)
 

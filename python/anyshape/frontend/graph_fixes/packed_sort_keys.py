@@ -46,8 +46,8 @@ WORKAROUNDS = (Workaround(
              "lowering for aten.sort.stable, and two sorts of one shape in a module gave wrong "
              "indices (iree-org/iree#24665, #24658; the cause, stream's CSE of the two iotas "
              "after copy-on-write, is now also undone by iree/distinct_fills.py).",
-    guard=("test/python/test_sorts.py::test_two_topk_routed_layers_as_eager",
-           "test/python/test_sorts.py::test_many_sorts_in_one_module_as_eager"),
+    guard=("test/python/frontend/test_sorts.py::test_two_topk_routed_layers_as_eager",
+           "test/python/frontend/test_sorts.py::test_many_sorts_in_one_module_as_eager"),
     remove_when="IREE sorts NaN as eager does and torch-mlir lowers aten.sort.stable (the "
                 "guards pass without it)"),)
 

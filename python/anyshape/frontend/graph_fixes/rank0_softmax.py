@@ -60,7 +60,7 @@ WORKAROUNDS = (
         upstream='IREE 3.13 does not finish compiling softmax or log_softmax of a 0-d tensor (no '
                  'result after minutes, anyshape and the plain stack alike); written as exp(x - '
                  'x) / x - x.',
-        guard=('test/python/test_edge_value_math.py::test_rank0_softmax_as_eager',
+        guard=('test/python/frontend/test_edge_value_math.py::test_rank0_softmax_as_eager',
                'test/python/test_opinfo_floor.py::test_floor[softmax-float32-6]'),
         remove_when='when IREE compiles the 0-d form'),
 )

@@ -98,7 +98,7 @@ WORKAROUNDS = (
         upstream='torch-mlir decomposes logcumsumexp(x, d) into log(cumsum(exp(x))), which '
                  "overflows past exp's range (logcumsumexp(T[5, 5, 5], 0) gave inf where eager "
                  'gives 10000); rewritten as a Hillis-Steele scan of stable logaddexp steps.',
-        guard=('test/python/test_edge_value_math.py::test_logcumsumexp_beyond_exps_range',
+        guard=('test/python/frontend/test_edge_value_math.py::test_logcumsumexp_beyond_exps_range',
                'test/python/test_opinfo_floor.py::test_floor[logcumsumexp-float32-0]'),
         remove_when="(inferred) when torch-mlir's logcumsumexp decomposition is numerically "
                     'stable; the docstring states no removal condition'),

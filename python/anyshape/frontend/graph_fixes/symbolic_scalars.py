@@ -364,9 +364,9 @@ WORKAROUNDS = (
                  'and the torch._sym_* math ("FIX ME: Unimplemented call_function"), and imports '
                  'Python % as aten.fmod.int (truncating, and an op IREE cannot lower); each is '
                  'rewritten into torch scalar ops or 0-d tensor math that IREE lowers.',
-        guard=('test/python/test_symbolic_scalars.py::test_scalar_from_sizes_is_exact_at_every_size',
-               'test/python/test_symbolic_scalars.py::test_import_leaves_no_python_scalar_call_to_torch_mlir',
-               'test/python/test_symbolic_scalars.py::test_length_scaled_positions_at_odd_lengths',
+        guard=('test/python/frontend/test_symbolic_scalars.py::test_scalar_from_sizes_is_exact_at_every_size',
+               'test/python/frontend/test_symbolic_scalars.py::test_import_leaves_no_python_scalar_call_to_torch_mlir',
+               'test/python/frontend/test_symbolic_scalars.py::test_length_scaled_positions_at_odd_lengths',
                'test/python/test_op_coverage.py::test_matches_eager[pad-to-multiple]'),
         remove_when="(inferred) when torch-mlir's importer imports these calls (and % with "
                     "Python's rounding) and IREE lowers them"),
@@ -377,7 +377,7 @@ WORKAROUNDS = (
                  "size) is computed on IREE's host, whose VM has no float64 -> int conversion "
                  '(arith.fptosi "explicitly marked illegal"); done on a 0-d tensor in a dispatch '
                  'and read back.',
-        guard=('test/python/test_symbolic_scalars.py::test_interpolation_by_a_fractional_scale_at_odd_lengths',
+        guard=('test/python/frontend/test_symbolic_scalars.py::test_interpolation_by_a_fractional_scale_at_odd_lengths',
                'test/python/test_opinfo_floor.py::test_floor[nn.functional.interpolate.nearest-float32-2]'),
         remove_when="(inferred) when IREE's host VM converts float64 to int"),
     Workaround(
@@ -385,7 +385,7 @@ WORKAROUNDS = (
         where='_comparison',
         upstream="torch-mlir's TorchToArith lowers only gt, ge and eq of floats, so lt and le of "
                  'a float scalar swap their operands.',
-        guard='test/python/test_symbolic_scalars.py::test_scalar_from_sizes_is_exact_at_every_size[less-than-float]',
+        guard='test/python/frontend/test_symbolic_scalars.py::test_scalar_from_sizes_is_exact_at_every_size[less-than-float]',
         remove_when='(inferred) when TorchToArith lowers lt/le of floats'),
     Workaround(
         name='scalar_at_tensor_operand_wrapped', stage='import',
@@ -394,8 +394,8 @@ WORKAROUNDS = (
                  'decomposition) with a SymInt where the schema says Tensor; torch-mlir imports '
                  'it as is and its verifier rejects it ("operand #0 must be Any Torch tensor '
                  'type").',
-        guard=('test/python/test_symbolic_scalars.py::test_reflection_padding_at_odd_sizes',
-               'test/python/test_symbolic_scalars.py::test_size_at_a_tensor_operand_keeps_eagers_dtype',
+        guard=('test/python/frontend/test_symbolic_scalars.py::test_reflection_padding_at_odd_sizes',
+               'test/python/frontend/test_symbolic_scalars.py::test_size_at_a_tensor_operand_keeps_eagers_dtype',
                'test/python/test_op_coverage.py::test_matches_eager[pad-reflect]',
                'test/python/test_opinfo_floor.py::test_floor[nn.functional.pad.reflect-float32-0]'),
         remove_when="(inferred) when torch.export or torch-mlir's importer wraps such scalars as "

@@ -27,7 +27,7 @@ WORKAROUNDS = (Workaround(
     upstream="torch-mlir 20261001 refuses torch.export's _assert_tensor_metadata on a "
              "complex64 tensor (\"Failed to canonicalize the _assert_tensor_metadata op since "
              "the dtype does not match\"): Llama 4's and DeepSeek-V2's rotary embeddings.",
-    guard="test/python/test_import.py::test_complex_to_device_imports",
+    guard="test/python/frontend/test_import.py::test_complex_to_device_imports",
     remove_when="torch-mlir maps complex dtypes in that check"),)
 
 

@@ -26,7 +26,7 @@ WORKAROUNDS = (Workaround(
              "CPU code generator fails on the flattened slice fused with a reduction ('write "
              "affecting operations on global resources are restricted to workgroup distributed "
              "contexts'; lfm3, whose padding mask is sliced to the hidden states' length).",
-    guard="test/python/test_import.py::test_slice_of_a_whole_dim_is_dropped",
+    guard="test/python/frontend/test_import.py::test_slice_of_a_whole_dim_is_dropped",
     remove_when="IREE compiles a reduction fused with a multiply by a slice at a dynamic "
                 "offset (the guard's module, with the rewrite off); dropping an identity is "
                 "harmless and can stay"),)

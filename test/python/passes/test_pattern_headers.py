@@ -20,7 +20,7 @@ import anyshape.passes.logsumexp_softmax as logsumexp_softmax
 import anyshape.passes.lower as lower
 from anyshape.mlir import ir, new_context
 
-LIT = Path(__file__).resolve().parents[2] / "test" / "passes"
+LIT = Path(__file__).resolve().parents[3] / "test" / "passes"
 
 # pass module (whose apply_patterns is recorded) -> its lit files, and the
 # modules whose functions its headers may name

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import anyshape.passes.hoist_slices as hoist_slices
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _named_in_headers() -> set[str]:

@@ -11,7 +11,7 @@ from models import shape_queries_case
 import anyshape
 
 BIN = Path(sys.executable).parent
-PLUGIN = Path(__file__).parent.parent / "lib" / "test_passes.py"
+PLUGIN = Path(__file__).parents[2] / "lib" / "test_passes.py"
 
 
 def run(*argv, stdin=None):

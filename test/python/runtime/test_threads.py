@@ -7,6 +7,7 @@ runs in a fresh interpreter that loads the saved artifact.
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -37,9 +38,9 @@ def artifact(compiled_roberta, tmp_path_factory):
 
 
 def _run(artifact, threads):
-    here = __import__("os").path.dirname(__file__)
+    helpers = Path(__file__).resolve().parents[1]  # models.py, for the child process
     run = subprocess.run([sys.executable, "-c", _RUN, str(artifact), str(threads)],
-                         capture_output=True, text=True, cwd=here, check=True)
+                         capture_output=True, text=True, cwd=helpers, check=True)
     started, message = run.stdout.strip().splitlines()
     return int(started), message
 

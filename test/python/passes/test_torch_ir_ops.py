@@ -11,7 +11,7 @@ from anyshape.mlir import ir, new_context, torch_ops
 from anyshape.passes.torch_ir.ops import REDUCTIONS, keepdim, reduced_axes
 from anyshape.passes.torch_ir.values import rebuilt, typed
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 _CLASSES = {cls.OPERATION_NAME: cls for cls in vars(torch_ops).values()
             if isinstance(cls, type) and getattr(cls, "OPERATION_NAME", None)
