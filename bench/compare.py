@@ -217,8 +217,8 @@ def _child_task(task: dict) -> dict:
             shapes = None
         start = time.perf_counter()
         module = anyshape.compile(model, (ids,), {"attention_mask": mask}, dynamic_shapes=shapes,
-                                  passes=task["passes"], data_tiling=task["data_tiling"],
-                                  padding=task.get("padding"))
+                                  passes=task["passes"], padding=task.get("padding"),
+                                  backend=anyshape.BackendOptions(data_tiling=task["data_tiling"]))
         seconds = time.perf_counter() - start
         module.save(out)
         return {"seconds": seconds}

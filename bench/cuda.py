@@ -133,9 +133,10 @@ def compile_all(out: Path, models: list[str], dtypes: list[str], target: str,
                 warnings.simplefilter("always")
                 compiled = anyshape.compile(
                     model, (), example, target=target,
-                    cuda_arch=cuda_arch if target == "cuda" else None,
-                    dynamic_shapes=dims, params="external", dtype=_torch_dtype(dtype),
-                    cache=not iree_flags)
+                    dynamic_shapes=dims, dtype=_torch_dtype(dtype),
+                    cache=not iree_flags,
+                    backend=anyshape.BackendOptions(cuda_arch=cuda_arch if target == "cuda" else None,
+                                                    params="external"))
             seconds = time.perf_counter() - started
             for warning in caught:
                 if "cuda_arch" in str(warning.message):

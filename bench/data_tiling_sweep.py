@@ -59,7 +59,8 @@ def main(argv=None) -> int:
         program = Bundle([generate(seed, args.hidden)]).eval()
         try:
             module = anyshape.compile(program, inputs(2, 8, args.hidden, 0),
-                                      dynamic_shapes=dynamic_shapes(), data_tiling=True)
+                                      dynamic_shapes=dynamic_shapes(),
+                                      backend=anyshape.BackendOptions(data_tiling=True))
         except anyshape.CompileError as error:
             counts["compile error"] += 1
             print(f"program {seed}: compile error: {error.diagnostic.splitlines()[0]}", flush=True)

@@ -48,7 +48,8 @@ def _compile(model, max_len, passes, data_tiling):
                "attention_mask": {0: Dim("batch", min=1, max=8), 1: Dim("seq", min=1, max=max_len)}}
     start = time.perf_counter()
     module = anyshape.compile(model, (ids,), {"attention_mask": mask}, dynamic_shapes=dynamic,
-                              passes=passes, data_tiling=data_tiling)
+                              passes=passes,
+                              backend=anyshape.BackendOptions(data_tiling=data_tiling))
     return module, time.perf_counter() - start
 
 

@@ -53,7 +53,7 @@ def measure(model_type: str, task: str, length: int, runs: int, max_batch: int) 
     compiled = anyshape.compile(
         built.model, (), built.example_inputs(2, 8, dec_seq=5),
         dynamic_shapes=built.dynamic_shapes({"batch", "seq"}, max_batch, max_seq),
-        params="external")
+        backend=anyshape.BackendOptions(params="external"))
     compile_s = time.monotonic() - started
     # The default artifact, weights inside the .vmfb: its size only.
     inline = anyshape.compile(

@@ -215,11 +215,12 @@ def _compile_torch(args, report):
             args, dynamic, max_batch, report)
     compiled = anyshape.compile(
         model, call_args, call_kwargs, dynamic_shapes=shapes, target=args.target,
-        cuda_arch=args.cuda_arch, target_cpu=args.target_cpu, opt_level=args.opt_level,
         passes=_passes(args),
         dump_ir_dir=args.dump_ir_dir, progress=report,
-        data_tiling=_data_tiling(args),
-        params=args.params, padding="eliminate" if args.eliminate_padding else None)
+        padding="eliminate" if args.eliminate_padding else None,
+        backend=anyshape.BackendOptions(cuda_arch=args.cuda_arch, target_cpu=args.target_cpu,
+                                        opt_level=args.opt_level, data_tiling=_data_tiling(args),
+                                        params=args.params))
     described["unique_bytes"] = hf.unique_parameter_bytes(model)
     return compiled, described
 

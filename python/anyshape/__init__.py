@@ -8,8 +8,8 @@ tools start without importing torch.
 
 from anyshape.errors import CompileError, DataTilingFallback, RunError
 
-__all__ = ["compile", "import_torch", "load", "write_parameters", "CompiledModule", "CompileError", "DataTilingFallback",
-           "RunError"]
+__all__ = ["compile", "import_torch", "load", "write_parameters", "BackendOptions",
+           "CompiledModule", "CompileError", "DataTilingFallback", "RunError"]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -18,6 +18,7 @@ _LAZY = {
     "load": ("anyshape.runtime.compiled_module", "load"),
     "write_parameters": ("anyshape.runtime.compiled_module", "write_parameters"),
     "CompiledModule": ("anyshape.runtime.compiled_module", "CompiledModule"),
+    "BackendOptions": ("anyshape.options", "BackendOptions"),
 }
 
 

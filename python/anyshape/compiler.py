@@ -30,6 +30,7 @@ from anyshape.iree.invocation import compile_with_iree
 from anyshape.iree.parameters import ARCHIVE, externalize_weights
 from anyshape.iree.workarounds import separate_dynamic_operand_packing
 from anyshape.mlir import MLIRError, ir, module_to_bytecode, new_context, parse_module, versions
+from anyshape.options import UNSET, BackendOptions, resolve_backend
 from anyshape.passes import DEFAULT_PIPELINE
 from anyshape.passes.eliminate_padding.pass_ import dense_twin
 from anyshape.pipeline import (diagnostics_of, make_anyshape_pass, opt_command_flag, run_pipeline,
@@ -42,14 +43,19 @@ from anyshape.workarounds_index import Workaround
 
 
 def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any = None,
-            target: str = "cpu", cuda_arch: str | None = None, opt_level: str | None = None,
+            target: str = "cpu", dtype=None, padding: str | None = None,
+            backend: BackendOptions | None = None,
             passes: Sequence[str] | None = None, dump_ir_dir: str | Path | None = None,
-            progress: bool | Callable[[str], None] = False,
-            threads: int | None = None, data_tiling: bool | None = None,
-            params: str = "inline", dtype=None, padding: str | None = None,
-            target_cpu: str | None = None, cache: bool = True) -> CompiledModule:
+            progress: bool | Callable[[str], None] = False, cache: bool = True,
+            cuda_arch=UNSET, opt_level=UNSET, data_tiling=UNSET, threads=UNSET, params=UNSET,
+            target_cpu=UNSET) -> CompiledModule:
     """Export ``model`` with ``torch.export`` (``dynamic_shapes`` as there), run the
     anyshape passes and compile with IREE for ``target`` ("cpu" or "cuda").
+
+    ``backend`` (an ``anyshape.BackendOptions``) holds how IREE builds and runs
+    the module: ``cuda_arch``, ``opt_level``, ``data_tiling``, ``threads``,
+    ``params``, ``target_cpu``, each described below. Passed to ``compile``
+    directly, as before, they still work, with a ``DeprecationWarning``.
 
     ``model`` may also be a ``torch.export.ExportedProgram`` (export once,
     compile several variants): its dims are the program's, ``args`` and
@@ -105,7 +111,12 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     if not exported_already and args is None:
         raise TypeError("args: expected the example inputs (a tuple of tensors), got None")
 
-    compile_target = make_target(target, cuda_arch, opt_level, data_tiling, target_cpu)
+    backend = resolve_backend(backend, {
+        "cuda_arch": cuda_arch, "opt_level": opt_level, "data_tiling": data_tiling,
+        "threads": threads, "params": params, "target_cpu": target_cpu}, stacklevel=2)
+    threads, params = backend.threads, backend.params
+    compile_target = make_target(target, backend.cuda_arch, backend.opt_level,
+                                 backend.data_tiling, backend.target_cpu)
     check_threads(threads)
     if params not in ("inline", "external"):
         raise ValueError(f"params: expected 'inline' or 'external', got {params!r}")

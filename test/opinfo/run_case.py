@@ -164,7 +164,7 @@ def run_anyshape(module, inputs, dynamic, sizes, check, progress) -> tuple[dict,
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             compiled = anyshape.compile(module, clones(inputs), dynamic_shapes=dynamic,
-                                        threads=THREADS)
+                                        backend=anyshape.BackendOptions(threads=THREADS))
     except Exception as error:
         stage, cause = classify.anyshape_compile_failure(error)
         return _fail(stage, cause, error, clear=classify.is_clear(error),

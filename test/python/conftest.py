@@ -76,6 +76,17 @@ if not os.environ.get("ANYSHAPE_TEST_KEEP_CACHE_DIR") and XDIST_WORKER is None:
 
     os.environ["ANYSHAPE_CACHE_DIR"] = tempfile.mkdtemp(prefix="anyshape-test-cache-")
 
+# Temporary files of the session (the reproducer a failing compile keeps, about
+# 180 of them per `make test`, a module's stage files) go into one directory,
+# removed at the end, not into the system's: workers and subprocesses inherit it.
+if XDIST_WORKER is None:
+    import tempfile
+
+    SESSION_TMP = tempfile.mkdtemp(prefix="anyshape-test-tmp-")
+    os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TMP
+else:
+    SESSION_TMP = None
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "builds_in_subprocess: runs an IREE build in another "
@@ -103,6 +114,10 @@ def pytest_sessionfinish(session, exitstatus):
         import shutil
 
         shutil.rmtree(cache, ignore_errors=True)
+    if SESSION_TMP is not None:
+        import shutil
+
+        shutil.rmtree(SESSION_TMP, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

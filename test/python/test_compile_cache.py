@@ -65,10 +65,10 @@ def test_the_key_covers_weights_options_and_versions(cache_dir, monkeypatch):
     assert not from_cache(other_weights)
     assert not from_cache(anyshape.compile(Small(0), (x,), dynamic_shapes=DIMS, passes=[]))
     assert not from_cache(anyshape.compile(Small(0), (x,), dynamic_shapes=DIMS,
-                                           data_tiling=False))
+                                           backend=anyshape.BackendOptions(data_tiling=False)))
     assert not from_cache(anyshape.compile(Small(0), (x,), dynamic_shapes=({0: Dim("n", max=64)},)))
     assert not from_cache(anyshape.compile(Small(0), (x,), dynamic_shapes=DIMS,
-                                           target_cpu="x86-64-v2"))
+                                           backend=anyshape.BackendOptions(target_cpu="x86-64-v2")))
     assert len(entries(cache_dir)) == 6
     # another anyshape source or IREE version: compiled again
     monkeypatch.setattr(compile_cache, "source_digest", lambda: "a changed pass")

@@ -157,7 +157,8 @@ def test_bad_target():
     with pytest.raises(ValueError, match="target: expected 'cpu' or 'cuda', got 'tpu'"):
         anyshape.compile(TanhNeg(), (torch.randn(3),), target="tpu")
     with pytest.raises(ValueError, match="cuda_arch: expected an NVIDIA architecture"):
-        anyshape.compile(TanhNeg(), (torch.randn(3),), target="cuda", cuda_arch="gfx90a")
+        anyshape.compile(TanhNeg(), (torch.randn(3),), target="cuda",
+                         backend=anyshape.BackendOptions(cuda_arch="gfx90a"))
 
 
 def test_passes_run_as_stages(test_passes, tmp_path):

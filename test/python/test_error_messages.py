@@ -6,6 +6,7 @@ The triggers are cheap: the errors come before any IREE compile (the tools are
 called in-process, artifacts are written by hand around a placeholder .vmfb)."""
 
 import json
+import re
 import textwrap
 
 import pytest
@@ -47,20 +48,44 @@ def test_compile_passes_must_be_a_list():
 
 def test_compile_opt_level():
     with pytest.raises(ValueError, match="opt_level: expected one of O0, O1, O2, O3, got 'O9'"):
-        anyshape.compile(Tanh(), x3(), opt_level="O9")
+        anyshape.compile(Tanh(), x3(), backend=anyshape.BackendOptions(opt_level="O9"))
+
+
+def test_backend_must_be_backend_options():
+    with pytest.raises(TypeError, match="backend: expected an anyshape.BackendOptions, got dict"):
+        anyshape.compile(Tanh(), x3(), backend={"threads": 1})
+
+
+def test_backend_and_old_keywords_together():
+    with pytest.raises(TypeError, match="backend: given together with threads=1; put threads in "
+                                        "the BackendOptions"):
+        anyshape.compile(Tanh(), x3(), backend=anyshape.BackendOptions(), threads=1)
+
+
+def test_old_backend_keywords_still_work_with_a_warning():
+    """The keywords compile took before BackendOptions keep working, and say what to
+    write instead; the module is the one BackendOptions gives."""
+    with pytest.warns(DeprecationWarning, match=re.escape(
+            "compile(opt_level='O1') is deprecated: write compile(..., "
+            "backend=anyshape.BackendOptions(opt_level='O1'))")) as caught:
+        compiled = anyshape.compile(Tanh(), x3(), opt_level="O1")
+    assert caught[0].filename == __file__  # points at the caller's line
+    assert "--iree-opt-level=O1" in compiled.iree_flags
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), torch.tanh(x))
 
 
 def test_compile_cuda_arch_needs_cuda():
     with pytest.raises(ValueError, match="cuda_arch: expected None with target='cpu' .*, "
                                          "got 'sm_80'"):
-        anyshape.compile(Tanh(), x3(), cuda_arch="sm_80")
+        anyshape.compile(Tanh(), x3(), backend=anyshape.BackendOptions(cuda_arch="sm_80"))
 
 
 @pytest.mark.parametrize("threads", [0, -2, 1.5, True])
 def test_compile_threads(threads):
     with pytest.raises(ValueError, match=rf"threads: expected a positive int \(or None: all \d+ "
                                          rf"cores\), got {threads!r}"):
-        anyshape.compile(Tanh(), x3(), threads=threads)
+        anyshape.compile(Tanh(), x3(), backend=anyshape.BackendOptions(threads=threads))
 
 
 def test_compile_pass_element_syntax():

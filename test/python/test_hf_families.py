@@ -88,7 +88,7 @@ def gpt2_external():
     assert built.model.lm_head.weight is built.model.transformer.wte.weight
     compiled = anyshape.compile(built.model, (), built.example_inputs(2, 8),
                                 dynamic_shapes=built.dynamic_shapes({"batch", "seq"}, 4, 64),
-                                params="external")
+                                backend=anyshape.BackendOptions(params="external"))
     return built, compiled
 
 
@@ -204,7 +204,8 @@ def test_write_parameters_names_what_does_not_fit(gpt2_external, tmp_path):
 def test_params_option_is_checked():
     built = hf.build("gpt2", "causal-lm", dict(n_embd=32, n_layer=1, n_head=2, vocab_size=100))
     with pytest.raises(ValueError, match="params: expected 'inline' or 'external', got 'outside'"):
-        anyshape.compile(built.model, (), built.example_inputs(1, 4), params="outside")
+        anyshape.compile(built.model, (), built.example_inputs(1, 4),
+                         backend=anyshape.BackendOptions(params="outside"))
 
 
 @pytest.mark.parametrize("model_type, task, overrides, message", [

@@ -66,8 +66,9 @@ def test_cuda_float16_compiles_without_gpu():
     ids, mask = roberta_inputs(1, 8)
     seq = Dim("seq", min=1, max=32)
     compiled = anyshape.compile(model, (ids,), {"attention_mask": mask}, target="cuda",
-                                cuda_arch="sm_86", dtype=torch.float16,
-                                dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}})
+                                dtype=torch.float16,
+                                dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}},
+                                backend=anyshape.BackendOptions(cuda_arch="sm_86"))
     assert "--iree-cuda-target=sm_86" in compiled.iree_flags
     assert compiled.signature.outputs[0].dtype == "float16"
 
@@ -125,8 +126,9 @@ def test_unknown_gpu_gets_the_newest_older_arch(tmp_path):
     with pytest.warns(CudaArchSubstituted, match="no GPU target for sm_90, so the module is "
                                                  "built for sm_89"):
         compiled = anyshape.compile(model, (ids,), {"attention_mask": mask}, target="cuda",
-                                    cuda_arch="sm_90", dynamic_shapes={
-                                        "input_ids": {1: seq}, "attention_mask": {1: seq}})
+                                    dynamic_shapes={
+                                        "input_ids": {1: seq}, "attention_mask": {1: seq}},
+                                        backend=anyshape.BackendOptions(cuda_arch="sm_90"))
     assert "--iree-cuda-target=sm_89" in compiled.iree_flags
     loaded = anyshape.load(compiled.save(tmp_path))
     assert (loaded.target.cuda_arch, loaded.target.requested_cuda_arch) == ("sm_89", "sm_90")

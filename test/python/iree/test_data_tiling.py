@@ -21,7 +21,8 @@ BARRIER = "iree_tensor_ext.compute_barrier.start"
 def tiled(roberta, roberta_dynamic_shapes):
     ids, mask = roberta_inputs(2, 8)
     return anyshape.compile(roberta, (ids,), {"attention_mask": mask},
-                            dynamic_shapes=roberta_dynamic_shapes, data_tiling=True)
+                            dynamic_shapes=roberta_dynamic_shapes,
+                            backend=anyshape.BackendOptions(data_tiling=True))
 
 
 def test_forms_pass_runs_after_hoisting(tiled):
@@ -59,7 +60,8 @@ def test_data_tiling_must_be_a_bool_or_none(roberta):
     ids, mask = roberta_inputs(1, 4)
     with pytest.raises(ValueError, match=r"data_tiling: expected True, False or None \(automatic\), "
                                          r"got 'yes'"):
-        anyshape.compile(roberta, (ids,), {"attention_mask": mask}, data_tiling="yes")
+        anyshape.compile(roberta, (ids,), {"attention_mask": mask},
+                         backend=anyshape.BackendOptions(data_tiling="yes"))
 
 
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
@@ -89,7 +91,7 @@ def gpt2_tiled(gpt2):
     ids, mask = roberta_inputs(2, 8, vocab=500)
     batch, seq = Dim("batch", min=1, max=4), Dim("seq", min=1, max=64)
     return anyshape.compile(gpt2, (ids, mask), dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
-                            data_tiling=True)
+                            backend=anyshape.BackendOptions(data_tiling=True))
 
 
 def test_gpt2_qkv_weight_read_whole(gpt2_tiled):
@@ -129,7 +131,7 @@ def _compile_exponential_product():
     length = Dim("L", min=1, max=256)
     return anyshape.compile(_ExponentialProduct().eval(), (torch.randn(4, 9, 9), torch.randn(4, 9, 8)),
                             dynamic_shapes={"scores": {1: length, 2: length}, "values": {1: length}},
-                            data_tiling=True)
+                            backend=anyshape.BackendOptions(data_tiling=True))
 
 
 def test_exponentials_of_a_static_batch_are_packed_apart():
@@ -188,7 +190,8 @@ def _compile_feed_forward(form: str, dynamic_batch: bool):
     seq = Dim("seq", min=1, max=64)
     dims = {0: Dim("batch", min=1, max=4), 1: seq} if dynamic_batch else {1: seq}
     module = anyshape.compile(model, (torch.randn(2 if dynamic_batch else 1, 5, 16),),
-                              dynamic_shapes={"x": dims}, data_tiling=True)
+                              dynamic_shapes={"x": dims},
+                              backend=anyshape.BackendOptions(data_tiling=True))
     return model, module
 
 
@@ -247,7 +250,7 @@ def test_static_batch_roberta_is_data_tiled(roberta):
     ids, mask = roberta_inputs(1, 8)
     module = anyshape.compile(roberta, (ids,), {"attention_mask": mask},
                               dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}},
-                              data_tiling=True)
+                              backend=anyshape.BackendOptions(data_tiling=True))
     assert module.target.data_tiling is True
     for length in (1, 17, MAX_LEN):
         ids, mask = roberta_inputs(1, length, pad_from=length - length // 4 if length > 4 else None)
@@ -292,7 +295,8 @@ def test_program_22_is_data_tiled():
     from random_programs import assert_module_matches
 
     program, args, dynamic = _program_22()
-    module = anyshape.compile(program, args, dynamic_shapes=dynamic, data_tiling=True)
+    module = anyshape.compile(program, args, dynamic_shapes=dynamic,
+                              backend=anyshape.BackendOptions(data_tiling=True))
     assert BARRIER in module.ir("iree-input")
     assert_module_matches(module, program, ((1, 4), (3, 19), (2, 32)))
 
@@ -301,7 +305,8 @@ def test_data_tiling_compile_failure_is_an_error(without_packing_barriers):
     """Asked for, data tiling does not fall back when IREE fails with it."""
     program, args, dynamic = _program_22()
     with pytest.raises(anyshape.CompileError, match="delinearize_index"):
-        anyshape.compile(program, args, dynamic_shapes=dynamic, data_tiling=True)
+        anyshape.compile(program, args, dynamic_shapes=dynamic,
+                         backend=anyshape.BackendOptions(data_tiling=True))
 
 
 def test_automatic_data_tiling_falls_back_with_a_warning(tmp_path, without_packing_barriers):
@@ -330,7 +335,8 @@ def test_data_tiling_needs_the_dim_ranges(roberta, roberta_dynamic_shapes):
     ids, mask = roberta_inputs(2, 8)
     with pytest.raises(ValueError, match=r"data_tiling=True: with dynamic dims .* anyshape-lower"):
         anyshape.compile(roberta, (ids,), {"attention_mask": mask},
-                         dynamic_shapes=roberta_dynamic_shapes, passes=[], data_tiling=True)
+                         dynamic_shapes=roberta_dynamic_shapes, passes=[],
+                         backend=anyshape.BackendOptions(data_tiling=True))
     untiled = anyshape.compile(roberta, (ids,), {"attention_mask": mask},
                                dynamic_shapes=roberta_dynamic_shapes, passes=[])
     assert untiled.target.data_tiling is False
@@ -358,7 +364,7 @@ def test_projection_times_transposed_input_is_exact():
     batch, seq = Dim("batch", min=1, max=4), Dim("seq", min=1, max=64)
     module = anyshape.compile(model, (torch.randn(2, 6, 16), torch.randn(2, 6, 16)),
                               dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
-                              data_tiling=True)
+                              backend=anyshape.BackendOptions(data_tiling=True))
     for b, length in ((2, 9), (3, 17), (4, 64)):
         x, y = torch.randn(b, length, 16), torch.randn(b, length, 16)
         with torch.no_grad():

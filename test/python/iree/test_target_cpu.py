@@ -40,7 +40,8 @@ def test_artifact_for_a_cpu_this_host_lacks_is_refused_by_name(shape_queries, tm
     name, missing = _lacking_cpu()
     model, _ = shape_queries
     _, args, dynamic = shape_queries_case()
-    compiled = anyshape.compile(model, args, dynamic_shapes=dynamic, target_cpu=name)
+    compiled = anyshape.compile(model, args, dynamic_shapes=dynamic,
+                                backend=anyshape.BackendOptions(target_cpu=name))
     assert compiled.cpu["requested"] == name and compiled.cpu["name"] == name
     assert f"--iree-llvmcpu-target-cpu={name}" in compiled.iree_flags
     compiled.save(tmp_path)
@@ -81,9 +82,11 @@ def test_unknown_cpu_is_refused_before_export():
     model, args, dynamic = shape_queries_case()
     with pytest.raises(ValueError, match=r"target_cpu: expected 'host' or a CPU LLVM knows, "
                                          r"got 'znver33' \(LLVM knows: .*znver3"):
-        anyshape.compile(model, args, dynamic_shapes=dynamic, target_cpu="znver33")
+        anyshape.compile(model, args, dynamic_shapes=dynamic,
+                         backend=anyshape.BackendOptions(target_cpu="znver33"))
     with pytest.raises(ValueError, match="target_cpu: expected None with target='cuda'"):
-        anyshape.compile(model, args, dynamic_shapes=dynamic, target="cuda", target_cpu="znver3")
+        anyshape.compile(model, args, dynamic_shapes=dynamic, target="cuda",
+                         backend=anyshape.BackendOptions(target_cpu="znver3"))
 
 
 def test_cli_unknown_cpu_is_an_error(tmp_path):

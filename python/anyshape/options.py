@@ -1,0 +1,70 @@
+"""The backend options of ``anyshape.compile``, in one object.
+
+``target``, ``dynamic_shapes``, ``dtype`` and ``padding`` stay plain keywords
+(what users type most); how IREE builds and runs the module is a
+``BackendOptions``, as torch-mlir groups its ``FxImportOptions``. The old
+keywords (``compile(cuda_arch=...)``) keep working, with a
+``DeprecationWarning`` that says what to write instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendOptions:
+    """How IREE builds and runs a compiled module.
+
+    ``cuda_arch`` (``target="cuda"``): the GPU's architecture ("sm_80", the
+    default; one IREE has no target for gets the newest older one it knows).
+    ``opt_level``: IREE's, "O0" to "O3" (default "O2"). ``data_tiling``:
+    IREE's packed matmul operands; None (default) on for CPU targets, with a
+    fallback without it where IREE fails. ``threads``: CPU worker threads
+    (None: one per core this process may use). ``params``: "inline" (the
+    weights in the ``.vmfb``) or "external" (a ``params.irpa`` beside it).
+    ``target_cpu`` (``target="cpu"``): the CPU the code is for ("host", a CPU
+    LLVM knows, or a level like "x86-64-v3").
+    """
+
+    cuda_arch: str | None = None
+    opt_level: str | None = None
+    data_tiling: bool | None = None
+    threads: int | None = None
+    params: str = "inline"
+    target_cpu: str | None = None
+
+
+# compile's keywords before BackendOptions, now deprecated
+DEPRECATED_KEYWORDS = tuple(field.name for field in dataclasses.fields(BackendOptions))
+
+
+class _Unset:
+    """The default of a deprecated keyword: tells "not given" from None."""
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+UNSET = _Unset()
+
+
+def resolve_backend(backend: BackendOptions | None, keywords: dict, *,
+                    stacklevel: int) -> BackendOptions:
+    """``backend``, or one made from the deprecated keywords given (with a
+    warning); both at once is an error."""
+    if backend is not None and not isinstance(backend, BackendOptions):
+        raise TypeError(f"backend: expected an anyshape.BackendOptions, got "
+                        f"{type(backend).__name__}")
+    given = {name: value for name, value in keywords.items() if value is not UNSET}
+    if not given:
+        return backend if backend is not None else BackendOptions()
+    spelled = ", ".join(f"{name}={value!r}" for name, value in given.items())
+    if backend is not None:
+        raise TypeError(f"backend: given together with {spelled}; put "
+                        f"{', '.join(given)} in the BackendOptions")
+    warnings.warn(f"compile({spelled}) is deprecated: write "
+                  f"compile(..., backend=anyshape.BackendOptions({spelled}))",
+                  DeprecationWarning, stacklevel=stacklevel + 1)
+    return BackendOptions(**given)
