@@ -180,29 +180,34 @@ def _check(info: dict, model, module, batches, lengths, device, reference) -> li
     import torch
 
     rows = []
+    for batch, length, inputs in _cells(info, batches, lengths, device):
+        row = {"batch": batch, "L": length}
+        try:
+            with torch.no_grad():
+                expected = model(**inputs)
+                got = module(**inputs)
+                row["max_abs_diff"] = _max_diff(got, expected)
+                row["max_abs"] = float(expected.double().abs().max())
+                if not row["max_abs_diff"] <= TOLERANCE[info["dtype"]]:
+                    exact = reference()(**inputs)  # float64 eager decides
+                    row["anyshape_vs_float64"] = _max_diff(got, exact)
+                    row["eager_vs_float64"] = _max_diff(expected, exact)
+        except Exception as error:  # noqa: BLE001 - written into the row
+            row["error"] = f"{type(error).__name__}: {error}"[:300]
+        rows.append(row)
+        print(f"  check batch {batch} L {length}: " + ", ".join(
+            f"{k} {v:.2e}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in row.items() if k not in ("batch", "L")), flush=True)
+    return rows
+
+
+def _cells(info: dict, batches, lengths, device):
+    """(batch, L, inputs) for each cell the artifact takes, the inputs seeded by the cell."""
     for batch in batches:
         for length in lengths:
-            if length > info["max_len"]:
-                continue
-            inputs = _inputs(info["model"], batch, length, device, seed=batch * 1000 + length)
-            row = {"batch": batch, "L": length}
-            try:
-                with torch.no_grad():
-                    expected = model(**inputs)
-                    got = module(**inputs)
-                    row["max_abs_diff"] = _max_diff(got, expected)
-                    row["max_abs"] = float(expected.double().abs().max())
-                    if not row["max_abs_diff"] <= TOLERANCE[info["dtype"]]:
-                        exact = reference()(**inputs)  # float64 eager decides
-                        row["anyshape_vs_float64"] = _max_diff(got, exact)
-                        row["eager_vs_float64"] = _max_diff(expected, exact)
-            except Exception as error:  # noqa: BLE001 - written into the row
-                row["error"] = f"{type(error).__name__}: {error}"[:300]
-            rows.append(row)
-            print(f"  check batch {batch} L {length}: " + ", ".join(
-                f"{k} {v:.2e}" if isinstance(v, float) else f"{k} {v}"
-                for k, v in row.items() if k not in ("batch", "L")), flush=True)
-    return rows
+            if length <= info["max_len"]:
+                yield batch, length, _inputs(info["model"], batch, length, device,
+                                             seed=batch * 1000 + length)
 
 
 def _time(info: dict, calls: dict, batches, lengths, runs: int, device: str) -> list[dict]:
@@ -210,29 +215,25 @@ def _time(info: dict, calls: dict, batches, lengths, runs: int, device: str) -> 
     import torch
 
     cells = []
-    for batch in batches:
-        for length in lengths:
-            if length > info["max_len"]:
-                continue
-            inputs = _inputs(info["model"], batch, length, device, seed=batch * 1000 + length)
-            cell = {"batch": batch, "L": length, "samples_ms": {s: [] for s in calls},
-                    "errors": {}}
-            with torch.no_grad():
+    for batch, length, inputs in _cells(info, batches, lengths, device):
+        cell = {"batch": batch, "L": length, "samples_ms": {s: [] for s in calls},
+                "errors": {}}
+        with torch.no_grad():
+            for system, call in calls.items():
+                try:
+                    for _ in range(WARMUP):
+                        call(inputs)
+                except Exception as error:  # noqa: BLE001 - written into the cell
+                    cell["errors"][system] = f"{type(error).__name__}: {error}"[:300]
+            for _ in range(runs):
                 for system, call in calls.items():
-                    try:
-                        for _ in range(WARMUP):
-                            call(inputs)
-                    except Exception as error:  # noqa: BLE001 - written into the cell
-                        cell["errors"][system] = f"{type(error).__name__}: {error}"[:300]
-                for _ in range(runs):
-                    for system, call in calls.items():
-                        if system not in cell["errors"]:
-                            cell["samples_ms"][system].append(
-                                _timed_ms(lambda: call(inputs), device))
-            cell["median_ms"] = {s: statistics.median(v) if v else None
-                                 for s, v in cell["samples_ms"].items()}
-            cells.append(cell)
-            print("  time " + _latency_row({**info, **cell}), flush=True)
+                    if system not in cell["errors"]:
+                        cell["samples_ms"][system].append(
+                            _timed_ms(lambda: call(inputs), device))
+        cell["median_ms"] = {s: statistics.median(v) if v else None
+                             for s, v in cell["samples_ms"].items()}
+        cells.append(cell)
+        print("  time " + _latency_row({**info, **cell}), flush=True)
     return cells
 
 
