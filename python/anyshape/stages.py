@@ -1,7 +1,7 @@
 """The names of the compile stages that the compiler and the runtime share, and
 the reproducer a failing stage keeps (``compiler.py`` and ``iree/invocation.py``).
 
-A module of its own so that ``runtime.py`` (which needs only torch, numpy and
+A module of its own so that ``runtime/compiled_module.py`` (which needs only torch, numpy and
 iree-base-runtime) reads them without importing ``compiler.py``.
 """
 
