@@ -9,7 +9,8 @@ tools start without importing torch.
 from anyshape.errors import CompileError, DataTilingFallback, RunError
 
 __all__ = ["compile", "import_torch", "load", "write_parameters", "BackendOptions",
-           "CompiledModule", "CompileError", "DataTilingFallback", "RunError"]
+           "CompiledModule", "CompileError", "CudaArchSubstituted", "DataTilingFallback",
+           "RunError"]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -19,6 +20,7 @@ _LAZY = {
     "write_parameters": ("anyshape.runtime.compiled_module", "write_parameters"),
     "CompiledModule": ("anyshape.runtime.compiled_module", "CompiledModule"),
     "BackendOptions": ("anyshape.options", "BackendOptions"),
+    "CudaArchSubstituted": ("anyshape.iree.flags", "CudaArchSubstituted"),
 }
 
 

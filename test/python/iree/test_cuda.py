@@ -113,7 +113,7 @@ def test_iree_knows_exactly_the_listed_cuda_archs():
 
 
 def test_unknown_gpu_gets_the_newest_older_arch(tmp_path):
-    from anyshape.iree.flags import CudaArchSubstituted, iree_cuda_arch, make_target
+    from anyshape.iree.flags import iree_cuda_arch, make_target
 
     assert [iree_cuda_arch(a) for a in ("sm_90", "sm_90a", "sm_100", "sm_89", "sm_121")] == \
         ["sm_89", "sm_89", "sm_89", "sm_89", "sm_121"]
@@ -123,12 +123,12 @@ def test_unknown_gpu_gets_the_newest_older_arch(tmp_path):
     model = small_roberta(layers=1, hidden=64, max_positions=34)
     ids, mask = roberta_inputs(1, 8)
     seq = Dim("seq", min=1, max=32)
-    with pytest.warns(CudaArchSubstituted, match="no GPU target for sm_90, so the module is "
-                                                 "built for sm_89"):
+    substituted = "no GPU target for sm_90, so the module is built for sm_89"
+    with pytest.warns(anyshape.CudaArchSubstituted, match=substituted):
         compiled = anyshape.compile(model, (ids,), {"attention_mask": mask}, target="cuda",
                                     dynamic_shapes={
                                         "input_ids": {1: seq}, "attention_mask": {1: seq}},
-                                        backend=anyshape.BackendOptions(cuda_arch="sm_90"))
+                                    backend=anyshape.BackendOptions(cuda_arch="sm_90"))
     assert "--iree-cuda-target=sm_89" in compiled.iree_flags
     loaded = anyshape.load(compiled.save(tmp_path))
     assert (loaded.target.cuda_arch, loaded.target.requested_cuda_arch) == ("sm_89", "sm_90")
