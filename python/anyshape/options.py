@@ -36,10 +36,6 @@ class BackendOptions:
     target_cpu: str | None = None
 
 
-# compile's keywords before BackendOptions, now deprecated
-DEPRECATED_KEYWORDS = tuple(field.name for field in dataclasses.fields(BackendOptions))
-
-
 class _Unset:
     """The default of a deprecated keyword: tells "not given" from None."""
 

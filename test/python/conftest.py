@@ -1,5 +1,7 @@
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -72,20 +74,14 @@ NO_BUILD = os.environ.get("ANYSHAPE_NO_BUILD") == "1"
 # cache lets several processes fill at once.
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if not os.environ.get("ANYSHAPE_TEST_KEEP_CACHE_DIR") and XDIST_WORKER is None:
-    import tempfile
-
     os.environ["ANYSHAPE_CACHE_DIR"] = tempfile.mkdtemp(prefix="anyshape-test-cache-")
 
 # Temporary files of the session (the reproducer a failing compile keeps, about
 # 180 of them per `make test`, a module's stage files) go into one directory,
 # removed at the end, not into the system's: workers and subprocesses inherit it.
-if XDIST_WORKER is None:
-    import tempfile
-
-    SESSION_TMP = tempfile.mkdtemp(prefix="anyshape-test-tmp-")
+SESSION_TMP = tempfile.mkdtemp(prefix="anyshape-test-tmp-") if XDIST_WORKER is None else None
+if SESSION_TMP is not None:
     os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TMP
-else:
-    SESSION_TMP = None
 
 
 def pytest_configure(config):
@@ -111,12 +107,8 @@ def pytest_sessionfinish(session, exitstatus):
     cache = os.environ.get("ANYSHAPE_CACHE_DIR", "")
     if not os.environ.get("ANYSHAPE_TEST_KEEP_CACHE_DIR") and XDIST_WORKER is None and \
             os.path.basename(cache).startswith("anyshape-test-cache-"):
-        import shutil
-
         shutil.rmtree(cache, ignore_errors=True)
     if SESSION_TMP is not None:
-        import shutil
-
         shutil.rmtree(SESSION_TMP, ignore_errors=True)
 
 
