@@ -278,3 +278,22 @@ def test_slice_of_a_whole_dim_is_dropped():
         anyshape.import_torch(model, example, dynamic_shapes=(dims, dims)))
     assert "torch.aten.slice.Tensor" in str(  # a slice that drops something stays
         anyshape.import_torch(FirstColumn(), example[1:], dynamic_shapes=(dims,)))
+
+
+class AfterAnEmptyStart(torch.nn.Module):
+    """transformers' DynamicLayer: a cache that starts as ``torch.tensor([])``."""
+
+    def forward(self, x):
+        start = torch.tensor([], dtype=x.dtype)
+        return torch.cat([start, x.reshape(-1)]) * 2
+
+
+def test_an_empty_constant_survives_mlir_text():
+    # The imported IR printed as text (what anyshape-opt reads) compiles and runs.
+    from anyshape.check import check
+
+    text = str(anyshape.import_torch(AfterAnEmptyStart().eval(), (torch.randn(2, 5),),
+                                     dynamic_shapes=({0: Dim("rows")},)))
+    assert "dense<> : tensor<0xf32>" in text
+    trials = check(text, [], trials=2, max_size=6)
+    assert all(t.ok for t in trials)
