@@ -23,6 +23,7 @@ anyshape ops in the unchanged module.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,11 +180,26 @@ def _has_anyshape_ops(module) -> bool:
 
 
 def _draw_sizes(signature: ModuleSignature, rng, max_size: int) -> dict[str, int]:
+    """A size for each symbol; a symbol named by an expression over others
+    (torch-mlir names a derived dim ``s54 + s70``) is computed, not drawn."""
+    import sympy
+
     sizes = {}
+    derived = {}
+    for name in signature.symbols:
+        if not re.fullmatch(r"[A-Za-z_]\w*", name):
+            expr = sympy.sympify(name)
+            if {str(s) for s in expr.free_symbols} <= set(signature.symbols):
+                derived[name] = expr
     for name, symbol in signature.symbols.items():
+        if name in derived:
+            continue
         low = symbol.min if symbol.min is not None else 1
         high = max(low, min(symbol.max if symbol.max is not None else max_size, max_size))
         sizes[name] = int(rng.integers(low, high + 1))
+    for name, expr in derived.items():
+        sizes[name] = int(expr.subs({sympy.Symbol(k): v for k, v in sizes.items()
+                                     if re.fullmatch(r"[A-Za-z_]\w*", k)}))
     return sizes
 
 

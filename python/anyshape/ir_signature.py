@@ -62,11 +62,11 @@ def signature_from_module(module: ir.Module, function: str = "main") -> ModuleSi
                 continue
             spec = inputs[bound.arg_number]
             affine = ir.AffineMapAttr(op.attributes["shape_expressions"]).value
+            names = [symbol_of_value.get(operand) for operand in operands]
             for axis, expr in enumerate(affine.results):
-                if isinstance(expr, ir.AffineSymbolExpr):
-                    symbol = symbol_of_value.get(operands[expr.position])
-                    if symbol is not None and spec.dims[axis] == "?":
-                        spec.dims[axis] = symbol
+                dim = _linear_dim(expr, names)
+                if dim is not None and spec.dims[axis] == "?":
+                    spec.dims[axis] = dim
     _read_dim_facts(func, function, inputs, symbols)
     for spec in inputs:
         for axis, dim in enumerate(spec.dims):
@@ -83,6 +83,43 @@ def signature_from_module(module: ir.Module, function: str = "main") -> ModuleSi
 # multiples of symbols. Other expressions (floordiv, products) stay unchecked.
 _SYMBOL = re.compile(r"[A-Za-z_]\w*")
 _LINEAR = re.compile(r"-?(\d+\*)?[A-Za-z_]\w*( [+-] ((\d+\*)?[A-Za-z_]\w*|\d+))*")
+
+
+def _linear_dim(expr, names: list[str | None]) -> str | None:
+    """A bound dim as the runtime's check reads it: a symbol's name, or a sum
+    of integer multiples of symbols and a constant (``s54 + s70``: a mask as
+    long as the cache and the new tokens together); None for anything else."""
+    if isinstance(expr, ir.AffineSymbolExpr):
+        return names[expr.position] if expr.position < len(names) else None
+    terms = []
+
+    def collect(e, sign: int = 1) -> bool:
+        if isinstance(e, ir.AffineAddExpr):
+            return collect(e.lhs, sign) and collect(e.rhs, sign)
+        if isinstance(e, ir.AffineConstantExpr):
+            terms.append((sign * e.value, None))
+            return True
+        if isinstance(e, ir.AffineSymbolExpr):
+            name = names[e.position] if e.position < len(names) else None
+            terms.append((sign, name))
+            return name is not None
+        if isinstance(e, ir.AffineMulExpr):
+            for factor, other in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+                if isinstance(factor, ir.AffineConstantExpr):
+                    return collect(other, sign * factor.value)
+        return False
+
+    if not collect(expr):
+        return None
+    text = ""
+    for coefficient, name in terms:
+        term = str(abs(coefficient)) if name is None else \
+            (name if abs(coefficient) == 1 else f"{abs(coefficient)}*{name}")
+        if not text:
+            text = term if coefficient >= 0 else f"-{term}"
+        else:
+            text += f" {'+' if coefficient >= 0 else '-'} {term}"
+    return text if _LINEAR.fullmatch(text) else None
 
 
 def _read_dim_facts(func: ir.Operation, name: str, inputs: list[TensorSpec],
