@@ -145,6 +145,22 @@ class CompiledModule:
                 leaves.append(tensor.to(device) if device is not None else tensor)
         return decode_tree(self.signature.output_tree, leaves)
 
+    def invoke(self, arrays: Sequence) -> list:
+        """The entry function on ``arrays`` (host arrays in the signature's
+        input order, or IREE device arrays an earlier call returned), with no
+        argument checks; returns IREE's results as they are (device arrays:
+        ``to_host()`` copies one to the host). For a caller that keeps results
+        on the device between calls and checks its own inputs
+        (``anyshape.generation``)."""
+        function = self._load_function()
+        try:
+            results = function(*arrays)
+        except (RuntimeError, ValueError, IndexError, OSError) as error:
+            raise _run_error(f"@{self._entry}", self.signature, arrays, error) from None
+        if results is None:
+            return []
+        return list(results) if isinstance(results, (tuple, list)) else [results]
+
     def _load_function(self, entry: str | None = None):
         """The module's function ``entry`` (default: its entry), in one context
         loaded on first use."""
@@ -213,7 +229,8 @@ class CompiledModule:
 
 def load(directory: str | os.PathLike, *, threads: int | None = None,
          device: str | None = None) -> CompiledModule:
-    """Load an artifact written by ``CompiledModule.save``; ``threads``: as for
+    """Load an artifact written by ``CompiledModule.save`` (or ``Generator.save``:
+    then a ``Generator`` comes back); ``threads``: as for
     ``anyshape.compile``. ``device``: where it runs, which must be what it was
     compiled for: "cpu", or "cuda" (the first CUDA device) or "cuda:N";
     None: the default device of its target."""
@@ -257,6 +274,10 @@ def load(directory: str | os.PathLike, *, threads: int | None = None,
         cpu=manifest.get("cpu"),
     )
     module.cuda_ordinal = cuda_ordinal
+    from anyshape.generation.generator import GENERATOR_FILE, load_generator
+
+    if (path / GENERATOR_FILE).is_file():
+        return load_generator(path, module)
     return module
 
 
@@ -269,7 +290,8 @@ def write_parameters(directory: str | os.PathLike, weights) -> Path:
     other entries are left out. Needs only the runtime's packages, so that an
     artifact can travel without its weights and get them where it runs (the
     CUDA benchmark's recipe), or take fine-tuned weights of the same shapes."""
-    module = load(directory)
+    loaded = load(directory)
+    module = getattr(loaded, "module", loaded)  # a Generator's compiled module
     if module.parameters_path is None:
         raise ValueError(f"directory: {directory} holds its weights inside its .vmfb "
                          f"(compiled with params='inline'); only an artifact compiled with "
