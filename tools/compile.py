@@ -18,6 +18,8 @@ from pathlib import Path
 
 HF_TASKS = ("sequence-classification", "masked-lm", "causal-lm", "causal-lm-last-token",
             "seq2seq-lm", "pretraining")  # anyshape.hf.TASKS, without importing torch for --help
+# A generator (anyshape.compile_generator) that anyshape-generate runs.
+GENERATION_TASK = "text-generation"
 DEFAULT_MAX_BATCH = 16
 DEFAULT_MAX_SEQ = 512   # anyshape.hf.DEFAULT_MAX_SEQ
 
@@ -33,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--hf", metavar="MODEL_TYPE",
                        help="a transformers model type (bert, roberta, electra, distilbert, "
                             "gpt2, t5, ...) with its default config")
-    model.add_argument("--task", choices=list(HF_TASKS),
+    model.add_argument("--task", choices=[*HF_TASKS, GENERATION_TASK],
                        help="with --hf: which model of that type (required)")
     model.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                        help="with --hf: a config field to override (repeatable), "
@@ -92,6 +94,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--hf needs --task (one of {', '.join(HF_TASKS)})")
     if (args.task or args.config) and not args.hf:
         parser.error("--task and --config go with --hf")
+    if args.task == GENERATION_TASK:
+        for flag, given in (("--eliminate-padding", args.eliminate_padding),
+                            ("--passes", args.passes is not None),
+                            ("--params external", args.params == "external")):
+            if given:
+                parser.error(f"{flag} does not apply to --task {GENERATION_TASK} (its dims and "
+                             f"passes are anyshape's to choose)")
     if args.input and args.params == "external":
         parser.error("--params external: an MLIR file's weights are compiled inline; "
                      "give --hf or --model for external parameters")
@@ -144,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"anyshape-compile: cannot write the artifact to '{args.output}': "
               f"{error.strerror}", file=sys.stderr)
         return 1
-    print(summary(compiled, out, described))
+    print(summary(getattr(compiled, "module", compiled), out, described))
+    if hasattr(compiled, "generate"):
+        print(f"  generate: anyshape-generate {out} --ids 1,2,3 --max-new-tokens 20")
     return 0
 
 
@@ -207,6 +218,8 @@ def _compile_torch(args, report):
         if value is not None and value < 1:
             raise ValueError(f"{flag}: expected a positive size, got {value}")
     max_batch = args.max_batch or DEFAULT_MAX_BATCH
+    if args.task == GENERATION_TASK:
+        return _compile_generator(args, report)
     if args.hf:
         model, inputs, shapes, described = _hf_model(args, dynamic, max_batch, report)
         call_args, call_kwargs = (), inputs
@@ -223,6 +236,26 @@ def _compile_torch(args, report):
                                         params=args.params))
     described["unique_bytes"] = hf.unique_parameter_bytes(model)
     return compiled, described
+
+
+def _compile_generator(args, report):
+    """--hf TYPE --task text-generation: ``anyshape.compile_generator`` on the
+    causal LM of that model type; the artifact runs with anyshape-generate."""
+    import anyshape
+    from anyshape import hf
+
+    overrides = hf.parse_overrides(args.config)
+    report(f"building {args.hf} for {GENERATION_TASK} from its default config"
+           + (f" with {', '.join(args.config)}" if args.config else ""))
+    built = hf.build(args.hf, "causal-lm", overrides)
+    generator = anyshape.compile_generator(
+        built.model, target=args.target, progress=report, dump_ir_dir=args.dump_ir_dir,
+        backend=anyshape.BackendOptions(cuda_arch=args.cuda_arch, target_cpu=args.target_cpu,
+                                        opt_level=args.opt_level, data_tiling=_data_tiling(args)))
+    described = {"model": f"{args.hf} {GENERATION_TASK} ({type(built.model).__name__})",
+                 "parameters": built.parameters(),
+                 "unique_bytes": hf.unique_parameter_bytes(built.model)}
+    return generator, described
 
 
 def _dynamic_dims(text: str) -> set[str]:

@@ -8,13 +8,15 @@ tools start without importing torch.
 
 from anyshape.errors import CompileError, DataTilingFallback, RunError
 
-__all__ = ["compile", "import_torch", "load", "write_parameters", "BackendOptions",
-           "CompiledModule", "CompileError", "CudaArchSubstituted", "DataTilingFallback",
+__all__ = ["compile", "compile_generator", "import_torch", "load", "write_parameters",
+           "BackendOptions", "CompiledModule", "Generator", "CompileError", "CudaArchSubstituted", "DataTilingFallback",
            "RunError"]
 __version__ = "0.1.0"
 
 _LAZY = {
     "compile": ("anyshape.compiler", "compile"),
+    "compile_generator": ("anyshape.generation.compile", "compile_generator"),
+    "Generator": ("anyshape.generation.generator", "Generator"),
     "import_torch": ("anyshape.frontend.importer", "import_torch"),
     "load": ("anyshape.runtime.compiled_module", "load"),
     "write_parameters": ("anyshape.runtime.compiled_module", "write_parameters"),

@@ -1,0 +1,119 @@
+"""``compile_generator``: an unmodified HF causal LM, compiled once for every length.
+
+The dims are anyshape's to declare: batch, the new tokens of a call (the
+prompt at prefill, 1 at decode) and the cache length are each a dynamic dim
+with no bound but the model's positions, and the mask's length is theirs
+summed (``Dim.AUTO``: torch.export derives it). One ``CausalLMStep`` is
+exported and compiled (``step.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import torch
+
+from anyshape.generation.generator import Generator
+from anyshape.generation.step import (CausalLMStep, grouped_query_attention_in_sdpa, probe_cache,
+                                      takes_two_d_mask)
+
+# Example sizes for torch.export: every dim above 1 (sizes 0 and 1 are
+# specialized), each size different (so that no two dims are taken for one).
+_EXAMPLE = {"batch": 2, "new": 3, "past": 5}
+
+# The families checked token for token against HF's generate
+# (test/python/generation/). Others are compiled too, with a warning.
+CHECKED_FAMILIES = ("gpt2", "llama", "qwen2", "mistral", "phi3", "gemma", "gpt_neox", "opt",
+                    "bloom", "falcon")
+
+
+def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None,
+                      backend=None, cache: bool = True, progress=False,
+                      dump_ir_dir=None, threads=None) -> Generator:
+    """Compile ``model`` (an HF ``*ForCausalLM``, unmodified, with its weights)
+    for ``generate`` at any prompt length, output length and batch.
+
+    ``dtype``: the dtype to run in (``torch.float16``, ``torch.bfloat16``;
+    None keeps the model's). ``backend``: an ``anyshape.BackendOptions``;
+    ``threads`` is a shorthand for its field. ``cache``, ``progress``,
+    ``dump_ir_dir``: as for ``anyshape.compile``."""
+    import anyshape
+    from anyshape.options import BackendOptions
+
+    _check_model(model)
+    if dtype is not None:
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
+        model = copy.deepcopy(model).to(dtype)
+    if threads is not None:
+        backend = BackendOptions(**{**(backend.__dict__ if backend else {}), "threads": threads})
+    model = model.eval()
+    shapes = probe_cache(model)
+    step = CausalLMStep(model, len(shapes))
+    program = export_step(step, shapes)
+    module = anyshape.compile(program, target=target, backend=backend, cache=cache,
+                              progress=progress, dump_ir_dir=dump_ir_dir)
+    return Generator(module, _spec(model, shapes), _generation_config(model))
+
+
+def export_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgram:
+    from torch.export import Dim
+
+    batch, new, past = _EXAMPLE["batch"], _EXAMPLE["new"], _EXAMPLE["past"]
+    dtype = next(step.model.parameters()).dtype
+    ids = torch.randint(3, 100, (batch, new))
+    positions = torch.arange(past, past + new).expand(batch, new).contiguous()
+    mask = torch.ones(batch, past + new, dtype=torch.long)
+    cache = tuple(torch.zeros(batch, heads, past, dim, dtype=dtype)
+                  for layer in shapes for heads, dim in layer)
+    b, n, p = Dim("batch"), Dim("new"), Dim("past")
+    dynamic = ({0: b, 1: n}, {0: b, 1: n}, {0: b, 1: Dim.AUTO},
+               tuple({0: b, 2: p} for _ in cache))
+    with torch.no_grad(), grouped_query_attention_in_sdpa():
+        return torch.export.export(step, (ids, positions, mask, *cache), dynamic_shapes=dynamic)
+
+
+def _check_model(model: Any) -> None:
+    config = getattr(model, "config", None)
+    if not isinstance(model, torch.nn.Module) or config is None or \
+            not hasattr(model, "generate"):
+        raise TypeError(f"model: expected a HuggingFace *ForCausalLM (a torch.nn.Module with a "
+                        f"config and generate), got {type(model).__name__}")
+    if getattr(config, "is_encoder_decoder", False):
+        raise NotImplementedError(f"model: {type(model).__name__} is an encoder-decoder; "
+                                  f"compile_generator takes decoder-only causal LMs")
+
+
+def _max_positions(config) -> int | None:
+    for name in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _spec(model, shapes) -> dict:
+    config = model.config
+    dtype = next(model.parameters()).dtype
+    return {
+        "model_type": config.model_type,
+        "model_class": type(model).__name__,
+        "vocab_size": int(model.get_output_embeddings().weight.shape[0]
+                          if model.get_output_embeddings() is not None else config.vocab_size),
+        # ALiBi (BLOOM, Falcon with alibi) has no table of positions to run out of.
+        "max_positions": None if takes_two_d_mask(config) else _max_positions(config),
+        "cache": [[list(k), list(v)] for k, v in shapes],
+        "cache_dtype": str(dtype).removeprefix("torch."),
+        "config": json.loads(config.to_json_string(use_diff=False)),
+    }
+
+
+def _generation_config(model) -> dict:
+    config = getattr(model, "generation_config", None)
+    if config is None:
+        from transformers import GenerationConfig
+
+        config = GenerationConfig.from_model_config(model.config)
+    return config.to_dict()

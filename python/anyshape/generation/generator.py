@@ -1,0 +1,259 @@
+"""``Generator``: HF's ``generate`` contract on a compiled ``CausalLMStep``.
+
+Needs only the runtime (torch, numpy, iree-base-runtime) and transformers'
+generation utilities (``GenerationConfig`` and its logits processors, the
+same objects HF's ``generate`` builds, in its order). The cache stays on the
+device between steps: each step's cache results are IREE device arrays, given
+as they are to the next step; only the next-token logits come to the host.
+The step returns a new cache rather than writing into its inputs, so a step
+that fails or is repeated never sees a cache another step changed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+GENERATOR_FILE = "generator.json"
+GENERATOR_FORMAT = "anyshape-generator"
+GENERATOR_SCHEMA = 1
+
+# generate()'s keywords besides input_ids and attention_mask. The other
+# GenerationConfig fields are not applied here, so they are refused, not ignored.
+GENERATE_KEYWORDS = (
+    "max_new_tokens", "max_length", "min_new_tokens", "min_length", "do_sample",
+    "temperature", "top_k", "top_p", "repetition_penalty", "eos_token_id", "pad_token_id",
+    "bos_token_id", "streamer", "num_beams", "use_cache", "generation_config",
+)
+
+
+class Generator:
+    """A causal LM compiled once (``anyshape.compile_generator``) for every
+    prompt length, output length and batch."""
+
+    def __init__(self, module, spec: dict, generation_config: dict):
+        self.module = module
+        self.spec = spec
+        self._generation_config = generation_config
+
+    # -- what it is --------------------------------------------------------
+    @property
+    def model_type(self) -> str:
+        return self.spec["model_type"]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.spec["vocab_size"]
+
+    @property
+    def max_positions(self) -> int | None:
+        return self.spec.get("max_positions")
+
+    @property
+    def generation_config(self):
+        from transformers import GenerationConfig
+
+        return GenerationConfig.from_dict(dict(self._generation_config))
+
+    # -- generate ----------------------------------------------------------
+    def generate(self, input_ids, attention_mask=None, **kwargs) -> torch.Tensor:
+        """The prompt and the new tokens, [batch, prompt + new], as HF's
+        ``model.generate(input_ids, attention_mask=..., **kwargs)`` returns
+        them (greedy or sampling; prompts left-padded; rows that end early
+        are padded with ``pad_token_id``)."""
+        config = self._config_for(kwargs)
+        streamer = kwargs.get("streamer")
+        ids = _token_ids(input_ids, self.vocab_size)
+        mask = _attention_mask(attention_mask, ids, config)
+        batch, prompt = ids.shape
+        new_tokens = _new_token_count(config, prompt)
+        if self.max_positions is not None and prompt + new_tokens > self.max_positions:
+            raise ValueError(
+                f"input_ids: a prompt of {prompt} tokens and {new_tokens} new tokens need "
+                f"{prompt + new_tokens} positions; this {self.model_type} model has "
+                f"{self.max_positions} (max_position_embeddings)")
+        eos = _token_list(config.eos_token_id)
+        pad = config.pad_token_id
+        if eos and pad is None:
+            pad = eos[0]  # as HF does (with a warning there)
+        processors = self._processors(config, mask, prompt, eos)
+
+        if streamer is not None:
+            streamer.put(ids.cpu())
+        cache = self._empty_cache(batch)
+        step_ids, step_mask = ids, mask
+        sequences = ids
+        unfinished = torch.ones(batch, dtype=torch.long)
+        for _ in range(new_tokens):
+            logits, cache = self._step(step_ids, step_mask, cache)
+            scores = processors(sequences, logits)
+            if config.do_sample:
+                probs = torch.nn.functional.softmax(scores, dim=-1)
+                next_tokens = torch.multinomial(probs, num_samples=1).squeeze(1)
+            else:
+                next_tokens = torch.argmax(scores, dim=-1)
+            if eos:
+                next_tokens = next_tokens * unfinished + pad * (1 - unfinished)
+            sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
+            if streamer is not None:
+                streamer.put(next_tokens.cpu())
+            if eos:
+                unfinished = unfinished & ~torch.isin(next_tokens, torch.tensor(eos))
+                if not unfinished.any():
+                    break
+            step_ids = next_tokens[:, None]
+            step_mask = torch.cat([step_mask, torch.ones(batch, 1, dtype=step_mask.dtype)], dim=-1)
+        if streamer is not None:
+            streamer.end()
+        return sequences
+
+    def _config_for(self, kwargs: dict):
+        unknown = sorted(set(kwargs) - set(GENERATE_KEYWORDS))
+        if unknown:
+            raise TypeError(f"generate() got unexpected keyword argument(s) {', '.join(unknown)}: "
+                            f"it takes input_ids, attention_mask and "
+                            f"{', '.join(GENERATE_KEYWORDS)}")
+        given = kwargs.get("generation_config")
+        config = given if given is not None else self.generation_config
+        config = config.__class__.from_dict(config.to_dict())  # a copy
+        config.update(**{k: v for k, v in kwargs.items()
+                         if k not in ("streamer", "generation_config")})
+        if config.num_beams not in (None, 1):
+            raise NotImplementedError(
+                f"num_beams: beam search is not supported by anyshape's generate (got "
+                f"num_beams={config.num_beams}); use num_beams=1 (greedy or sampling)")
+        if getattr(config, "num_return_sequences", 1) not in (None, 1):
+            raise NotImplementedError("num_return_sequences: only 1 is supported")
+        return config
+
+    def _processors(self, config, mask: torch.Tensor, prompt: int, eos: list[int]):
+        from transformers.generation import logits_process as lp
+
+        processors = lp.LogitsProcessorList()
+        if config.repetition_penalty is not None and config.repetition_penalty != 1.0:
+            padding = (mask != 0).int().argmax(dim=1)
+            processors.append(lp.RepetitionPenaltyLogitsProcessor(
+                config.repetition_penalty, prompt_ignore_length=padding))
+        eos_tensor = torch.tensor(eos) if eos else None
+        if config.min_length and eos_tensor is not None:
+            processors.append(lp.MinLengthLogitsProcessor(config.min_length, eos_tensor))
+        if config.min_new_tokens and eos_tensor is not None:
+            processors.append(lp.MinNewTokensLengthLogitsProcessor(
+                prompt, config.min_new_tokens, eos_tensor))
+        if config.do_sample:
+            if config.temperature is not None and config.temperature != 1.0:
+                if config.temperature <= 0:
+                    raise ValueError(f"temperature: expected a positive number, got "
+                                     f"{config.temperature}")
+                processors.append(lp.TemperatureLogitsWarper(config.temperature))
+            if config.top_k is not None and config.top_k != 0:
+                processors.append(lp.TopKLogitsWarper(top_k=config.top_k))
+            if config.top_p is not None and config.top_p < 1.0:
+                processors.append(lp.TopPLogitsWarper(top_p=config.top_p))
+        return processors
+
+    # -- the compiled step -------------------------------------------------
+    def _empty_cache(self, batch: int) -> list:
+        """One masked slot of zeros per layer (``step.py``: the cache is never
+        empty)."""
+        dtype = np.dtype(self.spec["cache_dtype"])
+        return [np.zeros((batch, heads, 1, dim), dtype=dtype)
+                for layer in self.spec["cache"] for heads, dim in layer]
+
+    def _step(self, ids: torch.Tensor, mask: torch.Tensor, cache: list):
+        """One call: ``mask`` covers the cache's tokens and ``ids`` (without the
+        cache's masked first slot, which is added here)."""
+        batch = ids.shape[0]
+        full_mask = np.concatenate([np.zeros((batch, 1), dtype=np.int64),
+                                    mask.numpy().astype(np.int64)], axis=1)
+        positions = mask.long().cumsum(-1) - 1
+        positions.masked_fill_(mask == 0, 1)
+        positions = positions[:, -ids.shape[1]:]
+        results = self.module.invoke([ids.numpy().astype(np.int64),
+                                      positions.numpy().astype(np.int64), full_mask, *cache])
+        logits = torch.from_numpy(np.asarray(results[0].to_host())).to(torch.float32)
+        return logits, list(results[1:])
+
+    # -- persistence -------------------------------------------------------
+    def save(self, directory) -> Path:
+        """The compiled module and what ``generate`` needs, in ``directory``;
+        ``anyshape.load(directory)`` gives the generator back."""
+        out = Path(directory)
+        self.module.save(out)
+        (out / GENERATOR_FILE).write_text(json.dumps(
+            {"format": GENERATOR_FORMAT, "schema": GENERATOR_SCHEMA, "spec": self.spec,
+             "generation_config": self._generation_config}, indent=1, sort_keys=True) + "\n")
+        return out
+
+
+def load_generator(directory: Path, module) -> Generator:
+    path = Path(directory) / GENERATOR_FILE
+    try:
+        data = json.loads(path.read_text())
+        if data.get("format") != GENERATOR_FORMAT or data.get("schema") != GENERATOR_SCHEMA:
+            raise ValueError(f"format {data.get('format')} schema {data.get('schema')}")
+        return Generator(module, data["spec"], data["generation_config"])
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"{path}: expected format {GENERATOR_FORMAT} schema {GENERATOR_SCHEMA}, "
+                         f"got one that does not fit ({error})") from None
+
+
+def _token_ids(input_ids: Any, vocab_size: int) -> torch.Tensor:
+    ids = torch.as_tensor(input_ids) if not isinstance(input_ids, torch.Tensor) else input_ids
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"input_ids: expected integer token ids, got dtype {ids.dtype}")
+    if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:
+        raise ValueError(f"input_ids: expected shape [batch, length] with both at least 1, got "
+                         f"{tuple(ids.shape)}")
+    ids = ids.detach().cpu().long()
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"input_ids: expected token ids in [0, {vocab_size}), got values from "
+                         f"{low} to {high}")
+    return ids
+
+
+def _attention_mask(mask: Any, ids: torch.Tensor, config) -> torch.Tensor:
+    if mask is None:
+        pad, eos = config.pad_token_id, _token_list(config.eos_token_id)
+        # HF's rule: a mask is inferred from pad tokens only where pad is not eos.
+        if pad is not None and pad not in eos and bool((ids == pad).any()):
+            return (ids != pad).long()
+        return torch.ones_like(ids)
+    mask = torch.as_tensor(mask) if not isinstance(mask, torch.Tensor) else mask
+    if tuple(mask.shape) != tuple(ids.shape):
+        raise ValueError(f"attention_mask: expected shape {tuple(ids.shape)} (as input_ids), got "
+                         f"{tuple(mask.shape)}")
+    mask = mask.detach().cpu().long()
+    if bool(((mask != 0) & (mask != 1)).any()):
+        raise ValueError("attention_mask: expected 0 (padding) and 1 (token) only")
+    if bool((mask[:, -1] == 0).any()):
+        row = int(torch.nonzero(mask[:, -1] == 0)[0])
+        raise ValueError(f"attention_mask: row {row} ends with padding; generation needs prompts "
+                         f"padded on the left (tokenizer.padding_side = 'left')")
+    return mask
+
+
+def _new_token_count(config, prompt: int) -> int:
+    if config.max_new_tokens is not None:
+        count = config.max_new_tokens
+    else:
+        count = (config.max_length or 20) - prompt
+    if count < 1:
+        raise ValueError(f"max_new_tokens: expected at least 1 new token, got {count} (prompt of "
+                         f"{prompt} tokens, max_length {config.max_length})")
+    return int(count)
+
+
+def _token_list(value) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, torch.Tensor):
+        return [int(v) for v in value.reshape(-1)]
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value]
+    return [int(value)]

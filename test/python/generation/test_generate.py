@@ -1,0 +1,339 @@
+"""``anyshape.compile_generator``: unmodified HF causal LMs, token for token against HF's ``generate``.
+
+Each family is built from its default config, shrunk (hidden 64, 2 layers, 4
+heads, 2 key/value heads where it has them), with random weights, and
+compiled once (module fixtures). Greedy tokens must be HF's own, at batch 1
+and on a left-padded batch of mixed prompt lengths (a row with one real
+token among them), for 64 new tokens; GPT-2 and Llama also at prompts of 1,
+7, 17, 40 and 333 tokens.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import anyshape
+
+NEW_TOKENS = 64
+VOCAB = 256
+_SMALL = dict(hidden_size=64, n_embd=64, num_hidden_layers=2, n_layer=2, num_attention_heads=4,
+              n_head=4, num_key_value_heads=2, intermediate_size=128, ffn_dim=128,
+              vocab_size=VOCAB, word_embed_proj_dim=64, head_dim=16,
+              max_position_embeddings=512, n_positions=512, pad_token_id=0)
+
+
+def small_causal_lm(model_type: str, **overrides):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(model_type)
+    for key, value in {**_SMALL, **overrides}.items():
+        if hasattr(config, key) or key in overrides:
+            try:
+                setattr(config, key, value)
+            except AttributeError:  # a derived property (Falcon's head_dim)
+                pass
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoModelForCausalLM.from_config(config).eval()
+
+
+def mixed_batch(lengths: list[int], seed: int = 0):
+    """Left-padded prompts of ``lengths`` real tokens (never the pad id 0)."""
+    generator = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.randint(3, VOCAB, (len(lengths), width), generator=generator)
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        mask[row, width - length:] = 1
+        ids[row, :width - length] = 0
+    return ids, mask
+
+
+def hf_generate(model, ids, mask=None, **kwargs):
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model.generate(ids, attention_mask=mask, **kwargs)
+
+
+_built: dict[tuple, tuple] = {}
+
+
+def built(model_type: str, **overrides):
+    """(HF model, generator) compiled once per test session."""
+    key = (model_type, repr(sorted(overrides.items())))
+    if key not in _built:
+        model = small_causal_lm(model_type, **overrides)
+        _built[key] = model, anyshape.compile_generator(model)
+    return _built[key]
+
+
+FAMILIES = ["gpt2", "llama", "qwen2", "mistral", "phi3", "gemma", "gpt_neox", "opt", "bloom",
+            "falcon"]
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_greedy_is_hf_generate_on_a_mixed_batch(model_type):
+    model, generator = built(model_type)
+    ids, mask = mixed_batch([17, 1, 7], seed=1)
+    want = hf_generate(model, ids, mask, max_new_tokens=NEW_TOKENS, do_sample=False)
+    got = generator.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS)
+    assert torch.equal(got, want), f"{model_type}:\n{got[:, ids.shape[1]:]}\n" \
+                                   f"HF:\n{want[:, ids.shape[1]:]}"
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type", ["gpt2", "llama"])
+@pytest.mark.parametrize("prompt", [1, 7, 17, 40, 333])
+def test_greedy_is_hf_generate_at_batch_1(model_type, prompt):
+    model, generator = built(model_type)
+    ids, _ = mixed_batch([prompt], seed=prompt)
+    want = hf_generate(model, ids, max_new_tokens=NEW_TOKENS, do_sample=False)
+    got = generator.generate(ids, max_new_tokens=NEW_TOKENS)
+    assert got.shape == (1, prompt + NEW_TOKENS)
+    assert torch.equal(got, want), f"{model_type} prompt {prompt}"
+
+
+@pytest.mark.builds_after_export
+def test_greedy_is_hf_generate_on_a_batch_of_every_prompt_length():
+    model, generator = built("llama")
+    ids, mask = mixed_batch([40, 1, 17, 7, 33], seed=3)
+    want = hf_generate(model, ids, mask, max_new_tokens=NEW_TOKENS, do_sample=False)
+    assert torch.equal(generator.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS),
+                       want)
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type,overrides", [
+    ("mistral", {"sliding_window": 8}),
+    ("qwen2", {"use_sliding_window": True, "sliding_window": 8,
+               "layer_types": ["sliding_attention", "full_attention"]}),
+    ("phi3", {"sliding_window": 8}),
+], ids=["mistral", "qwen2-per-layer", "phi3"])
+def test_sliding_window_attention_is_hf_generate_beyond_the_window(model_type, overrides):
+    # Prompts and outputs several times longer than the window of 8 slots.
+    model, generator = built(model_type, **overrides)
+    ids, mask = mixed_batch([17, 1, 9], seed=4)
+    want = hf_generate(model, ids, mask, max_new_tokens=40, do_sample=False)
+    assert torch.equal(generator.generate(ids, attention_mask=mask, max_new_tokens=40), want)
+
+
+@pytest.mark.builds_after_export
+def test_falcon_with_alibi_is_hf_generate():
+    model, generator = built("falcon", alibi=True)
+    ids, mask = mixed_batch([17, 1, 7], seed=5)
+    want = hf_generate(model, ids, mask, max_new_tokens=40, do_sample=False)
+    assert torch.equal(generator.generate(ids, attention_mask=mask, max_new_tokens=40), want)
+
+
+@pytest.mark.builds_after_export
+def test_grouped_query_attention_exports():
+    # Llama's 4 heads share 2 key/value heads: without the export workaround,
+    # torch.export refuses the dynamic cache length (step.py).
+    from transformers import DynamicCache  # noqa: F401  (the module the guard comes from)
+
+    from anyshape.generation.compile import export_step
+    from anyshape.generation.step import CausalLMStep, probe_cache
+
+    model = small_causal_lm("llama")
+    shapes = probe_cache(model)
+    assert shapes[0] == ((2, 16), (2, 16))
+    program = export_step(CausalLMStep(model, len(shapes)), shapes)
+    dims = {str(d) for node in program.graph.nodes if node.op == "placeholder"
+            for d in getattr(node.meta.get("val"), "shape", ())}
+    assert any(not d.isdigit() for d in dims)
+
+
+@pytest.mark.builds_after_export
+def test_sampling_with_a_seed_is_reproducible_and_is_hf_sampling():
+    model, generator = built("llama")
+    ids, mask = mixed_batch([17, 1, 7], seed=6)
+    options = dict(max_new_tokens=32, do_sample=True, temperature=0.7, top_k=20, top_p=0.9)
+    torch.manual_seed(11)
+    first = generator.generate(ids, attention_mask=mask, **options)
+    torch.manual_seed(11)
+    second = generator.generate(ids, attention_mask=mask, **options)
+    torch.manual_seed(11)
+    hf = hf_generate(model, ids, mask, **options)
+    assert torch.equal(first, second)
+    assert torch.equal(first, hf)
+    torch.manual_seed(12)
+    assert not torch.equal(generator.generate(ids, attention_mask=mask, **options), first)
+
+
+@pytest.mark.builds_after_export
+def test_repetition_penalty_and_min_new_tokens_as_hf():
+    model, generator = built("gpt2")
+    ids, mask = mixed_batch([17, 5], seed=7)
+    greedy = hf_generate(model, ids, mask, max_new_tokens=24, do_sample=False)
+    eos = int(greedy[0, ids.shape[1] + 3])  # a token greedy decoding emits early
+    options = dict(max_new_tokens=24, repetition_penalty=1.3, min_new_tokens=6,
+                   eos_token_id=eos, pad_token_id=1)
+    want = hf_generate(model, ids, mask, do_sample=False, **options)
+    assert torch.equal(generator.generate(ids, attention_mask=mask, **options), want)
+
+
+@pytest.mark.builds_after_export
+def test_rows_ending_at_eos_are_padded_and_generation_stops():
+    model, generator = built("gpt2")
+    ids, mask = mixed_batch([17, 5, 9], seed=8)
+    greedy = hf_generate(model, ids, mask, max_new_tokens=NEW_TOKENS, do_sample=False)
+    start = ids.shape[1]
+    # Two end tokens: the fourth new token of row 0 and the tenth of row 1.
+    eos = [int(greedy[0, start + 3]), int(greedy[1, start + 9])]
+    want = hf_generate(model, ids, mask, max_new_tokens=NEW_TOKENS, do_sample=False,
+                       eos_token_id=eos, pad_token_id=1)
+    got = generator.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS,
+                             eos_token_id=eos, pad_token_id=1)
+    assert torch.equal(got, want)
+    assert (got[0, start + 4:] == 1).all() or got.shape[1] < start + NEW_TOKENS
+
+
+@pytest.mark.builds_after_export
+def test_streamer_gets_what_hf_streams():
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+
+        def put(self, value):
+            self.calls.append(("put", value.tolist()))
+
+        def end(self):
+            self.calls.append(("end",))
+
+    model, generator = built("gpt2")
+    ids, _ = mixed_batch([7], seed=9)
+    ours, theirs = Recorder(), Recorder()
+    generator.generate(ids, max_new_tokens=8, streamer=ours)
+    hf_generate(model, ids, max_new_tokens=8, do_sample=False, streamer=theirs)
+    assert ours.calls == theirs.calls
+
+
+@pytest.mark.builds_after_export
+def test_the_cache_stays_on_the_device(monkeypatch):
+    # Per step one result comes to the host: the next-token logits.
+    import iree.runtime as rt
+
+    _, generator = built("gpt2")
+    copies = []
+    original = rt.DeviceArray.to_host
+
+    def counted(self):
+        copies.append(tuple(self.shape))
+        return original(self)
+
+    monkeypatch.setattr(rt.DeviceArray, "to_host", counted)
+    ids, _ = mixed_batch([7, 7], seed=10)
+    generator.generate(ids, max_new_tokens=10)
+    assert copies == [(2, VOCAB)] * 10
+
+
+@pytest.mark.builds_after_export
+def test_save_and_load_give_the_same_generate(tmp_path):
+    model, generator = built("llama")
+    generator.save(tmp_path / "llama")
+    loaded = anyshape.load(tmp_path / "llama")
+    assert isinstance(loaded, anyshape.Generator)
+    ids, mask = mixed_batch([17, 4], seed=11)
+    want = hf_generate(model, ids, mask, max_new_tokens=20, do_sample=False)
+    assert torch.equal(loaded.generate(ids, attention_mask=mask, max_new_tokens=20), want)
+
+
+# -- errors ------------------------------------------------------------------
+
+@pytest.mark.builds_after_export
+def test_a_prompt_beyond_the_positions_is_refused():
+    _, generator = built("gpt2")
+    ids, _ = mixed_batch([500])
+    with pytest.raises(ValueError, match=r"input_ids: a prompt of 500 tokens and 20 new tokens "
+                                         r"need 520 positions; this gpt2 model has 512"):
+        generator.generate(ids, max_new_tokens=20)
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"num_beams": 4}, NotImplementedError, r"num_beams: beam search is not supported"),
+    ({"output_scores": True}, TypeError, r"unexpected keyword argument\(s\) output_scores"),
+    ({"temperature": 0.0, "do_sample": True}, ValueError, r"temperature"),
+    ({"max_new_tokens": 0}, ValueError, r"max_new_tokens.*(greater than 0|at least 1)"),
+])
+def test_arguments_generate_does_not_take_are_refused(kwargs, error, match):
+    _, generator = built("gpt2")
+    ids, _ = mixed_batch([5])
+    with pytest.raises(error, match=match):
+        generator.generate(ids, **kwargs)
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("ids,mask,error,match", [
+    (torch.ones(2, 3), None, TypeError, r"input_ids: expected integer token ids, got dtype "
+                                        r"torch.float32"),
+    (torch.ones(3, dtype=torch.long), None, ValueError, r"input_ids: expected shape \[batch, "
+                                                        r"length\].*got \(3,\)"),
+    (torch.full((1, 3), VOCAB), None, ValueError, rf"input_ids: expected token ids in \[0, "
+                                                  rf"{VOCAB}\), got values from {VOCAB}"),
+    (torch.ones(2, 3, dtype=torch.long), torch.ones(2, 4), ValueError,
+     r"attention_mask: expected shape \(2, 3\)"),
+    (torch.ones(2, 3, dtype=torch.long), torch.tensor([[1, 1, 1], [1, 1, 0]]), ValueError,
+     r"attention_mask: row 1 ends with padding.*padding_side = 'left'"),
+], ids=["float-ids", "1-d", "out-of-vocab", "mask-shape", "right-padded"])
+def test_bad_inputs_are_named(ids, mask, error, match):
+    _, generator = built("gpt2")
+    with pytest.raises(error, match=match):
+        generator.generate(ids, attention_mask=mask, max_new_tokens=2)
+
+
+def test_a_model_that_is_not_a_causal_lm_is_refused():
+    with pytest.raises(TypeError, match=r"model: expected a HuggingFace \*ForCausalLM"):
+        anyshape.compile_generator(torch.nn.Linear(2, 2))
+
+
+def test_an_encoder_decoder_is_refused():
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    model = T5ForConditionalGeneration(T5Config(d_model=32, d_ff=64, num_layers=1, num_heads=2,
+                                                vocab_size=64, d_kv=16))
+    with pytest.raises(NotImplementedError, match=r"model: T5ForConditionalGeneration is an "
+                                                  r"encoder-decoder"):
+        anyshape.compile_generator(model)
+
+
+def test_a_model_without_a_cache_is_refused():
+    class NoCache(torch.nn.Module):
+        config = type("Config", (), {"model_type": "toy", "is_encoder_decoder": False})()
+
+        def generate(self):
+            pass
+
+        def forward(self, input_ids, attention_mask=None):
+            return input_ids.float()
+
+    with pytest.raises(TypeError, match=r"model: NoCache takes no past_key_values"):
+        anyshape.compile_generator(NoCache())
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type", ["gpt2", "llama"])
+def test_check_validates_the_passes_on_the_step_graph(model_type):
+    # Translation validation of the default pipeline on the prefill/decode step
+    # (a dynamic cache length, mask length and new-token count), at random sizes.
+    from anyshape.check import check
+    from anyshape.frontend.export import prepare_program
+    from anyshape.frontend.importer import import_program
+    from anyshape.generation.compile import export_step
+    from anyshape.generation.step import CausalLMStep, probe_cache
+    from anyshape.passes import DEFAULT_PIPELINE
+
+    model = small_causal_lm(model_type)
+    shapes = probe_cache(model)
+    text = str(import_program(prepare_program(export_step(CausalLMStep(model, len(shapes)),
+                                                          shapes))))
+    trials = check(text, DEFAULT_PIPELINE, trials=3, seed=2, max_size=24)
+    assert len({tuple(sorted(t.sizes.items())) for t in trials}) > 1
+    for trial in trials:
+        assert trial.ok, f"sizes {trial.sizes}: " + "; ".join(str(e) for e in trial.errors
+                                                              if not e.ok)

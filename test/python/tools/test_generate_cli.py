@@ -1,0 +1,95 @@
+"""``anyshape-compile --task text-generation`` and ``anyshape-generate``, as a user runs them."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BIN = Path(sys.executable).parent
+CONFIG = ["--config", "n_layer=2", "--config", "n_embd=64", "--config", "n_head=4",
+          "--config", "vocab_size=300", "--config", "n_positions=256"]
+
+
+def run(*argv):
+    return subprocess.run([str(BIN / argv[0]), *argv[1:]], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpt2-generator") / "gpt2"
+    result = run("anyshape-compile", "--hf", "gpt2", "--task", "text-generation", *CONFIG,
+                 "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "anyshape-generate" in result.stdout
+    return out
+
+
+def hf_model():
+    from anyshape import hf
+
+    overrides = hf.parse_overrides([c for c in CONFIG if c != "--config"])
+    return hf.build("gpt2", "causal-lm", overrides).model
+
+
+@pytest.mark.builds_in_subprocess
+def test_generate_from_token_ids_is_hf_generate(artifact):
+    result = run("anyshape-generate", str(artifact), "--ids", "5,6,7,8,9", "--ids", "10,11",
+                 "--max-new-tokens", "12")
+    assert result.returncode == 0, result.stderr
+    rows = [[int(t) for t in line.split(",")] for line in result.stdout.splitlines()]
+    ids = torch.tensor([[5, 6, 7, 8, 9], [0, 0, 0, 10, 11]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 0, 1, 1]])
+    with torch.no_grad():
+        want = hf_model().generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
+    assert rows[0] == want[0].tolist()
+    assert rows[1] == [10, 11, *want[1, 5:].tolist()]
+
+
+@pytest.mark.builds_in_subprocess
+def test_generate_from_text_with_a_tokenizer(artifact, tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<unk>", "<pad>"] + [f"w{i}" for i in range(298)]
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>",
+                                        pad_token="<pad>")
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    result = run("anyshape-generate", str(artifact), "--tokenizer", str(tmp_path / "tokenizer"),
+                 "--prompt", "w5 w6 w7", "--max-new-tokens", "6")
+    assert result.returncode == 0, result.stderr
+    with torch.no_grad():
+        want = hf_model().generate(torch.tensor([[7, 8, 9]]), max_new_tokens=6, do_sample=False)
+    assert result.stdout.strip() == tokenizer.decode(want[0], skip_special_tokens=True)
+
+
+@pytest.mark.builds_in_subprocess
+def test_sampling_with_a_seed_repeats(artifact):
+    argv = ["anyshape-generate", str(artifact), "--ids", "5,6,7", "--max-new-tokens", "10",
+            "--do-sample", "--top-k", "30", "--seed", "3", "--new-only"]
+    first, second = run(*argv), run(*argv)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout and len(first.stdout.split(",")) == 10
+
+
+@pytest.mark.builds_in_subprocess
+def test_generate_errors_are_named(artifact, tmp_path):
+    result = run("anyshape-generate", str(artifact), "--prompt", "hello")
+    assert result.returncode == 2 and "--prompt needs --tokenizer" in result.stderr
+    result = run("anyshape-generate", str(artifact), "--ids", "1,x")
+    assert result.returncode == 2 and "--ids: expected comma-separated token ids" in result.stderr
+    result = run("anyshape-generate", str(artifact), "--ids", "1,2", "--max-new-tokens", "300")
+    assert result.returncode == 1
+    assert "need 302 positions; this gpt2 model has 256" in result.stderr
+    result = run("anyshape-generate", str(tmp_path), "--ids", "1")
+    assert result.returncode == 1 and "no manifest.json" in result.stderr
+
+
+def test_compile_refuses_options_that_do_not_apply(tmp_path):
+    result = run("anyshape-compile", "--hf", "gpt2", "--task", "text-generation",
+                 "--eliminate-padding", "-o", str(tmp_path / "x"))
+    assert result.returncode == 2
+    assert "--eliminate-padding does not apply to --task text-generation" in result.stderr

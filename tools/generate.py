@@ -1,0 +1,119 @@
+"""anyshape-generate: generate with an artifact of ``anyshape-compile --task text-generation``
+(or ``Generator.save``).
+
+Prompts are token ids (``--ids 464,2068,7586``, once per row: rows of
+different lengths are left-padded) or, with ``--tokenizer DIR`` (a HF
+tokenizer saved with ``save_pretrained``), text (``--prompt``, once per row).
+Prints each row's tokens (ids, or text with a tokenizer), one row per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="anyshape-generate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("artifact", help="a generator's artifact directory")
+    prompts = parser.add_mutually_exclusive_group(required=True)
+    prompts.add_argument("--ids", action="append", metavar="ID,ID,...",
+                         help="a prompt's token ids, comma separated (repeat for a batch)")
+    prompts.add_argument("--prompt", action="append", metavar="TEXT",
+                         help="a prompt's text, with --tokenizer (repeat for a batch)")
+    parser.add_argument("--tokenizer", metavar="DIR", help="a HF tokenizer directory")
+    parser.add_argument("--max-new-tokens", type=int, default=20)
+    parser.add_argument("--min-new-tokens", type=int, default=None)
+    parser.add_argument("--do-sample", action="store_true", help="sample (default: greedy)")
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--repetition-penalty", type=float, default=None)
+    parser.add_argument("--eos-token-id", type=int, action="append", default=None,
+                        help="an end token (repeat for several; default: the model's)")
+    parser.add_argument("--seed", type=int, default=None, help="torch.manual_seed for sampling")
+    parser.add_argument("--new-only", action="store_true",
+                        help="print the new tokens only, not the prompt")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.prompt and not args.tokenizer:
+        parser.error("--prompt needs --tokenizer DIR (or give token ids with --ids)")
+    try:
+        rows = [_parse_ids(text) for text in args.ids] if args.ids else None
+    except ValueError as error:
+        parser.error(str(error))
+    import torch
+
+    import anyshape
+
+    try:
+        generator = anyshape.load(args.artifact)
+    except (OSError, ValueError) as error:
+        print(f"anyshape-generate: {error}", file=sys.stderr)
+        return 1
+    if not isinstance(generator, anyshape.Generator):
+        print(f"anyshape-generate: {args.artifact} is a compiled module, not a generator "
+              f"(compile with anyshape-compile --task text-generation)", file=sys.stderr)
+        return 1
+    tokenizer = None
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, padding_side="left")
+        except (OSError, ValueError) as error:
+            print(f"anyshape-generate: --tokenizer {args.tokenizer}: {error}", file=sys.stderr)
+            return 1
+    if rows is None:
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        encoded = tokenizer(args.prompt, return_tensors="pt", padding=True)
+        ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    else:
+        width = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for number, row in enumerate(rows):
+            ids[number, width - len(row):] = torch.tensor(row)
+            mask[number, width - len(row):] = 1
+    options = {key: value for key, value in (
+        ("max_new_tokens", args.max_new_tokens), ("min_new_tokens", args.min_new_tokens),
+        ("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
+        ("repetition_penalty", args.repetition_penalty), ("eos_token_id", args.eos_token_id),
+    ) if value is not None}
+    if args.do_sample:
+        options["do_sample"] = True
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
+    try:
+        out = generator.generate(ids, attention_mask=mask, **options)
+    except (ValueError, TypeError, NotImplementedError) as error:
+        print(f"anyshape-generate: {error}", file=sys.stderr)
+        return 1
+    for number in range(out.shape[0]):
+        real = out[number, ids.shape[1]:] if args.new_only else \
+            torch.cat([ids[number][mask[number] == 1], out[number, ids.shape[1]:]])
+        if tokenizer is not None:
+            print(tokenizer.decode(real, skip_special_tokens=True))
+        else:
+            print(",".join(str(int(t)) for t in real))
+    return 0
+
+
+def _parse_ids(text: str) -> list[int]:
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--ids: expected comma-separated token ids, got '{text}'") from None
+    if not ids:
+        raise ValueError(f"--ids: expected at least one token id, got '{text}'")
+    return ids
+
+
+if __name__ == "__main__":
+    sys.exit(main())
