@@ -53,14 +53,15 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
     shapes = probe_cache(model)
     step = CausalLMStep(model, len(shapes))
     program = export_step(step, shapes)
-    module = anyshape.compile(program, target=target, backend=backend, cache=cache,
-                              progress=progress, dump_ir_dir=dump_ir_dir)
+    ids_dims, positions_dims, mask_dims, cache_dims = step_dims(len(shapes))
+    names = (ids_dims, positions_dims, mask_dims, *cache_dims)  # as the program's flat inputs
+    module = anyshape.compile(program, dynamic_shapes=names, target=target,
+                              backend=backend, cache=cache, progress=progress,
+                              dump_ir_dir=dump_ir_dir)
     return Generator(module, _spec(model, shapes), _generation_config(model))
 
 
 def export_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgram:
-    from torch.export import Dim
-
     batch, new, past = _EXAMPLE["batch"], _EXAMPLE["new"], _EXAMPLE["past"]
     dtype = next(step.model.parameters()).dtype
     ids = torch.randint(3, 100, (batch, new))
@@ -68,11 +69,19 @@ def export_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgram:
     mask = torch.ones(batch, past + new, dtype=torch.long)
     cache = tuple(torch.zeros(batch, heads, past, dim, dtype=dtype)
                   for layer in shapes for heads, dim in layer)
-    b, n, p = Dim("batch"), Dim("new"), Dim("past")
-    dynamic = ({0: b, 1: n}, {0: b, 1: n}, {0: b, 1: Dim.AUTO},
-               tuple({0: b, 2: p} for _ in cache))
     with torch.no_grad(), grouped_query_attention_in_sdpa():
-        return torch.export.export(step, (ids, positions, mask, *cache), dynamic_shapes=dynamic)
+        return torch.export.export(step, (ids, positions, mask, *cache),
+                                   dynamic_shapes=step_dims(len(cache) // 2))
+
+
+def step_dims(layers: int) -> tuple:
+    """The step's dynamic dims: batch, the new tokens, the cache length (its
+    mask's length is theirs summed, derived by torch.export)."""
+    from torch.export import Dim
+
+    b, n, p = Dim("batch"), Dim("new"), Dim("past")
+    return ({0: b, 1: n}, {0: b, 1: n}, {0: b, 1: Dim.AUTO},
+            tuple({0: b, 2: p} for _ in range(2 * layers)))
 
 
 def _check_model(model: Any) -> None:
