@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 PYTEST_WORKERS ?= auto
 XDIST := -n $(PYTEST_WORKERS) --maxprocesses=4 --dist loadscope
 
-.PHONY: test check check-pytest check-fuzz lit pytest docs demo bench bench-sweep bench-served bench-hoist-slices zoo family-sweep fuzz coverage opt-compat clean
+.PHONY: test check check-pytest check-fuzz lit pytest docs demo bench bench-sweep bench-served bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
 
 # PIP_CONSTRAINT, not only -c: it also pins what pip installs to build anyshape
 # itself (setuptools, in pip's isolated build environment).
@@ -70,6 +70,20 @@ bench-hoist-slices: $(STAMP)
 # bench/results/compare.{md,json,png}. Then, on the CPU (not with --target cuda),
 # the length sweep and the served workload below. A smoke test of the script:
 #   make bench BENCH_ARGS='--tiny --lengths 16 32 --batches 1 --out /tmp/compare-tiny'
+# Generation against its peers (bench/generate.py). ONNX Runtime runs on
+# optimum-onnx's with-past export, and optimum-onnx pins transformers < 4.58:
+# it gets an environment of its own, driven by bench/generate_ort_worker.py.
+ORT_VENV := .venv-ort
+ORT_STAMP := $(ORT_VENV)/.installed
+$(ORT_STAMP):
+	test -x $(ORT_VENV)/bin/python || $(PYTHON) -m venv $(ORT_VENV)
+	$(ORT_VENV)/bin/pip install --quiet torch==2.13.0 transformers==4.57.6 optimum==2.1.0 \
+		optimum-onnx==0.1.0 onnxruntime==1.32.0 onnx==1.23.2
+	touch $(ORT_STAMP)
+
+bench-generate: $(BENCH_STAMP) $(ORT_STAMP)
+	$(PY) bench/generate.py --ort-python $(ORT_VENV)/bin/python $(BENCH_ARGS)
+
 bench: $(BENCH_STAMP)
 	$(PY) bench/compare.py $(BENCH_ARGS)
 	$(if $(findstring --target,$(BENCH_ARGS)),,$(MAKE) bench-sweep bench-served)

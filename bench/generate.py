@@ -1,0 +1,334 @@
+"""Generation benchmark: anyshape's ``compile_generator`` against its peers, side by side.
+
+Models (random weights, float32): GPT-2 small (124M) and a Qwen2-0.5B-shaped
+model (24 layers, hidden 896, 14 heads, 2 key/value heads, vocabulary 151936).
+Runs: prompts of 17 and 333 tokens at batch 1, and a left-padded batch of 4
+mixed prompt lengths (333, 17, 120, 65), each with 128 new tokens (greedy,
+``min_new_tokens`` = ``max_new_tokens``, so every system makes them all).
+
+Systems: anyshape; HF eager ``generate`` (dynamic cache); HF ``generate``
+with a static cache and ``torch.compile``; CTranslate2 (float32, converted
+from the same weights); ONNX Runtime on optimum-onnx's with-past export
+(``--ort-python``: a Python whose environment has optimum-onnx, which pins
+transformers < 4.58; see bench/README.md).
+
+Per system and run: prefill ms (``max_new_tokens=1``), decode ms per token
+((time for 128 new tokens - prefill) / 127), and decode tokens/s (all rows),
+the median of ``--runs`` repetitions. Every system's tokens are compared
+with HF eager's. The bandwidth bound: the weight bytes each decode step
+reads divided by the memory read bandwidth measured in the same run.
+
+    python bench/generate.py [--models gpt2,qwen2] [--systems ...] [--out bench/results/generate]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+NEW_TOKENS = 128
+RUNS = {"b1-p17": [17], "b1-p333": [333], "b4-mixed": [333, 17, 120, 65]}
+SYSTEMS = ("anyshape", "eager", "compile", "ct2", "ort")
+
+
+def build(name: str):
+    from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if name == "gpt2":
+            return GPT2LMHeadModel(GPT2Config()).eval()
+        if name == "qwen2":
+            return Qwen2ForCausalLM(Qwen2Config(
+                hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                max_position_embeddings=32768, tie_word_embeddings=True)).eval()
+    raise ValueError(f"--models: expected gpt2 or qwen2, got {name}")
+
+
+def prompts(lengths: list[int], vocab: int, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.randint(10, min(vocab, 50000), (len(lengths), width), generator=generator)
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        mask[row, width - length:] = 1
+        ids[row, :width - length] = 0
+    return ids, mask
+
+
+def weight_bytes(model) -> int:
+    seen, total = set(), 0
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def read_bandwidth() -> float:
+    """Bytes/s of a sum over 1 GiB (all threads), the best of 5."""
+    data = torch.ones(256 * 1024 * 1024, dtype=torch.float32)
+    best = 0.0
+    for _ in range(5):
+        start = time.perf_counter()
+        data.sum()
+        best = max(best, data.numel() * 4 / (time.perf_counter() - start))
+    return best
+
+
+# -- systems: each returns generate(ids, mask, new_tokens) -> new tokens [B, new] -------------
+
+def hf_generate(model):
+    def run(ids, mask, new):
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=mask, max_new_tokens=new,
+                                 min_new_tokens=new, do_sample=False, pad_token_id=0)
+        return out[:, ids.shape[1]:]
+    return run
+
+
+def hf_static_compiled(model):
+    model.forward = torch.compile(model.forward)
+
+    def run(ids, mask, new):
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=mask, max_new_tokens=new,
+                                 min_new_tokens=new, do_sample=False, pad_token_id=0,
+                                 cache_implementation="static")
+        return out[:, ids.shape[1]:]
+    return run
+
+
+def anyshape_generate(model):
+    import anyshape
+
+    generator = anyshape.compile_generator(model)
+
+    def run(ids, mask, new):
+        out = generator.generate(ids, attention_mask=mask, max_new_tokens=new,
+                                 min_new_tokens=new, pad_token_id=0)
+        return out[:, ids.shape[1]:]
+    return run
+
+
+def ct2_generate(model, workdir: Path):
+    import ctranslate2
+    from ctranslate2.converters import TransformersConverter
+
+    model_dir = workdir / "hf"
+    _save_with_tokenizer(model, model_dir)
+    out = workdir / "ct2"
+    TransformersConverter(str(model_dir)).convert(str(out), quantization="float32", force=True)
+    generator = ctranslate2.Generator(str(out), device="cpu", inter_threads=1,
+                                      intra_threads=os.cpu_count() or 1)
+
+    def run(ids, mask, new):
+        batch = [[f"t{int(t)}" for t, m in zip(row, row_mask) if m] for row, row_mask in
+                 zip(ids, mask)]
+        results = generator.generate_batch(batch, max_length=new, min_length=new,
+                                           sampling_topk=1, include_prompt_in_result=False)
+        return torch.tensor([[int(t[1:]) for t in r.sequences[0]] for r in results])
+    return run
+
+
+def _save_with_tokenizer(model, directory: Path) -> None:
+    """The model and a word-level tokenizer whose token i is "t<i>" (CTranslate2's
+    converter takes the vocabulary from the tokenizer)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = model.get_output_embeddings().weight.shape[0]
+    core = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="t0", pad_token="t0",
+                                        bos_token="t1", eos_token="t2")
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+
+
+def ort_generate(model, workdir: Path, python: str):
+    """optimum-onnx's with-past export and ORTModelForCausalLM, in ``python``
+    (another environment), driven over JSON lines."""
+    model_dir = workdir / "hf"
+    if not model_dir.exists():
+        _save_with_tokenizer(model, model_dir)
+    worker = subprocess.Popen([python, str(HERE / "generate_ort_worker.py"), str(model_dir),
+                               str(workdir / "onnx")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    ready = json.loads(worker.stdout.readline())
+    if "error" in ready:
+        raise RuntimeError(ready["error"])
+
+    def run(ids, mask, new):
+        worker.stdin.write(json.dumps({"ids": ids.tolist(), "mask": mask.tolist(),
+                                       "new": new}) + "\n")
+        worker.stdin.flush()
+        reply = json.loads(worker.stdout.readline())
+        if "error" in reply:
+            raise RuntimeError(reply["error"])
+        return torch.tensor(reply["tokens"])
+    run.worker = worker
+    return run
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+def measure(run, ids, mask, runs: int) -> dict:
+    run(ids, mask, 2)  # warm up (and compile, for torch.compile)
+    prefill, total, tokens = [], [], None
+    for _ in range(runs):
+        start = time.perf_counter()
+        run(ids, mask, 1)
+        prefill.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        tokens = run(ids, mask, NEW_TOKENS)
+        total.append(time.perf_counter() - start)
+    p, t = statistics.median(prefill), statistics.median(total)
+    decode = max(t - p, 1e-9) / (NEW_TOKENS - 1)
+    return {"prefill_ms": p * 1e3, "decode_ms": decode * 1e3,
+            "tokens_per_s": ids.shape[0] / decode, "tokens": tokens}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="gpt2,qwen2")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--ort-python", default=None,
+                        help="a Python with optimum-onnx and onnxruntime (for system ort)")
+    parser.add_argument("--out", default=str(HERE / "results" / "generate"))
+    args = parser.parse_args(argv)
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = set(systems) - set(SYSTEMS)
+    if unknown:
+        parser.error(f"--systems: unknown {', '.join(sorted(unknown))} (known: {', '.join(SYSTEMS)})")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    bandwidth = read_bandwidth()
+    results = {"host": _host(), "bandwidth_GBps": bandwidth / 1e9, "torch": torch.__version__,
+               "command": "python bench/generate.py " + " ".join(argv or sys.argv[1:]),
+               "date": time.strftime("%Y-%m-%d %H:%M"), "models": {}}
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        model = build(name)
+        info = {"weight_bytes": weight_bytes(model), "runs": {}, "setup_s": {}, "errors": {}}
+        info["bound_tokens_per_s"] = bandwidth / info["weight_bytes"]
+        results["models"][name] = info
+        vocab = model.get_output_embeddings().weight.shape[0]
+        with tempfile.TemporaryDirectory(prefix=f"bench-generate-{name}-") as tmp:
+            for system in systems:
+                start = time.perf_counter()
+                try:
+                    run = _make(system, build(name), Path(tmp), args)
+                except Exception as error:  # noqa: BLE001  reported in the table
+                    info["errors"][system] = f"{type(error).__name__}: {str(error)[:300]}"
+                    print(f"{name} {system}: setup failed: {info['errors'][system]}", flush=True)
+                    continue
+                info["setup_s"][system] = time.perf_counter() - start
+                for label, lengths in RUNS.items():
+                    ids, mask = prompts(lengths, vocab)
+                    try:
+                        measured = measure(run, ids, mask, args.runs)
+                    except Exception as error:  # noqa: BLE001
+                        info["errors"][f"{system} {label}"] = f"{type(error).__name__}: {str(error)[:300]}"
+                        print(f"{name} {system} {label}: {info['errors'][f'{system} {label}']}",
+                              flush=True)
+                        continue
+                    info["runs"].setdefault(label, {})[system] = measured
+                    print(f"{name} {label} {system}: prefill {measured['prefill_ms']:.1f} ms, "
+                          f"decode {measured['decode_ms']:.1f} ms/token, "
+                          f"{measured['tokens_per_s']:.1f} tokens/s", flush=True)
+                if hasattr(run, "worker"):
+                    run.worker.stdin.close()
+                    run.worker.wait()
+                _write(results, out)
+    _write(results, out)
+    return 0
+
+
+def _make(system: str, model, workdir: Path, args):
+    if system == "anyshape":
+        return anyshape_generate(model)
+    if system == "eager":
+        return hf_generate(model)
+    if system == "compile":
+        return hf_static_compiled(model)
+    if system == "ct2":
+        return ct2_generate(model, workdir)
+    if system == "ort":
+        if not args.ort_python:
+            raise RuntimeError("no --ort-python given (optimum-onnx needs transformers < 4.58)")
+        return ort_generate(model, workdir, args.ort_python)
+    raise ValueError(system)
+
+
+def _host() -> str:
+    model, flags = platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    isa = "AVX-512" + (" with bf16" if "avx512_bf16" in flags else "") \
+        if "avx512f" in flags else ("AVX2" if "avx2" in flags else "no AVX2")
+    return f"{model}, {isa}, {os.cpu_count()} cores"
+
+
+def _write(results: dict, out: Path) -> None:
+    serializable = json.loads(json.dumps(results, default=lambda v: v.tolist()
+                                         if isinstance(v, torch.Tensor) else str(v)))
+    for info in serializable["models"].values():
+        for run in info["runs"].values():
+            for measured in run.values():
+                measured.pop("tokens", None)
+    (out / "generate.json").write_text(json.dumps(serializable, indent=1) + "\n")
+    lines = [f"# Generation: anyshape against its peers\n",
+             f"command: `{results['command']}`; {results['date']}; host: {results['host']}; "
+             f"torch {results['torch']}; measured read bandwidth "
+             f"{results['bandwidth_GBps']:.1f} GB/s\n",
+             f"{NEW_TOKENS} new tokens, greedy, float32; decode tokens/s counts every row; "
+             f"the median of the runs. 'same tokens': the system's new tokens are HF eager's.\n"]
+    for name, info in results["models"].items():
+        bound = info["bound_tokens_per_s"]
+        lines.append(f"\n## {name}: {info['weight_bytes'] / 1e6:.0f} MB of weights; bandwidth "
+                     f"bound at batch 1: {bound:.1f} tokens/s\n")
+        setup = ", ".join(f"{s} {v:.0f} s" for s, v in info["setup_s"].items())
+        lines.append(f"setup (compile, convert, export): {setup}\n")
+        lines.append("| run | system | prefill ms | decode ms/token | tokens/s | "
+                     "% of bound (batch 1) | same tokens |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for label, by_system in info["runs"].items():
+            reference = by_system.get("eager", {}).get("tokens")
+            for system, m in by_system.items():
+                same = "-" if reference is None or system == "eager" else \
+                    ("yes" if torch.equal(torch.as_tensor(m["tokens"]), reference) else "no")
+                share = f"{100 * m['tokens_per_s'] / bound:.0f} %" if label.startswith("b1") \
+                    else ""
+                lines.append(f"| {label} | {system} | {m['prefill_ms']:.1f} | "
+                             f"{m['decode_ms']:.1f} | {m['tokens_per_s']:.1f} | {share} | "
+                             f"{same} |")
+        for what, error in info["errors"].items():
+            lines.append(f"\n{what}: {error}")
+    (out / "generate.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
