@@ -188,7 +188,10 @@ def ort_generate(model, workdir: Path, python: str):
 # -- measuring -------------------------------------------------------------------------------
 
 def measure(run, ids, mask, runs: int) -> dict:
-    run(ids, mask, 2)  # warm up (and compile, for torch.compile)
+    # Warm up every shape measured (torch.compile compiles per static cache
+    # length: the measured calls must not include it).
+    run(ids, mask, 1)
+    run(ids, mask, NEW_TOKENS)
     prefill, total, tokens = [], [], None
     for _ in range(runs):
         start = time.perf_counter()

@@ -337,3 +337,15 @@ def test_check_validates_the_passes_on_the_step_graph(model_type):
     for trial in trials:
         assert trial.ok, f"sizes {trial.sizes}: " + "; ".join(str(e) for e in trial.errors
                                                               if not e.ok)
+
+
+@pytest.mark.builds_after_export
+def test_float16_is_hf_generate_in_float16():
+    model = small_causal_lm("llama")
+    generator = anyshape.compile_generator(model, dtype=torch.float16)
+    assert generator.spec["cache_dtype"] == "float16"
+    assert next(model.parameters()).dtype == torch.float32  # the user's model is not cast
+    ids, mask = mixed_batch([17, 5], seed=12)
+    want = hf_generate(small_causal_lm("llama").half(), ids, mask, max_new_tokens=16,
+                       do_sample=False)
+    assert torch.equal(generator.generate(ids, attention_mask=mask, max_new_tokens=16), want)
