@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,8 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from family_sweep import host_cpu  # noqa: E402
 NEW_TOKENS = 128
 RUNS = {"b1-p17": [17], "b1-p333": [333], "b4-mixed": [333, 17, 120, 65]}
 SYSTEMS = ("anyshape", "eager", "compile", "ct2", "ort")
@@ -223,7 +224,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bandwidth = read_bandwidth()
-    results = {"host": _host(), "bandwidth_GBps": bandwidth / 1e9, "torch": torch.__version__,
+    results = {"host": host_cpu(), "bandwidth_GBps": bandwidth / 1e9, "torch": torch.__version__,
                "command": "python bench/generate.py " + " ".join(argv or sys.argv[1:]),
                "date": time.strftime("%Y-%m-%d %H:%M"), "models": {}}
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
@@ -277,22 +278,6 @@ def _make(system: str, model, workdir: Path, args):
             raise RuntimeError("no --ort-python given (optimum-onnx needs transformers < 4.58)")
         return ort_generate(model, workdir, args.ort_python)
     raise ValueError(system)
-
-
-def _host() -> str:
-    model, flags = platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
-    isa = "AVX-512" + (" with bf16" if "avx512_bf16" in flags else "") \
-        if "avx512f" in flags else ("AVX2" if "avx2" in flags else "no AVX2")
-    return f"{model}, {isa}, {os.cpu_count()} cores"
 
 
 def _write(results: dict, out: Path) -> None:
