@@ -112,15 +112,7 @@ class CompiledModule:
         entry = self._entry
         if len(arrays) == len(self.signature.inputs) and self.signature.padding_dense_entry:
             entry = self.signature.padding_dense_entry  # no padding to eliminate
-        function = self._load_function(entry)
-        try:
-            results = function(*arrays)
-        except (RuntimeError, ValueError, IndexError, OSError) as error:
-            raise _run_error(f"@{entry}", self.signature, arrays, error) from None
-        if results is None:
-            results = ()
-        elif not isinstance(results, (tuple, list)):
-            results = (results,)
+        results = self._invoke(entry, arrays)
         writes = self.signature.input_writes
         inputs = {spec.name: spec for spec in self.signature.inputs}
         dtypes = [inputs[name].dtype for name in writes] + \
@@ -152,11 +144,14 @@ class CompiledModule:
         ``to_host()`` copies one to the host). For a caller that keeps results
         on the device between calls and checks its own inputs
         (``anyshape.generation``)."""
-        function = self._load_function()
+        return self._invoke(self._entry, arrays)
+
+    def _invoke(self, entry: str, arrays: Sequence) -> list:
+        function = self._load_function(entry)
         try:
             results = function(*arrays)
         except (RuntimeError, ValueError, IndexError, OSError) as error:
-            raise _run_error(f"@{self._entry}", self.signature, arrays, error) from None
+            raise _run_error(f"@{entry}", self.signature, arrays, error) from None
         if results is None:
             return []
         return list(results) if isinstance(results, (tuple, list)) else [results]
