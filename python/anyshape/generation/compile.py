@@ -23,11 +23,6 @@ from anyshape.generation.step import (CausalLMStep, grouped_query_attention_in_s
 # specialized), each size different (so that no two dims are taken for one).
 _EXAMPLE = {"batch": 2, "new": 3, "past": 5}
 
-# The families checked token for token against HF's generate
-# (test/python/generation/). Others are compiled too, with a warning.
-CHECKED_FAMILIES = ("gpt2", "llama", "qwen2", "mistral", "phi3", "gemma", "gpt_neox", "opt",
-                    "bloom", "falcon")
-
 
 def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None,
                       backend=None, cache: bool = True, progress=False,
@@ -35,8 +30,8 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
     """Compile ``model`` (an HF ``*ForCausalLM``, unmodified, with its weights)
     for ``generate`` at any prompt length, output length and batch.
 
-    ``dtype``: the dtype to run in (``torch.float16``, ``torch.bfloat16``;
-    None keeps the model's). ``backend``: an ``anyshape.BackendOptions``;
+    ``dtype``: the dtype to run in (``torch.float16``; None keeps the
+    model's; ``torch.bfloat16`` does not compile yet, docs/generation.md). ``backend``: an ``anyshape.BackendOptions``;
     ``threads`` is a shorthand for its field. ``cache``, ``progress``,
     ``dump_ir_dir``: as for ``anyshape.compile``."""
     import anyshape
