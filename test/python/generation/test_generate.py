@@ -134,8 +134,6 @@ def test_falcon_with_alibi_is_hf_generate():
 def test_grouped_query_attention_exports():
     # Llama's 4 heads share 2 key/value heads: without the export workaround,
     # torch.export refuses the dynamic cache length (step.py).
-    from transformers import DynamicCache  # noqa: F401  (the module the guard comes from)
-
     from anyshape.generation.compile import export_step
     from anyshape.generation.step import CausalLMStep, probe_cache
 
