@@ -9,7 +9,7 @@ timing depends on; ``--real N`` pads each row after its first N positions
 (mask 0), for artifacts compiled with ``padding="eliminate"``.
 
     python bench/profile_dispatches.py ART_DIR [ART_DIR ...] --dims batch=1 seq=128 \
-        [--real N] [--runs 5] [--rounds 3] [--top 15]
+        [--real N] [--runs 5] [--rounds 3] [--top 15] [--function NAME]
 
 Use it to see where a dynamic artifact loses time against a static one built
 for the same shape. The artifacts are profiled in turn, ``--rounds`` times
@@ -51,12 +51,29 @@ def input_shapes(manifest: dict, sizes: dict[str, int]) -> list[tuple[str, list[
                 shape.append(dim)
                 continue
             label = symbols.get(dim, {}).get("label") or dim
+            if label not in sizes and not symbols.get(dim, {}).get("label"):
+                derived = _derived(dim, symbols, sizes)
+                if derived is not None:  # a dim torch.export derived ("s11 + s70")
+                    shape.append(derived)
+                    continue
             if label not in sizes:
                 raise SystemExit(f"--dims: no size for '{label}' (input '{spec['name']}'); "
                                  f"give {label}=N")
             shape.append(sizes[label])
         shapes.append((spec["name"], shape, spec["dtype"]))
     return shapes
+
+
+def _derived(expr: str, symbols: dict, sizes: dict[str, int]) -> int | None:
+    """The size of a derived dim (an expression of labelled symbols), or None."""
+    from anyshape.runtime.compiled_module import _evaluate
+
+    values = {name: sizes[s.get("label") or name] for name, s in symbols.items()
+              if (s.get("label") or name) in sizes}
+    try:
+        return _evaluate(expr, values)
+    except Exception:  # noqa: BLE001  not an expression: the caller names the missing size
+        return None
 
 
 def parse_dims(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, int]:
@@ -104,12 +121,13 @@ def _inputs(manifest: dict, sizes: dict[str, int], tmp: Path,
 
 
 def profile(artifact: Path, sizes: dict[str, int], runs: int,
-            real: int | None = None) -> tuple[float, list[dict]]:
+            real: int | None = None, function: str | None = None) -> tuple[float, list[dict]]:
     """(wall ms per call, per-dispatch rows sorted by time) for one artifact."""
     manifest = json.loads((artifact / "manifest.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:
         bundle = Path(tmp) / "profile.ireeprof"
         entry, inputs = _inputs(manifest, sizes, Path(tmp), real)
+        entry = function or entry
         run = subprocess.run(
             [str(_TOOLS / "iree-benchmark-module"), "--device=local-task",
              f"--module={artifact / manifest['vmfb']}", f"--function={entry}",
@@ -172,6 +190,9 @@ def main(argv=None) -> int:
     parser.add_argument("--real", type=int, metavar="N",
                         help="attention_mask is 1 at the first N positions of each row and "
                              "0 after them (default: 1 everywhere)")
+    parser.add_argument("--function", metavar="NAME",
+                        help="run the module's function NAME (one that compile's entries added, "
+                             "such as a generator's decode_one) on the entry's inputs")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.runs < 1:
         parser.error(f"--rounds and --runs: expected at least 1, got {args.rounds} and {args.runs}")
@@ -179,7 +200,8 @@ def main(argv=None) -> int:
     samples = {artifact: [] for artifact in args.artifacts}
     for _ in range(args.rounds):
         for artifact in args.artifacts:
-            samples[artifact].append(profile(artifact, sizes, args.runs, args.real))
+            samples[artifact].append(profile(artifact, sizes, args.runs, args.real,
+                                              args.function))
     results = {artifact: medians(samples[artifact]) for artifact in args.artifacts}
     print(f"medians of {args.rounds} rounds of {args.runs} calls, the artifacts in turn")
     for artifact, (wall_ms, rows) in results.items():

@@ -12,6 +12,7 @@ reproducer saved beside the command that replays it.
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 import sys
 import tempfile
@@ -47,7 +48,7 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
             backend: BackendOptions | None = None,
             passes: Sequence[str] | None = None, dump_ir_dir: str | Path | None = None,
             progress: bool | Callable[[str], None] = False, cache: bool = True,
-            cuda_arch=UNSET, opt_level=UNSET, data_tiling=UNSET, threads=UNSET, params=UNSET,
+            entries: dict | None = None, cuda_arch=UNSET, opt_level=UNSET, data_tiling=UNSET, threads=UNSET, params=UNSET,
             target_cpu=UNSET) -> CompiledModule:
     """Export ``model`` with ``torch.export`` (``dynamic_shapes`` as there), run the
     anyshape passes and compile with IREE for ``target`` ("cpu" or "cuda").
@@ -94,11 +95,16 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     same (``anyshape/compile_cache.py``; ``ANYSHAPE_CACHE_DIR`` says where). A
     module from the cache runs the same; its ``stages`` and ``ir()`` compile
     it again when first asked for. ``dump_ir_dir`` always compiles.
+    ``entries`` (name -> ``torch.export.ExportedProgram``): more functions in
+    the same module, each exported from the same model (a specialization of
+    it: static sizes where the entry function has dims), sharing its weights,
+    which the module stores once; ``module.invoke(arrays, entry=name)`` runs
+    one. The passes run on every function.
     """
     import torch
 
     from anyshape.frontend.export import export_program, prepare_program
-    from anyshape.frontend.importer import import_program
+    from anyshape.frontend.importer import import_programs
     from anyshape.runtime.signature import dim_labels_from, signature_from_program
 
     exported_already = isinstance(model, torch.export.ExportedProgram)
@@ -110,6 +116,14 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
                          f"dtypes it was exported in), got {dtype}")
     if not exported_already and args is None:
         raise TypeError("args: expected the example inputs (a tuple of tensors), got None")
+    entries = dict(entries or {})
+    for name, entry_program in entries.items():
+        if not isinstance(entry_program, torch.export.ExportedProgram):
+            raise TypeError(f"entries['{name}']: expected a torch.export.ExportedProgram, "
+                            f"got {type(entry_program).__name__}")
+        if name == "main" or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
+            raise ValueError(f"entries: expected function names (identifiers other than "
+                             f"'main'), got {name!r}")
 
     backend = resolve_backend(backend, {
         "cuda_arch": cuda_arch, "opt_level": opt_level, "data_tiling": data_tiling,
@@ -117,6 +131,11 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     threads, params = backend.threads, backend.params
     compile_target = make_target(target, backend.cuda_arch, backend.opt_level,
                                  backend.data_tiling, backend.target_cpu)
+    if not isinstance(backend.outer_dim_concat, bool):
+        raise TypeError(f"outer_dim_concat: expected True or False, got "
+                        f"{backend.outer_dim_concat!r}")
+    if not backend.outer_dim_concat:
+        compile_target = dataclasses.replace(compile_target, outer_dim_concat=False)
     check_threads(threads)
     if params not in ("inline", "external"):
         raise ValueError(f"params: expected 'inline' or 'external', got {params!r}")
@@ -139,6 +158,7 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     else:
         report("exporting with torch.export")
         program = export_program(model, args, kwargs, dynamic_shapes)
+    entries = {name: prepare_program(entry_program) for name, entry_program in entries.items()}
     exported = time.monotonic()
     report("importing into the torch dialect")
     signature = signature_from_program(program, dim_labels_from(program, dynamic_shapes))
@@ -148,7 +168,7 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     def build() -> tuple[CompiledModule, list[warnings.WarningMessage]]:
         weights: dict | None = {} if params == "external" else None
         began = time.monotonic()
-        imported = import_program(program, weights=weights)
+        imported = import_programs({"main": program, **entries}, weights=weights)
         import_seconds = time.monotonic() - began
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -164,7 +184,9 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
         options = {"target": compile_target.to_json(), "passes": pass_names, "params": params,
                    "padding": padding, "signature": signature.to_json(),
                    "cpu": (dataclasses.asdict(resolve_cpu(compile_target.cpu))
-                           if compile_target.name == "cpu" else None)}
+                           if compile_target.name == "cpu" else None),
+                   "entries": {name: compile_cache.program_digest(entry_program)
+                               for name, entry_program in entries.items()}}
         key = compile_cache.cache_key(program, options)
         hit = compile_cache.lookup(key, threads=threads) if dump_ir_dir is None else None
         if hit is not None:

@@ -25,7 +25,11 @@ class BackendOptions:
     (None: one per core this process may use). ``params``: "inline" (the
     weights in the ``.vmfb``) or "external" (a ``params.irpa`` beside it).
     ``target_cpu`` (``target="cpu"``): the CPU the code is for ("host", a CPU
-    LLVM knows, or a level like "x86-64-v3").
+    LLVM knows, or a level like "x86-64-v3"). ``outer_dim_concat``: IREE's
+    rewrite (on at O2) of every concatenation into one along the outermost
+    dim, between transposes; False keeps each along its own dim
+    (``compile_generator`` does: the key/value cache is then appended to in
+    place of being transposed out and back every step).
     """
 
     cuda_arch: str | None = None
@@ -34,6 +38,7 @@ class BackendOptions:
     threads: int | None = None
     params: str = "inline"
     target_cpu: str | None = None
+    outer_dim_concat: bool = True
 
 
 class _Unset:

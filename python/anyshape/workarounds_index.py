@@ -25,6 +25,7 @@ STAGES = {
     "iree-input": "rewrites of what IREE receives",
     "iree-flags": "iree-compile flags",
     "iree-fallback": "compiled again another way when iree-compile fails",
+    "generation": "what compile_generator exports and compiles for generate",
     "runtime": "running a compiled module",
 }
 

@@ -48,3 +48,28 @@ def test_an_exported_program_takes_no_inputs_or_dtype(program):
         anyshape.compile(program, dtype=torch.float16)
     with pytest.raises(TypeError, match="args: expected the example inputs"):
         anyshape.compile(Scaled())
+
+
+def test_entries_are_more_functions_on_the_same_weights(program):
+    # A specialization of the same model (batch a static 1) as a second function:
+    # it answers as eager does, and the weight is stored once for both.
+    model = Scaled().eval()
+    one_row = torch.export.export(model, (torch.randn(1, 5, 6),),
+                                  dynamic_shapes=({1: Dim("seq")},))
+    compiled = anyshape.compile(program, entries={"one_row": one_row})
+    x = torch.randn(1, 7, 6)
+    got = compiled.invoke([x.numpy()], entry="one_row")[0].to_host()
+    assert torch.allclose(torch.from_numpy(got), model(x), atol=1e-6)
+    three = torch.randn(3, 9, 6)
+    assert torch.allclose(compiled(three), model(three), atol=1e-6)  # the entry, as before
+    assert compiled.vmfb.count(model.weight.detach().numpy().tobytes()) == 1
+
+
+def test_entries_are_named_exported_programs(program):
+    with pytest.raises(TypeError, match=r"entries\['one_row'\]: expected a "
+                                        r"torch.export.ExportedProgram, got Scaled"):
+        anyshape.compile(program, entries={"one_row": Scaled()})
+    with pytest.raises(ValueError, match="entries: expected function names .* got 'main'"):
+        anyshape.compile(program, entries={"main": program})
+    with pytest.raises(TypeError, match="outer_dim_concat: expected True or False, got 'no'"):
+        anyshape.compile(program, backend=anyshape.BackendOptions(outer_dim_concat="no"))

@@ -26,34 +26,46 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
     """Import an exported program with weights inlined as resources and symbolic dims kept.
 
     ``weights``, when given, gets each resource blob's name and the array behind it."""
+    return import_programs({func_name: program}, ctx, weights)
+
+
+def import_programs(programs: dict[str, torch.export.ExportedProgram],
+                    ctx: ir.Context | None = None, weights: dict | None = None) -> ir.Module:
+    """Import each program as the function of its name, into one module. A
+    weight tensor the programs share (programs exported from one model) is one
+    resource blob, so IREE stores it once for every function."""
     from torch_mlir.extras.fx_importer import FxImporter
 
     ctx = ctx or new_context()
     names: dict[int, str] = {}
-    graph = _inline_state(program, names)
-    apply_graph_fixes(graph)
-    _return_module_results(program, graph)
     hooks = _WeightLiterals(names)
-    importer = FxImporter(context=ctx, hooks=hooks)
-    importer._cc.set_symbolic_guards(program)
-    # torch-mlir makes the torch.symbolic_int ops in this dict's order: by name,
-    # not in torch.export's hash-dependent one (signature.ordered_range_constraints).
-    guards = importer._cc._symbolic_guards  # integer symbols only (not .item()'s floats)
-    importer._cc._symbolic_guards = {str(sym): guards[str(sym)]
-                                     for sym, _ in ordered_range_constraints(program)
-                                     if str(sym) in guards}
-    with ctx, _shape_expressions_as_affine_maps(), _node_being_imported() as current:
-        try:
-            importer.import_stateless_graph(graph, func_name=func_name,
-                                            import_symbolic_shape_expressions=True)
-        except Exception as error:
-            raise _import_error(error, current[-1] if current else None) from error
+    module = None
+    for func_name, program in programs.items():
+        graph = _inline_state(program, names)
+        apply_graph_fixes(graph)
+        _return_module_results(program, graph)
+        importer = FxImporter(context=ctx, hooks=hooks) if module is None else \
+            FxImporter(module=module, hooks=hooks)
+        importer._cc.set_symbolic_guards(program)
+        # torch-mlir makes the torch.symbolic_int ops in this dict's order: by name,
+        # not in torch.export's hash-dependent one (signature.ordered_range_constraints).
+        guards = importer._cc._symbolic_guards  # integer symbols only (not .item()'s floats)
+        importer._cc._symbolic_guards = {str(sym): guards[str(sym)]
+                                         for sym, _ in ordered_range_constraints(program)
+                                         if str(sym) in guards}
+        with ctx, _shape_expressions_as_affine_maps(), _node_being_imported() as current:
+            try:
+                importer.import_stateless_graph(graph, func_name=func_name,
+                                                import_symbolic_shape_expressions=True)
+            except Exception as error:
+                raise _import_error(error, current[-1] if current else None) from error
+        module = importer.module
     if weights is not None:
         weights.update(hooks.blobs)
     # What IREE's torch input canonicalizes too, with the same folder, also when
     # no anyshape pass runs (passes=[]): the pow rewrite above emits such tests.
-    mend_mixed_comparisons(importer.module.operation)
-    return importer.module
+    mend_mixed_comparisons(module.operation)
+    return module
 
 
 def _return_module_results(program: torch.export.ExportedProgram, graph: torch.fx.Graph) -> None:

@@ -173,8 +173,11 @@ class Generator:
         positions = mask.long().cumsum(-1) - 1
         positions.masked_fill_(mask == 0, 1)
         positions = positions[:, -ids.shape[1]:]
+        # One row, one token: the function specialized for it (compile.py).
+        entry = self.spec.get("decode_entry") if ids.shape == (1, 1) else None
         results = self.module.invoke([ids.numpy().astype(np.int64),
-                                      positions.numpy().astype(np.int64), full_mask, *cache])
+                                      positions.numpy().astype(np.int64), full_mask, *cache],
+                                     entry=entry)
         logits = torch.from_numpy(np.asarray(results[0].to_host())).to(torch.float32)
         return logits, list(results[1:])
 

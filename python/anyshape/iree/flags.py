@@ -48,6 +48,7 @@ class Target:
     # target="cuda": the architecture the user named, where IREE builds for an
     # older one (cuda_arch) whose PTX the driver compiles for it; else None
     requested_cuda_arch: str | None = None
+    outer_dim_concat: bool = True  # False: --iree-opt-outer-dim-concat=false (BackendOptions)
 
     def iree_flags(self) -> list[str]:
         if self.data_tiling is None:
@@ -55,6 +56,8 @@ class Target:
         flags = list(_COMMON) + [f"--iree-opt-level={self.opt_level}"]
         if self.data_tiling:
             flags.append("--iree-global-opt-data-tiling")
+        if not self.outer_dim_concat:
+            flags.append("--iree-opt-outer-dim-concat=false")
         if self.name == "cpu":
             flags += [
                 "--iree-hal-target-device=local",

@@ -137,14 +137,14 @@ class CompiledModule:
                 leaves.append(tensor.to(device) if device is not None else tensor)
         return decode_tree(self.signature.output_tree, leaves)
 
-    def invoke(self, arrays: Sequence) -> list:
-        """The entry function on ``arrays`` (host arrays in the signature's
-        input order, or IREE device arrays an earlier call returned), with no
-        argument checks; returns IREE's results as they are (device arrays:
-        ``to_host()`` copies one to the host). For a caller that keeps results
-        on the device between calls and checks its own inputs
-        (``anyshape.generation``)."""
-        return self._invoke(self._entry, arrays)
+    def invoke(self, arrays: Sequence, entry: str | None = None) -> list:
+        """The entry function (or the function ``entry``, one that ``compile``'s
+        ``entries`` added) on ``arrays`` (host arrays in the signature's input
+        order, or IREE device arrays an earlier call returned), with no argument
+        checks; returns IREE's results as they are (device arrays: ``to_host()``
+        copies one to the host). For a caller that keeps results on the device
+        between calls and checks its own inputs (``anyshape.generation``)."""
+        return self._invoke(entry or self._entry, arrays)
 
     def _invoke(self, entry: str, arrays: Sequence) -> list:
         function = self._load_function(entry)
