@@ -48,8 +48,8 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
             backend: BackendOptions | None = None,
             passes: Sequence[str] | None = None, dump_ir_dir: str | Path | None = None,
             progress: bool | Callable[[str], None] = False, cache: bool = True,
-            entries: dict | None = None, cuda_arch=UNSET, opt_level=UNSET, data_tiling=UNSET, threads=UNSET, params=UNSET,
-            target_cpu=UNSET) -> CompiledModule:
+            entries: dict | None = None, cuda_arch=UNSET, opt_level=UNSET, data_tiling=UNSET,
+            threads=UNSET, params=UNSET, target_cpu=UNSET) -> CompiledModule:
     """Export ``model`` with ``torch.export`` (``dynamic_shapes`` as there), run the
     anyshape passes and compile with IREE for ``target`` ("cpu" or "cuda").
 

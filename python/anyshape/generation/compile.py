@@ -45,7 +45,9 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
     for ``generate`` at any prompt length, output length and batch.
 
     ``dtype``: the dtype to run in (``torch.float16``; None keeps the
-    model's; ``torch.bfloat16`` does not compile yet, docs/generation.md). ``backend``: an ``anyshape.BackendOptions``;
+    model's; ``torch.bfloat16`` does not compile yet, docs/generation.md).
+    ``backend``: an ``anyshape.BackendOptions`` (its ``outer_dim_concat`` is
+    set to False: the cache's concatenation stays along its length);
     ``threads`` is a shorthand for its field. ``cache``, ``progress``,
     ``dump_ir_dir``: as for ``anyshape.compile``."""
     import anyshape
