@@ -73,10 +73,14 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
         entries[DECODE_ENTRY] = decode
     ids_dims, positions_dims, mask_dims, cache_dims = step_dims(len(shapes))
     names = (ids_dims, positions_dims, mask_dims, *cache_dims)  # as the program's flat inputs
+
+    def build(entries: dict):
+        return anyshape.compile(program, dynamic_shapes=names, target=target, backend=backend,
+                                cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
+                                entries=entries)
+
     try:
-        module = anyshape.compile(program, dynamic_shapes=names, target=target,
-                                  backend=backend, cache=cache, progress=progress,
-                                  dump_ir_dir=dump_ir_dir, entries=entries)
+        module = build(entries)
     except CompileError as error:
         if not entries or error.stage != IREE_COMPILE_STAGE:
             raise
@@ -85,24 +89,26 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
                       f"decode function ({error.diagnostic.splitlines()[0][:300]}); compiled "
                       f"without it, so batch-1 decode runs the general step", stacklevel=2)
         entries = {}
-        module = anyshape.compile(program, dynamic_shapes=names, target=target,
-                                  backend=backend, cache=cache, progress=progress,
-                                  dump_ir_dir=dump_ir_dir)
+        module = build(entries)
     spec = {**_spec(model, shapes), "decode_entry": DECODE_ENTRY if entries else None}
     return Generator(module, spec, _generation_config(model))
 
 
-def export_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgram:
-    batch, new, past = _EXAMPLE["batch"], _EXAMPLE["new"], _EXAMPLE["past"]
+def _example_inputs(step: CausalLMStep, shapes, batch: int, new: int, past: int) -> tuple:
+    """The step's inputs at these sizes: ids, positions, mask, then the cache."""
     dtype = next(step.model.parameters()).dtype
     ids = torch.randint(3, 100, (batch, new))
     positions = torch.arange(past, past + new).expand(batch, new).contiguous()
     mask = torch.ones(batch, past + new, dtype=torch.long)
     cache = tuple(torch.zeros(batch, heads, past, dim, dtype=dtype)
                   for layer in shapes for heads, dim in layer)
+    return (ids, positions, mask, *cache)
+
+
+def export_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgram:
+    inputs = _example_inputs(step, shapes, _EXAMPLE["batch"], _EXAMPLE["new"], _EXAMPLE["past"])
     with torch.no_grad(), grouped_query_attention_in_sdpa():
-        return torch.export.export(step, (ids, positions, mask, *cache),
-                                   dynamic_shapes=step_dims(len(cache) // 2))
+        return torch.export.export(step, inputs, dynamic_shapes=step_dims(len(shapes)))
 
 
 def export_decode_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgram | None:
@@ -111,17 +117,12 @@ def export_decode_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgr
     module then decodes with the general step, only slower)."""
     from torch.export import Dim
 
-    past = _EXAMPLE["past"]
-    dtype = next(step.model.parameters()).dtype
-    cache = tuple(torch.zeros(1, heads, past, dim, dtype=dtype)
-                  for layer in shapes for heads, dim in layer)
+    inputs = _example_inputs(step, shapes, 1, 1, _EXAMPLE["past"])
     p = Dim("past")
-    dims = (None, None, {1: p + 1}, tuple({2: p} for _ in cache))
+    dims = (None, None, {1: p + 1}, tuple({2: p} for _ in inputs[3:]))
     try:
         with torch.no_grad(), grouped_query_attention_in_sdpa():
-            return torch.export.export(
-                step, (torch.tensor([[3]]), torch.tensor([[past]]),
-                       torch.ones(1, past + 1, dtype=torch.long), *cache), dynamic_shapes=dims)
+            return torch.export.export(step, inputs, dynamic_shapes=dims)
     except Exception as error:  # noqa: BLE001  only speed depends on it: said, not raised
         first = next((line for line in str(error).splitlines() if line.strip()), "")
         warnings.warn(f"compile_generator: the batch-1 decode step did not export "
