@@ -104,6 +104,17 @@ def test_greedy_is_hf_generate_at_batch_1(model_type, prompt):
 
 
 @pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_greedy_is_hf_generate_at_batch_1_in_every_family(model_type):
+    # Batch 1 decodes with each family's own batch-1 function (BLOOM: the general
+    # step); the builds are the mixed-batch test's.
+    model, generator = built(model_type)
+    ids, _ = mixed_batch([7], seed=14)
+    want = hf_generate(model, ids, max_new_tokens=NEW_TOKENS, do_sample=False)
+    assert torch.equal(generator.generate(ids, max_new_tokens=NEW_TOKENS), want), model_type
+
+
+@pytest.mark.builds_after_export
 def test_greedy_is_hf_generate_on_a_batch_of_every_prompt_length():
     model, generator = built("llama")
     ids, mask = mixed_batch([40, 1, 17, 7, 33], seed=3)
@@ -125,6 +136,21 @@ def test_sliding_window_attention_is_hf_generate_beyond_the_window(model_type, o
     ids, mask = mixed_batch([17, 1, 9], seed=4)
     want = hf_generate(model, ids, mask, max_new_tokens=40, do_sample=False)
     assert torch.equal(generator.generate(ids, attention_mask=mask, max_new_tokens=40), want)
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type,overrides", [
+    ("mistral", {"sliding_window": 8}),
+    ("qwen2", {"use_sliding_window": True, "sliding_window": 8,
+               "layer_types": ["sliding_attention", "full_attention"]}),
+    ("phi3", {"sliding_window": 8}),
+], ids=["mistral", "qwen2-per-layer", "phi3"])
+def test_sliding_window_at_batch_1_is_hf_generate_beyond_the_window(model_type, overrides):
+    # The batch-1 decode function masks the window too (same builds as above).
+    model, generator = built(model_type, **overrides)
+    ids, _ = mixed_batch([5], seed=15)
+    want = hf_generate(model, ids, max_new_tokens=40, do_sample=False)
+    assert torch.equal(generator.generate(ids, max_new_tokens=40), want)
 
 
 @pytest.mark.builds_after_export
