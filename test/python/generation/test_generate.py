@@ -123,13 +123,18 @@ def test_greedy_is_hf_generate_on_a_batch_of_every_prompt_length():
                        want)
 
 
-@pytest.mark.builds_after_export
-@pytest.mark.parametrize("model_type,overrides", [
+# Windows of 8 slots, several times shorter than the prompts and outputs.
+SLIDING_WINDOWS = [
     ("mistral", {"sliding_window": 8}),
     ("qwen2", {"use_sliding_window": True, "sliding_window": 8,
                "layer_types": ["sliding_attention", "full_attention"]}),
     ("phi3", {"sliding_window": 8}),
-], ids=["mistral", "qwen2-per-layer", "phi3"])
+]
+SLIDING_WINDOW_IDS = ["mistral", "qwen2-per-layer", "phi3"]
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type,overrides", SLIDING_WINDOWS, ids=SLIDING_WINDOW_IDS)
 def test_sliding_window_attention_is_hf_generate_beyond_the_window(model_type, overrides):
     # Prompts and outputs several times longer than the window of 8 slots.
     model, generator = built(model_type, **overrides)
@@ -139,12 +144,7 @@ def test_sliding_window_attention_is_hf_generate_beyond_the_window(model_type, o
 
 
 @pytest.mark.builds_after_export
-@pytest.mark.parametrize("model_type,overrides", [
-    ("mistral", {"sliding_window": 8}),
-    ("qwen2", {"use_sliding_window": True, "sliding_window": 8,
-               "layer_types": ["sliding_attention", "full_attention"]}),
-    ("phi3", {"sliding_window": 8}),
-], ids=["mistral", "qwen2-per-layer", "phi3"])
+@pytest.mark.parametrize("model_type,overrides", SLIDING_WINDOWS, ids=SLIDING_WINDOW_IDS)
 def test_sliding_window_at_batch_1_is_hf_generate_beyond_the_window(model_type, overrides):
     # The batch-1 decode function masks the window too (same builds as above).
     model, generator = built(model_type, **overrides)
