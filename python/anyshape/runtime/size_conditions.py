@@ -14,9 +14,21 @@ import ast
 import operator
 import re
 
-# An input's size in torch.export's guards: "L['x'].size()[1]", and for a
-# keyword argument "L['kwargs']['mask'].size()[0]".
-_SIZE_SOURCE = re.compile(r"L(?:\['\w+'\])*\['(\w+)'\]\.size\(\)\[(\d+)\]")
+# An input's size in torch.export's guards: "L['x'].size()[1]", for a
+# keyword argument "L['kwargs']['mask'].size()[0]", and for one inside a
+# tuple or list argument "L['cache'][0].size()[2]" (the input torch.export
+# names cache_0).
+_SIZE_SOURCE = re.compile(r"L((?:\[(?:'\w+'|\d+)\])+)\.size\(\)\[(\d+)\]")
+_PATH_KEY = re.compile(r"\[(?:'(\w+)'|(\d+))\]")
+
+
+def _input_name(path: str) -> str:
+    """The input a guard's path names: its keys joined by "_", as torch.export
+    names a flattened input, without the leading "kwargs"."""
+    keys = [name or number for name, number in _PATH_KEY.findall(path)]
+    if keys and keys[0] == "kwargs":
+        keys = keys[1:]
+    return "_".join(keys)
 # A bound of one symbol (``(s0) <= 512``, ``2 <= (s0)``): the ranges say it already.
 _RANGE = re.compile(r"\(?\w+\)?\s*(<=|>=|<|>)\s*-?\d+|-?\d+\s*(<=|>=|<|>)\s*\(?\w+\)?")
 
@@ -32,7 +44,7 @@ def from_guards(guards: list[str], dims: dict[tuple[str, int], int | str],
         unknown = []
 
         def size(match):
-            dim = dims.get((match.group(1), int(match.group(2))))
+            dim = dims.get((_input_name(match.group(1)), int(match.group(2))))
             if dim is None:
                 unknown.append(match.group(0))
                 return "0"

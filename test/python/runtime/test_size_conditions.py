@@ -32,3 +32,15 @@ def test_what_it_cannot_evaluate_is_unchecked_not_refused():
 
 def test_readable_writes_dim_names():
     assert readable("(s0) <= (s12)", {"s0": "a", "s12": "b"}) == "(a) <= (b)"
+
+
+def test_a_guard_on_an_input_inside_a_tuple_names_its_flattened_input():
+    # step(ids, mask, *cache): torch.export writes cache's first tensor as
+    # L['cache'][0] in its guards and names the input cache_0; a guard on a
+    # keyword argument's tensor names it as the keyword.
+    dims = {("ids", 1): "s0", ("mask", 1): "s1", ("cache_0", 2): "s2", ("cache_1", 2): "s2"}
+    guards = ["L['mask'].size()[1] + ((-1)*L['ids'].size()[1]) <= L['cache'][0].size()[2]",
+              "L['kwargs']['mask'].size()[1] >= L['ids'].size()[1]",
+              "L['cache'][7].size()[2] > 3"]  # no such input: left out, not guessed
+    assert from_guards(guards, dims, ["s0", "s1", "s2"]) == [
+        "(s1) + ((-1)*(s0)) <= (s2)", "(s1) >= (s0)"]
