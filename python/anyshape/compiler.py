@@ -27,6 +27,7 @@ from anyshape.fallbacks import FALLBACKS, Build
 from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts, inject_dim_facts
 from anyshape.iree.flags import PEELING_FLAG, Target, make_target
+from anyshape.iree.in_place_writes import write_inputs_in_place_file
 from anyshape.iree.invocation import compile_with_iree
 from anyshape.iree.parameters import ARCHIVE, externalize_weights
 from anyshape.iree.workarounds import separate_dynamic_operand_packing
@@ -136,6 +137,11 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
                         f"{backend.outer_dim_concat!r}")
     if not backend.outer_dim_concat:
         compile_target = dataclasses.replace(compile_target, outer_dim_concat=False)
+    if not isinstance(backend.in_place_writes, bool):
+        raise TypeError(f"in_place_writes: expected True or False, got "
+                        f"{backend.in_place_writes!r}")
+    if backend.in_place_writes:
+        compile_target = dataclasses.replace(compile_target, in_place_writes=True)
     check_threads(threads)
     if params not in ("inline", "external"):
         raise ValueError(f"params: expected 'inline' or 'external', got {params!r}")
@@ -162,6 +168,10 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     exported = time.monotonic()
     report("importing into the torch dialect")
     signature = signature_from_program(program, dim_labels_from(program, dynamic_shapes))
+    written = {"main": input_positions(signature, signature.input_writes)}
+    for name, entry_program in entries.items():
+        entry_signature = signature_from_program(entry_program)
+        written[name] = input_positions(entry_signature, entry_signature.input_writes)
     if padding == "eliminate":
         pass_names = with_padding_elimination(pass_names, signature)
 
@@ -173,7 +183,8 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             built = compile_module(imported, signature, compile_target, pass_names,
-                                   dump_ir_dir=dump_ir_dir, report=report, weights=weights)
+                                   dump_ir_dir=dump_ir_dir, report=report, weights=weights,
+                                   written=written)
         built.stage_seconds = {IMPORT_STAGE: import_seconds,
                                **{k: v for k, v in built.stage_seconds.items()
                                   if k != IMPORT_STAGE}}
@@ -284,7 +295,8 @@ def with_data_tiling_forms(pass_names: list[str]) -> list[str]:
 def compile_module(module: ir.Module, signature: ModuleSignature, target: Target,
                    pass_names: Sequence[str], *, dump_ir_dir: str | Path | None = None,
                    report: Callable[[str], None] = lambda msg: None,
-                   entry: str = "main", weights: dict | None = None) -> CompiledModule:
+                   entry: str = "main", weights: dict | None = None,
+                   written: dict[str, list[int]] | None = None) -> CompiledModule:
     """Run the pass stages on an imported module, then IREE. ``module`` is consumed.
     With data tiling, ``anyshape-data-tiling-forms`` joins the stages
     (``with_data_tiling_forms``). ``target.data_tiling`` None (auto): on where
@@ -292,12 +304,18 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
     module is compiled again without it, with a warning if that works.
     ``weights`` (resource blob name -> array, from ``import_program``): those
     weights become parameters in a ``params.irpa`` beside the ``.vmfb``; None
-    keeps every weight inline."""
+    keeps every weight inline. ``written`` (function name -> the input
+    positions its first results are the new values of; default: ``main``'s,
+    from ``signature``): with ``target.in_place_writes``, written in place."""
     workdir = tempfile.TemporaryDirectory(prefix="anyshape-")
     stages = _StageWriter(Path(workdir.name), Path(dump_ir_dir) if dump_ir_dir else None)
     stages.write(IMPORT_STAGE, module)
+    if written is None:
+        written = {entry: input_positions(signature, signature.input_writes)}
+    in_place = {name: positions for name, positions in written.items() if positions} \
+        if target.in_place_writes else None
     compilation = _Compilation(workdir, signature, target, pass_names, dump_ir_dir, report,
-                               entry, weights)
+                               entry, weights, in_place or None)
     if target.data_tiling is not None:
         return _compile_stages(module, stages, compilation)
     tiled = data_tiling_applies(target, signature, pass_names)
@@ -351,6 +369,8 @@ class _Compilation:
     report: Callable[[str], None]
     entry: str
     weights: dict | None  # params="external": resource blob name -> array; None: inline
+    # in_place_writes: function name -> the inputs its first results are the new values of
+    in_place: dict[str, list[int]] | None = None
 
     def with_data_tiling(self, data_tiling: bool) -> "_Compilation":
         return dataclasses.replace(self, target=dataclasses.replace(self.target,
@@ -453,6 +473,12 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter",
                           parameter_specs=stages.parameter_specs)
 
 
+def input_positions(signature: ModuleSignature, names: Sequence[str]) -> list[int]:
+    """Where the inputs ``names`` are among the function's arguments."""
+    order = [spec.name for spec in signature.inputs]
+    return [order.index(name) for name in names]
+
+
 def _dynamic(signature: ModuleSignature) -> bool:
     return any(isinstance(dim, str) for spec in signature.inputs for dim in spec.dims)
 
@@ -463,30 +489,42 @@ def _write_iree_input(compilation: _Compilation, stages: "_StageWriter", module:
     ``anyshape.dims`` facts stated in IREE's own ops (unless ``dim_facts`` is
     False), with data tiling the product operands that IREE 3.13 must pack on
     their own behind a barrier (``iree/workarounds.py``) and, with
-    ``compilation.weights``, those read from parameters written to ``archive``."""
+    ``compilation.weights``, those read from parameters written to ``archive``,
+    and with ``compilation.in_place`` the inputs the model updates in place
+    written into the caller's buffers (``iree/in_place_writes.py``)."""
     dump_ir_dir, report, weights = compilation.dump_ir_dir, compilation.report, compilation.weights
     data_tiling = bool(compilation.target.data_tiling)
     facts = dim_facts and has_dim_facts(module)
-    if not facts and weights is None and not data_tiling:
+    in_place = compilation.in_place
+    if not facts and weights is None and not data_tiling and not in_place:
         return stages.write(IREE_INPUT_STAGE, module, same_as=source)
 
     def produce(bytecode: Path, text: Path | None) -> None:
         current = source
+        # Each rewrite reads the last one's file; the last writes the text.
+        last = "in_place" if in_place else "weights" if weights is not None else \
+            "data_tiling" if data_tiling else "facts"
         if facts:
             report("stating argument dim ranges for IREE")
-            inject_dim_facts(current, bytecode, text if weights is None and not data_tiling else None)
+            inject_dim_facts(current, bytecode, text if last == "facts" else None)
             current = bytecode
         if data_tiling:
-            count = separate_dynamic_operand_packing(current, bytecode, text if weights is None else None)
+            count = separate_dynamic_operand_packing(current, bytecode,
+                                                     text if last == "data_tiling" else None)
             report(f"  kept {count} products' operands apart from their packing (iree/workarounds.py)")
             current = bytecode
         if weights is not None:
-            names = externalize_weights(current, bytecode, weights, archive, text)
+            names = externalize_weights(current, bytecode, weights, archive,
+                                        text if last == "weights" else None)
             stages.parameter_specs = {name: {"shape": list(weights[name].shape),
                                              "dtype": str(weights[name].dtype)}
                                       for name in names}
             report(f"moved {len(names)} weights to {archive.name} "
                    f"({archive.stat().st_size / 1e6:.1f} MB)")
+            current = bytecode
+        if in_place:
+            count = write_inputs_in_place_file(current, bytecode, in_place, text)
+            report(f"  {count} inputs updated in place are written into the caller's buffers")
 
     try:
         return stages.record(IREE_INPUT_STAGE, produce)

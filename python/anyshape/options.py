@@ -29,7 +29,11 @@ class BackendOptions:
     rewrite (on at O2) of every concatenation into one along the outermost
     dim, between transposes; False keeps each along its own dim
     (``compile_generator`` does: the key/value cache is then appended to in
-    place of being transposed out and back every step).
+    place of being transposed out and back every step). ``in_place_writes``:
+    inputs the model updates in place (``x.narrow(...).copy_(y)``) are
+    written into the caller's device buffers instead of returned as new
+    values, so a call writes only what changed (``compile_generator`` does:
+    each step writes its new keys and values into the cache; docs/api.md).
     """
 
     cuda_arch: str | None = None
@@ -39,6 +43,7 @@ class BackendOptions:
     params: str = "inline"
     target_cpu: str | None = None
     outer_dim_concat: bool = True
+    in_place_writes: bool = False
 
 
 class _Unset:

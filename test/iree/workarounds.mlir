@@ -375,3 +375,42 @@ util.func public @negative_computed_value_written_twice(%arg0: tensor<2x4xf32>, 
   %2 = flow.dispatch @ex_write::@write(%arg1, %0) : (tensor<2x4xf32>, tensor<2x4xf32>) -> %0
   util.return %1, %2 : tensor<2x4xf32>, tensor<2x4xf32>
 }
+
+// ---- rewrite-flow: inputs written in place ----------------------------------
+
+/// An input updated in place (hal.tensor.alias onto its buffer) is taken out
+/// of the closing barrier, which IREE 3.13 turns into a copy of the whole
+/// buffer: the other result is computed from the written value, so it is
+/// ready only after the write, and the fence still waits for it.
+// FLOW-LABEL: util.func public @alias_out_of_barrier
+// FLOW: %[[NEW:.+]] = arith.addf
+// FLOW: hal.tensor.alias wait(%{{.+}}) => %[[NEW]]
+// FLOW: %[[READ:.+]] = arith.mulf %[[NEW]], %[[NEW]]
+// FLOW: %[[JOINED:.+]] = hal.tensor.barrier join(%[[READ]] : tensor<4xf32>) => %arg3 : !hal.fence
+// FLOW: hal.tensor.export %[[JOINED]]
+util.func public @alias_out_of_barrier(%arg0: !hal.buffer_view, %arg1: !hal.buffer_view, %arg2: !hal.fence, %arg3: !hal.fence) -> !hal.buffer_view {
+  %0 = hal.tensor.import wait(%arg2) => %arg0 : !hal.buffer_view -> tensor<4xf32>
+  %1 = hal.tensor.import wait(%arg2) => %arg1 : !hal.buffer_view -> tensor<4xf32>
+  %2 = arith.addf %0, %1 : tensor<4xf32>
+  %3 = hal.tensor.alias wait(%arg2) => %2 : tensor<4xf32> to %arg1 : !hal.buffer_view
+  %4 = arith.mulf %2, %2 : tensor<4xf32>
+  %5:2 = hal.tensor.barrier join(%3, %4 : tensor<4xf32>, tensor<4xf32>) => %arg3 : !hal.fence
+  %6 = hal.tensor.export %5#1 : tensor<4xf32> -> !hal.buffer_view
+  util.return %6 : !hal.buffer_view
+}
+
+/// A result not computed from the written value could be ready first: the
+/// alias stays in the barrier (and IREE copies), so the fence waits for it.
+// FLOW-LABEL: util.func public @negative_alias_no_other_result_reads
+// FLOW: %[[ALIAS:.+]] = hal.tensor.alias
+// FLOW: hal.tensor.barrier join(%[[ALIAS]], %{{.+}} : tensor<4xf32>, tensor<4xf32>)
+util.func public @negative_alias_no_other_result_reads(%arg0: !hal.buffer_view, %arg1: !hal.buffer_view, %arg2: !hal.fence, %arg3: !hal.fence) -> !hal.buffer_view {
+  %0 = hal.tensor.import wait(%arg2) => %arg0 : !hal.buffer_view -> tensor<4xf32>
+  %1 = hal.tensor.import wait(%arg2) => %arg1 : !hal.buffer_view -> tensor<4xf32>
+  %2 = arith.addf %0, %1 : tensor<4xf32>
+  %3 = hal.tensor.alias wait(%arg2) => %2 : tensor<4xf32> to %arg1 : !hal.buffer_view
+  %4 = arith.mulf %0, %0 : tensor<4xf32>
+  %5:2 = hal.tensor.barrier join(%3, %4 : tensor<4xf32>, tensor<4xf32>) => %arg3 : !hal.fence
+  %6 = hal.tensor.export %5#1 : tensor<4xf32> -> !hal.buffer_view
+  util.return %6 : !hal.buffer_view
+}

@@ -49,6 +49,9 @@ class Target:
     # older one (cuda_arch) whose PTX the driver compiles for it; else None
     requested_cuda_arch: str | None = None
     outer_dim_concat: bool = True  # False: --iree-opt-outer-dim-concat=false (BackendOptions)
+    # True: inputs updated in place are written into the caller's buffers, not
+    # returned (BackendOptions; iree/in_place_writes.py)
+    in_place_writes: bool = False
 
     def iree_flags(self) -> list[str]:
         if self.data_tiling is None:

@@ -39,6 +39,9 @@ def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
                f"float32")
     if rewritten.filled:
         report(f"  gave {rewritten.filled} in-place writes into a fill a fill of their own")
+    if rewritten.unbarriered:
+        report(f"  kept {rewritten.unbarriered} inputs written in place out of the closing "
+               f"barrier (iree/in_place_writes.py)")
     if rewritten.guarded:
         report(f"  kept {rewritten.guarded} integer divisions from dividing by 0 past a "
                f"partial vector's end")

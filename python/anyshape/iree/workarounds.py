@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from anyshape.dialects import builtin_tensor_text, vtensor_shape
 from anyshape.iree.distinct_fills import give_in_place_writes_their_own_fills
+from anyshape.iree.in_place_writes import drop_aliased_values_from_barriers
 from anyshape.mlir import iree_bindings
 from anyshape.passes.torch_ir.ops import ELEMENTWISE
 from anyshape.workarounds_index import Workaround
@@ -169,7 +170,8 @@ def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool,
     float64 did to every value, here only to those ops (everything else
     float64 stays float64); and, in dispatches, integer divisions by a
     divisor that is never 0 (``_INTEGER_DIVISIONS``); each in-place write into
-    a fill given a fill of its own (``distinct_fills``)."""
+    a fill given a fill of its own (``distinct_fills``); inputs written in
+    place kept out of the closing barrier (``in_place_writes``)."""
     ir = iree_bindings()
     with ir.Context():
         module = ir.Module.parse(Path(flow_file).read_bytes())
@@ -250,6 +252,7 @@ def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool,
 
         module.operation.walk(visit)
         filled = give_in_place_writes_their_own_fills(ir, module)
+        unbarriered = drop_aliased_values_from_barriers(ir, module)
         for op in found:  # erased after the walk, not during it
             rewrites[op.name](op)
         for op in divides:
@@ -271,7 +274,7 @@ def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool,
         if text_file is not None:
             with open(text_file, "w") as f:
                 module.operation.print(file=f)
-    return FlowRewrite(untied, narrowed, len(divides), filled)
+    return FlowRewrite(untied, narrowed, len(divides), filled, unbarriered)
 
 
 class FlowRewrite(NamedTuple):
@@ -279,6 +282,7 @@ class FlowRewrite(NamedTuple):
     narrowed: int  # float64 math ops rewritten
     guarded: int   # integer divisions given a divisor that is never 0
     filled: int    # in-place writes given a fill of their own (distinct_fills)
+    unbarriered: int = 0  # inputs written in place taken out of a barrier (in_place_writes)
 
 
 # Elementwise integer division in a dispatch. With dynamic dims IREE 3.13's

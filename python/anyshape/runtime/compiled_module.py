@@ -112,8 +112,18 @@ class CompiledModule:
         entry = self._entry
         if len(arrays) == len(self.signature.inputs) and self.signature.padding_dense_entry:
             entry = self.signature.padding_dense_entry  # no padding to eliminate
-        results = self._invoke(entry, arrays)
         writes = self.signature.input_writes
+        if writes and self.target.in_place_writes:
+            # The module writes these inputs into the buffers it is given
+            # (BackendOptions.in_place_writes): device copies, read back below.
+            order = [spec.name for spec in self.signature.inputs]
+            positions = [order.index(name) for name in writes]
+            arrays = list(arrays)
+            for position, array in zip(positions, self.device_arrays([arrays[p] for p in positions])):
+                arrays[position] = array
+            results = [arrays[p] for p in positions] + self._invoke(entry, arrays)
+        else:
+            results = self._invoke(entry, arrays)
         inputs = {spec.name: spec for spec in self.signature.inputs}
         dtypes = [inputs[name].dtype for name in writes] + \
             [spec.dtype for spec in self.signature.outputs if spec.python != "constant"]
@@ -143,8 +153,32 @@ class CompiledModule:
         order, or IREE device arrays an earlier call returned), with no argument
         checks; returns IREE's results as they are (device arrays: ``to_host()``
         copies one to the host). For a caller that keeps results on the device
-        between calls and checks its own inputs (``anyshape.generation``)."""
+        between calls and checks its own inputs (``anyshape.generation``).
+        With ``in_place_writes``, the inputs the module updates must be device
+        arrays (``device_arrays``): the update is written into them, and is not
+        among the results."""
+        if self.target.in_place_writes and self.signature.input_writes:
+            import iree.runtime as rt
+
+            order = [spec.name for spec in self.signature.inputs]
+            for name in self.signature.input_writes:
+                position = order.index(name)
+                if position < len(arrays) and not isinstance(arrays[position], rt.DeviceArray):
+                    raise TypeError(f"{name}: this module writes it in place, so it must be a "
+                                    f"device array (CompiledModule.device_arrays), got "
+                                    f"{type(arrays[position]).__name__}, whose update would "
+                                    f"be lost")
         return self._invoke(entry or self._entry, arrays)
+
+    def device_arrays(self, arrays: Sequence) -> list:
+        """Host arrays copied to the module's device (IREE device arrays), for
+        ``invoke``: a module compiled with ``in_place_writes`` writes the inputs
+        it updates into the device arrays it is given."""
+        import iree.runtime as rt
+
+        self._load_function()
+        device = self._context.config.device
+        return [rt.asdevicearray(device, np.ascontiguousarray(array)) for array in arrays]
 
     def _invoke(self, entry: str, arrays: Sequence) -> list:
         function = self._load_function(entry)
