@@ -55,8 +55,12 @@ class Trial:
 
 def check(text: str | bytes, passes: list[str], *, trials: int = 3, seed: int = 0,
           atol: float = 1e-5, rtol: float = 1e-4, max_size: int = 64, int_high: int = 2,
-          function: str = "main") -> list[Trial]:
-    """Compare the module before and after ``passes`` (see the module docstring)."""
+          function: str = "main", conditions: list[str] | None = None) -> list[Trial]:
+    """Compare the module before and after ``passes`` (see the module docstring).
+    ``conditions``: relations between the sizes the program requires (Python
+    expressions over its symbols, ``ModuleSignature.conditions``), which the
+    IR does not state; drawn sizes that break one are drawn again (a step
+    whose cache has fewer slots than its mask reads and writes out of bounds)."""
     from anyshape.compiler import compile_module
     from anyshape.ir_signature import signature_from_module
     from anyshape.mlir import new_context, parse_module
@@ -84,7 +88,7 @@ def check(text: str | bytes, passes: list[str], *, trials: int = 3, seed: int = 
     rng = np.random.default_rng(seed)
     out = []
     for trial in range(trials):
-        sizes = _draw_sizes(reference.signature, rng, max_size)
+        sizes = _draw_sizes(reference.signature, rng, max_size, conditions or [])
         inputs = _draw_inputs(reference.signature, sizes, rng, int_high)
         if padding is not None:
             inputs[padding.mask] = _draw_mask(inputs[padding.mask], trial, rng)
@@ -179,9 +183,22 @@ def _has_anyshape_ops(module) -> bool:
     return bool(found)
 
 
-def _draw_sizes(signature: ModuleSignature, rng, max_size: int) -> dict[str, int]:
-    """A size for each symbol; a symbol named by an expression over others
-    (torch-mlir names a derived dim ``s54 + s70``) is computed, not drawn."""
+def _draw_sizes(signature: ModuleSignature, rng, max_size: int,
+                conditions: list[str]) -> dict[str, int]:
+    """A size for each symbol, drawn again until ``conditions`` hold; a symbol
+    named by an expression over others (torch-mlir names a derived dim
+    ``s54 + s70``) is computed, not drawn."""
+    from anyshape.runtime.size_conditions import holds
+
+    for _ in range(1000):
+        sizes = _draw_sizes_once(signature, rng, max_size)
+        if all(holds(condition, sizes) is not False for condition in conditions):
+            return sizes
+    raise ValueError(f"conditions: no sizes up to max_size={max_size} met them in 1000 draws: "
+                     f"{conditions}")
+
+
+def _draw_sizes_once(signature: ModuleSignature, rng, max_size: int) -> dict[str, int]:
     import sympy
 
     sizes = {}

@@ -1,13 +1,14 @@
 """``compile_generator``: an unmodified HF causal LM, compiled once for every length.
 
 The dims are anyshape's to declare: batch, the new tokens of a call (the
-prompt at prefill, 1 at decode) and the cache length are each a dynamic dim
-with no bound but the model's positions, and the mask's length is theirs
-summed (``Dim.AUTO``: torch.export derives it). One ``CausalLMStep`` is
-exported and compiled (``step.py``).
+prompt at prefill, 1 at decode), the mask's length (the cache's filled slots
+and the new tokens) and the cache buffers' capacity are each a dynamic dim
+with no bound but the model's positions. One ``CausalLMStep`` is exported
+and compiled (``step.py``), with its cache written in place
+(``BackendOptions(in_place_writes=True)``).
 
 Beside it, in the same module and on the same weights, the step is exported
-once more for one row and one new token (only the cache length dynamic):
+once more for one row and one new token (only the lengths dynamic):
 ``DECODE_ENTRY``, which ``generate`` calls for every token after the first
 at batch 1. With the rows a static 1, IREE packs each product for a single
 row (``mmt4d`` tiles of 1 x 16) instead of a 16-row tile of which one row is
@@ -33,7 +34,8 @@ from anyshape.workarounds_index import Workaround
 
 # Example sizes for torch.export: every dim above 1 (sizes 0 and 1 are
 # specialized), each size different (so that no two dims are taken for one).
-_EXAMPLE = {"batch": 2, "new": 3, "past": 5}
+# "capacity": the cache buffers' slots, more than past + new.
+_EXAMPLE = {"batch": 2, "new": 3, "past": 5, "capacity": 11}
 # The module's function for one row and one new token (generator.py calls it).
 DECODE_ENTRY = "decode_one"
 
@@ -46,8 +48,9 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
 
     ``dtype``: the dtype to run in (``torch.float16``; None keeps the
     model's; ``torch.bfloat16`` does not compile yet, docs/generation.md).
-    ``backend``: an ``anyshape.BackendOptions`` (its ``outer_dim_concat`` is
-    set to False: the cache's concatenation stays along its length);
+    ``backend``: an ``anyshape.BackendOptions`` (its ``in_place_writes`` is
+    set: each step writes its keys and values into the cache buffers;
+    ``outer_dim_concat`` is set to False);
     ``threads`` is a shorthand for its field. ``cache``, ``progress``,
     ``dump_ir_dir``: as for ``anyshape.compile``."""
     import anyshape
@@ -58,11 +61,12 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
         model = copy.deepcopy(model).to(dtype)
-    # The cache's concatenation stays along its length: IREE's outer-dim form
-    # transposed the whole cache out and back every step (docs/generation.md).
+    # The step writes its slots of the cache in place (step.py). Concatenations
+    # stay along their dim: IREE's outer-dim form transposed the whole cache
+    # out and back every step when the step concatenated it (docs/generation.md).
     backend = BackendOptions(**{**(backend.__dict__ if backend else {}),
                                 **({"threads": threads} if threads is not None else {}),
-                                "outer_dim_concat": False})
+                                "outer_dim_concat": False, "in_place_writes": True})
     model = model.eval()
     shapes = probe_cache(model)
     step = CausalLMStep(model, len(shapes))
@@ -94,19 +98,21 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
     return Generator(module, spec, _generation_config(model))
 
 
-def _example_inputs(step: CausalLMStep, shapes, batch: int, new: int, past: int) -> tuple:
+def _example_inputs(step: CausalLMStep, shapes, batch: int, new: int, past: int,
+                    capacity: int) -> tuple:
     """The step's inputs at these sizes: ids, positions, mask, then the cache."""
     dtype = next(step.model.parameters()).dtype
     ids = torch.randint(3, 100, (batch, new))
     positions = torch.arange(past, past + new).expand(batch, new).contiguous()
     mask = torch.ones(batch, past + new, dtype=torch.long)
-    cache = tuple(torch.zeros(batch, heads, past, dim, dtype=dtype)
+    cache = tuple(torch.zeros(batch, heads, capacity, dim, dtype=dtype)
                   for layer in shapes for heads, dim in layer)
     return (ids, positions, mask, *cache)
 
 
 def export_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgram:
-    inputs = _example_inputs(step, shapes, _EXAMPLE["batch"], _EXAMPLE["new"], _EXAMPLE["past"])
+    inputs = _example_inputs(step, shapes, _EXAMPLE["batch"], _EXAMPLE["new"], _EXAMPLE["past"],
+                             _EXAMPLE["capacity"])
     with torch.no_grad(), grouped_query_attention_in_sdpa():
         return torch.export.export(step, inputs, dynamic_shapes=step_dims(len(shapes)))
 
@@ -117,9 +123,9 @@ def export_decode_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgr
     module then decodes with the general step, only slower)."""
     from torch.export import Dim
 
-    inputs = _example_inputs(step, shapes, 1, 1, _EXAMPLE["past"])
-    p = Dim("past")
-    dims = (None, None, {1: p + 1}, tuple({2: p} for _ in inputs[3:]))
+    inputs = _example_inputs(step, shapes, 1, 1, _EXAMPLE["past"], _EXAMPLE["capacity"])
+    length, capacity = Dim("length", min=2), Dim("capacity", min=2)
+    dims = (None, None, {1: length}, tuple({2: capacity} for _ in inputs[3:]))
     try:
         with torch.no_grad(), grouped_query_attention_in_sdpa():
             return torch.export.export(step, inputs, dynamic_shapes=dims)
@@ -132,13 +138,17 @@ def export_decode_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgr
 
 
 def step_dims(layers: int) -> tuple:
-    """The step's dynamic dims: batch, the new tokens, the cache length (its
-    mask's length is theirs summed, derived by torch.export)."""
+    """The step's dynamic dims: batch, the new tokens, the mask's length (the
+    filled slots and the new tokens) and the cache's capacity (torch.export's
+    guards keep the capacity above the length)."""
     from torch.export import Dim
 
-    b, n, p = Dim("batch"), Dim("new"), Dim("past")
-    return ({0: b, 1: n}, {0: b, 1: n}, {0: b, 1: Dim.AUTO},
-            tuple({0: b, 2: p} for _ in range(2 * layers)))
+    # At least one row and one new token (the logits are the last token's),
+    # and the masked slot before them: refused below that, never run.
+    b, n = Dim("batch", min=1), Dim("new", min=1)
+    length, capacity = Dim("length", min=2), Dim("capacity", min=2)
+    return ({0: b, 1: n}, {0: b, 1: n}, {0: b, 1: length},
+            tuple({0: b, 2: capacity} for _ in range(2 * layers)))
 
 
 def _check_model(model: Any) -> None:

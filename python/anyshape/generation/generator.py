@@ -3,10 +3,13 @@
 Needs only the runtime (torch, numpy, iree-base-runtime) and transformers'
 generation utilities (``GenerationConfig`` and its logits processors, the
 same objects HF's ``generate`` builds, in its order). The cache stays on the
-device between steps: each step's cache results are IREE device arrays, given
-as they are to the next step; only the next-token logits come to the host.
-The step returns a new cache rather than writing into its inputs, so a step
-that fails or is repeated never sees a cache another step changed.
+device: ``generate`` makes one buffer per layer's keys and values, with room
+for the whole request (the masked first slot, the prompt and
+``max_new_tokens``), and each step writes its new slots into them in place
+(``step.py``); only the next-token logits come to the host. The buffers are
+sized once per call, so they never grow during one, and a call of any length
+needs no recompile. A step writes only past the slots already filled, so a
+step that fails, or is run again, leaves the filled ones as they were.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 
 GENERATOR_FILE = "generator.json"
 GENERATOR_FORMAT = "anyshape-generator"
-GENERATOR_SCHEMA = 1
+GENERATOR_SCHEMA = 2  # 2: the step writes its cache in place
 
 # generate()'s keywords besides input_ids and attention_mask. The other
 # GenerationConfig fields are not applied here, so they are refused, not ignored.
@@ -85,7 +88,10 @@ class Generator:
 
         if streamer is not None:
             streamer.put(ids.cpu())
-        cache = self._empty_cache(batch)
+        # The masked first slot, the prompt, every new token but the last (which
+        # no step is given), and one more: the step was exported with more slots
+        # than its mask covers, and torch.export's guards keep the two apart.
+        cache = self._empty_cache(batch, 1 + prompt + new_tokens)
         with _torch_on_one_thread():
             return self._loop(ids, mask, cache, processors, config, new_tokens, eos, pad,
                               streamer)
@@ -96,7 +102,7 @@ class Generator:
         sequences = ids
         unfinished = torch.ones(batch, dtype=torch.long)
         for _ in range(new_tokens):
-            logits, cache = self._step(step_ids, step_mask, cache)
+            logits = self._step(step_ids, step_mask, cache)
             scores = processors(sequences, logits)
             if config.do_sample:
                 probs = torch.nn.functional.softmax(scores, dim=-1)
@@ -164,16 +170,18 @@ class Generator:
         return processors
 
     # -- the compiled step -------------------------------------------------
-    def _empty_cache(self, batch: int) -> list:
-        """One masked slot of zeros per layer (``step.py``: the cache is never
-        empty)."""
+    def _empty_cache(self, batch: int, capacity: int) -> list:
+        """Each layer's keys and values, zeros of ``capacity`` slots on the
+        device, the first of which is the masked slot (``step.py``: the cache
+        is never empty)."""
         dtype = np.dtype(self.spec["cache_dtype"])
-        return [np.zeros((batch, heads, 1, dim), dtype=dtype)
-                for layer in self.spec["cache"] for heads, dim in layer]
+        return self.module.device_arrays([np.zeros((batch, heads, capacity, dim), dtype=dtype)
+                                          for layer in self.spec["cache"] for heads, dim in layer])
 
-    def _step(self, ids: torch.Tensor, mask: torch.Tensor, cache: list):
-        """One call: ``mask`` covers the cache's tokens and ``ids`` (without the
-        cache's masked first slot, which is added here)."""
+    def _step(self, ids: torch.Tensor, mask: torch.Tensor, cache: list) -> torch.Tensor:
+        """One call, which writes ``ids``' keys and values into ``cache`` after
+        the filled slots: ``mask`` covers the cache's tokens and ``ids``
+        (without the cache's masked first slot, which is added here)."""
         batch = ids.shape[0]
         full_mask = np.concatenate([np.zeros((batch, 1), dtype=np.int64),
                                     mask.numpy().astype(np.int64)], axis=1)
@@ -185,8 +193,7 @@ class Generator:
         results = self.module.invoke([ids.numpy().astype(np.int64),
                                       positions.numpy().astype(np.int64), full_mask, *cache],
                                      entry=entry)
-        logits = torch.from_numpy(np.asarray(results[0].to_host())).to(torch.float32)
-        return logits, list(results[1:])
+        return torch.from_numpy(np.asarray(results[0].to_host())).to(torch.float32)
 
     # -- persistence -------------------------------------------------------
     def save(self, directory) -> Path:

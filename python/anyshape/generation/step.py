@@ -5,8 +5,20 @@ the same call, so one compiled module, with one copy of the weights, serves
 both, at any prompt length, cache length and batch:
 
     step(input_ids [B, T], position_ids [B, T], attention_mask [B, P + T],
-         *cache: each layer's keys and values [B, H_kv, P, D])
-      -> (next-token logits [B, V], *cache [B, H_kv, P + T, D])
+         *cache: each layer's keys and values [B, H_kv, C, D])
+      -> next-token logits [B, V]
+
+The cache is a buffer of capacity C >= P + T whose first P slots are filled:
+the step writes the new tokens' keys and values into slots P to P + T in
+place (``cache.narrow(2, P, T).copy_(new)``, which torch.export records as an
+update of the input) and attends over the first P + T. Compiled with
+``BackendOptions(in_place_writes=True)`` the module writes those T slots into
+the caller's device buffers and returns the logits only: a step writes T
+slots, where a step returning a new cache copied all P + T (and, at batch 4,
+page-faulted a fresh 100 MB result buffer every step; docs/generation.md).
+P is the mask's length less T, so no size is passed as a value. The slots
+past P + T are never read, and the first P never written, so a step that
+fails or is run again writes the same slots with the same values.
 
 Only the last position's logits are returned (``anyshape-hoist-slices`` then
 computes the LM head for that row only). The cache is never empty: a prefill
@@ -26,6 +38,7 @@ Models that build ALiBi from the 2-D mask (BLOOM) get the 2-D mask.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 
 import torch
@@ -71,6 +84,37 @@ def probe_cache(model: torch.nn.Module) -> list[tuple[tuple[int, ...], tuple[int
     return shapes
 
 
+@functools.cache
+def _filled_in_place_layer():
+    """``_FilledInPlace``, made on first use: transformers is imported only by
+    the compile side (the runtime needs its generation utilities only)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class FilledInPlace(DynamicLayer):
+        """A layer over the caller's buffers [B, H, C, D] of which the first
+        ``filled`` slots hold keys and values: ``update`` writes the new ones
+        after them, in place, and returns the filled slots."""
+
+        def __init__(self, keys, values, filled):
+            super().__init__()
+            self.keys, self.values = keys, values
+            self.dtype, self.device = keys.dtype, keys.device
+            self.is_initialized = True
+            self.filled = filled
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            new = key_states.shape[-2]
+            self.keys.narrow(2, self.filled, new).copy_(key_states)
+            self.values.narrow(2, self.filled, new).copy_(value_states)
+            self.filled = self.filled + new
+            return self.keys.narrow(2, 0, self.filled), self.values.narrow(2, 0, self.filled)
+
+        def get_seq_length(self) -> int:
+            return self.filled
+
+    return FilledInPlace
+
+
 class CausalLMStep(torch.nn.Module):
     def __init__(self, model: torch.nn.Module, layers: int):
         super().__init__()
@@ -83,20 +127,19 @@ class CausalLMStep(torch.nn.Module):
 
     def forward(self, input_ids, position_ids, attention_mask, *cache):
         from transformers import DynamicCache
-        from transformers.cache_utils import DynamicLayer
 
-        # Plain growing layers for every layer type: a sliding layer would drop
-        # keys, and the mask below hides them instead, so slots stay aligned.
+        filled = attention_mask.shape[1] - input_ids.shape[1]
+        # One plain layer per layer, sliding ones included: a sliding layer would
+        # drop keys, and the mask below hides them instead, so slots stay aligned.
         past = DynamicCache()
-        past.layers = [DynamicLayer() for _ in range(self.layers)]
-        for layer in range(self.layers):
-            past.update(cache[2 * layer], cache[2 * layer + 1], layer)
+        layer_type = _filled_in_place_layer()
+        past.layers = [layer_type(cache[2 * layer], cache[2 * layer + 1], filled)
+                       for layer in range(self.layers)]
         mask = attention_mask if self.two_d_mask else self._masks(input_ids, attention_mask)
         kwargs = {"position_ids": position_ids} if not self.two_d_mask else {}
         out = self.model(input_ids=input_ids, attention_mask=mask, past_key_values=past,
                          use_cache=True, **kwargs)
-        logits = out.logits[:, -1, :]
-        return (logits, *[t for layer in past.layers for t in (layer.keys, layer.values)])
+        return out.logits[:, -1, :]
 
     def _masks(self, input_ids, attention_mask):
         new, total = input_ids.shape[1], attention_mask.shape[1]

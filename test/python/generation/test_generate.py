@@ -262,6 +262,54 @@ def test_the_cache_stays_on_the_device(monkeypatch):
 
 
 @pytest.mark.builds_after_export
+@pytest.mark.parametrize("entry", [None, "decode_one"])
+def test_a_step_writes_only_its_new_rows(entry):
+    # A step writes its new tokens' keys and values into the cache buffers it is
+    # given, after the filled slots, in place, and returns the logits only.
+    # Eager's step on torch tensors (updated in place by the same code) is the
+    # reference: the written slots hold its values, every other slot (filled
+    # ones, and those past the mask) keeps what it held, bit for bit. Run again
+    # (a retry), the step gives the same logits and leaves the same cache.
+    import numpy as np
+
+    from anyshape.generation.step import CausalLMStep
+
+    model, generator = built("gpt2")
+    module = generator.module
+    batch, new = (2, 3) if entry is None else (1, 1)
+    filled, capacity = 6, 13
+    generator_ = torch.Generator().manual_seed(21)
+    ids = torch.randint(3, VOCAB, (batch, new), generator=generator_)
+    mask = torch.ones(batch, filled + new, dtype=torch.long)
+    mask[:, 0] = 0  # the masked first slot
+    positions = torch.arange(filled - 1, filled - 1 + new).expand(batch, new).contiguous()
+    cache = [torch.randn(batch, heads, capacity, dim, generator=generator_)
+             for layer in generator.spec["cache"] for heads, dim in layer]
+    eager_cache = [t.clone() for t in cache]
+    with torch.no_grad():
+        expected = CausalLMStep(model, len(generator.spec["cache"]))(
+            ids, positions, mask, *eager_cache)
+    arrays = module.device_arrays([t.numpy() for t in cache])
+    inputs = [ids.numpy(), positions.numpy(), mask.numpy()]
+    results = module.invoke([*inputs, *arrays], entry=entry)
+    assert len(results) == 1
+    logits = np.asarray(results[0].to_host())
+    np.testing.assert_allclose(logits, expected.numpy(), atol=1e-4, rtol=1e-4)
+    written = slice(filled, filled + new)
+    after = [np.asarray(a.to_host()).copy() for a in arrays]
+    for before, now, reference in zip(cache, after, eager_cache):
+        np.testing.assert_allclose(now[:, :, written], reference[:, :, written].numpy(),
+                                   atol=1e-5, rtol=1e-5)
+        untouched = np.ones(capacity, dtype=bool)
+        untouched[written] = False
+        assert np.array_equal(now[:, :, untouched], before.numpy()[:, :, untouched])
+    again = module.invoke([*inputs, *arrays], entry=entry)
+    assert np.array_equal(np.asarray(again[0].to_host()), logits)
+    for a, previous in zip(arrays, after):
+        assert np.array_equal(np.asarray(a.to_host()), previous)
+
+
+@pytest.mark.builds_after_export
 @pytest.mark.parametrize("model_type", ["gpt2", "llama"])
 def test_batch_1_decodes_with_its_own_function(model_type, monkeypatch):
     # After the prompt, every batch-1 step runs the function specialized for one
@@ -407,12 +455,22 @@ def test_check_validates_the_passes_on_the_step_graph(model_type):
     from anyshape.generation.compile import export_step
     from anyshape.generation.step import CausalLMStep, probe_cache
     from anyshape.passes import DEFAULT_PIPELINE
+    from anyshape.runtime.signature import signature_from_program
+    from anyshape.runtime.size_conditions import holds
 
     model = small_causal_lm(model_type)
     shapes = probe_cache(model)
-    text = str(import_program(prepare_program(export_step(CausalLMStep(model, len(shapes)),
-                                                          shapes))))
-    trials = check(text, DEFAULT_PIPELINE, trials=3, seed=2, max_size=24)
+    program = prepare_program(export_step(CausalLMStep(model, len(shapes)), shapes))
+    text = str(import_program(program))
+    # The step writes its new keys and values into the cache's slots after the
+    # filled ones: the capacity must exceed the mask's length (a guard).
+    signature = signature_from_program(program)
+    conditions = signature.conditions
+    batch, new = signature.inputs[0].dims
+    length, capacity = signature.inputs[2].dims[1], signature.inputs[3].dims[2]
+    too_few_slots = {batch: 2, new: 1, length: 9, capacity: 8}
+    assert any(holds(c, too_few_slots) is False for c in conditions), conditions
+    trials = check(text, DEFAULT_PIPELINE, trials=3, seed=2, max_size=24, conditions=conditions)
     assert len({tuple(sorted(t.sizes.items())) for t in trials}) > 1
     for trial in trials:
         assert trial.ok, f"sizes {trial.sizes}: " + "; ".join(str(e) for e in trial.errors
