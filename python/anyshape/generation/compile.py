@@ -8,12 +8,13 @@ and compiled (``step.py``), with its cache written in place
 (``BackendOptions(in_place_writes=True)``).
 
 Beside it, in the same module and on the same weights, the step is exported
-once more for one row and one new token (only the lengths dynamic):
-``DECODE_ENTRY``, which ``generate`` calls for every token after the first
-at batch 1. With the rows a static 1, IREE packs each product for a single
-row (``mmt4d`` tiles of 1 x 16) instead of a 16-row tile of which one row is
-real, and computes the attention over the cache without packing it:
-GPT-2's batch-1 decode step took 21.8 ms against 34.2 ms (docs/generation.md).
+again for one new token at a static batch of 1, 4 and 8 rows (only the
+lengths dynamic): ``DECODE_ENTRIES``, which ``generate`` calls for every
+token after the first, a batch between them padded up to the next. With the
+rows static, IREE packs each product for tiles of that many rows (``mmt4d``
+tiles of 1 x 16, 4 x 16, 8 x 16) instead of 16-row tiles of which a few rows
+are real: GPT-2's decode step at batch 4 with 335 slots took 35.6 ms against
+74.2 ms for the general step (docs/generation.md).
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ from anyshape.workarounds_index import Workaround
 # specialized), each size different (so that no two dims are taken for one).
 # "capacity": the cache buffers' slots, more than past + new.
 _EXAMPLE = {"batch": 2, "new": 3, "past": 5, "capacity": 11}
-# The module's function for one row and one new token (generator.py calls it).
-DECODE_ENTRY = "decode_one"
+# The module's functions for one new token at a static batch, by batch
+# (generator.py calls them; other batches are padded up to the next one).
+DECODE_ENTRIES = {1: "decode_one", 4: "decode_four", 8: "decode_eight"}
+DECODE_ENTRY = DECODE_ENTRIES[1]
 
 
 def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None,
@@ -72,9 +75,10 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
     step = CausalLMStep(model, len(shapes))
     program = export_step(step, shapes)
     entries = {}
-    decode = export_decode_step(step, shapes)
-    if decode is not None:
-        entries[DECODE_ENTRY] = decode
+    for batch, name in DECODE_ENTRIES.items():
+        decode = export_decode_step(step, shapes, batch)
+        if decode is not None:
+            entries[name] = decode
     ids_dims, positions_dims, mask_dims, cache_dims = step_dims(len(shapes))
     names = (ids_dims, positions_dims, mask_dims, *cache_dims)  # as the program's flat inputs
 
@@ -89,12 +93,15 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
         if not entries or error.stage != IREE_COMPILE_STAGE:
             raise
         # decode_entry_dropped_where_iree_fails (WORKAROUNDS below).
-        warnings.warn(f"compile_generator: iree-compile failed on the module with the batch-1 "
-                      f"decode function ({error.diagnostic.splitlines()[0][:300]}); compiled "
-                      f"without it, so batch-1 decode runs the general step", stacklevel=2)
+        warnings.warn(f"compile_generator: iree-compile failed on the module with the decode "
+                      f"functions ({error.diagnostic.splitlines()[0][:300]}); compiled without "
+                      f"them, so decode runs the general step", stacklevel=2)
         entries = {}
         module = build(entries)
-    spec = {**_spec(model, shapes), "decode_entry": DECODE_ENTRY if entries else None}
+    spec = {**_spec(model, shapes),
+            "decode_entry": DECODE_ENTRY if DECODE_ENTRY in entries else None,
+            "decode_entries": {str(batch): name for batch, name in DECODE_ENTRIES.items()
+                               if name in entries}}
     return Generator(module, spec, _generation_config(model))
 
 
@@ -117,13 +124,15 @@ def export_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgram:
         return torch.export.export(step, inputs, dynamic_shapes=step_dims(len(shapes)))
 
 
-def export_decode_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgram | None:
-    """The step for one row and one new token, the cache length its one dim;
-    None, with a warning that says why, where torch.export refuses it (the
-    module then decodes with the general step, only slower)."""
+def export_decode_step(step: CausalLMStep, shapes,
+                       batch: int = 1) -> torch.export.ExportedProgram | None:
+    """The step for ``batch`` rows and one new token, the mask's length and the
+    capacity its only dims; None, with a warning that says why, where
+    torch.export refuses it (the module then decodes with the general step,
+    only slower)."""
     from torch.export import Dim
 
-    inputs = _example_inputs(step, shapes, 1, 1, _EXAMPLE["past"], _EXAMPLE["capacity"])
+    inputs = _example_inputs(step, shapes, batch, 1, _EXAMPLE["past"], _EXAMPLE["capacity"])
     length, capacity = Dim("length", min=2), Dim("capacity", min=2)
     dims = (None, None, {1: length}, tuple({2: capacity} for _ in inputs[3:]))
     try:
@@ -131,9 +140,9 @@ def export_decode_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgr
             return torch.export.export(step, inputs, dynamic_shapes=dims)
     except Exception as error:  # noqa: BLE001  only speed depends on it: said, not raised
         first = next((line for line in str(error).splitlines() if line.strip()), "")
-        warnings.warn(f"compile_generator: the batch-1 decode step did not export "
-                      f"({type(error).__name__}: {first[:200]}); batch-1 decode runs the "
-                      f"general step", stacklevel=3)
+        warnings.warn(f"compile_generator: the batch-{batch} decode step did not export "
+                      f"({type(error).__name__}: {first[:200]}); batch-{batch} decode runs "
+                      f"the general step", stacklevel=3)
         return None
 
 
@@ -198,12 +207,12 @@ def _generation_config(model) -> dict:
 WORKAROUNDS = (
     Workaround(
         name='decode_entry_dropped_where_iree_fails', stage='generation',
-        where='compile_generator (the retry without DECODE_ENTRY)',
+        where='compile_generator (the retry without DECODE_ENTRIES)',
         upstream="IREE 3.13's CPU codegen sizes a stack buffer of BLOOM's decode softmax "
                  "(ALiBi scores of one token over an unbounded cache length) from the length's "
                  "unsigned maximum, memref<1x-1xf32>, and fails ('offset 1 is out-of-bounds: 0 "
                  ">= -1' in IREEComprehensiveBufferizePass); the module is compiled again "
-                 "without the batch-1 decode function, with a warning.",
+                 "without the decode functions, with a warning.",
         guard='test/python/generation/test_generate.py::test_bloom_decodes_with_the_general_step',
-        remove_when="(inferred) when IREE compiles BLOOM's batch-1 decode step"),
+        remove_when="(inferred) when IREE compiles BLOOM's decode steps of a static batch"),
 )

@@ -88,21 +88,43 @@ class Generator:
 
         if streamer is not None:
             streamer.put(ids.cpu())
+        # A batch with no decode function of its own runs as the next one up,
+        # the extra rows copies of the first (their tokens are dropped).
+        rows = self._decode_rows(batch)
+        if rows > batch:
+            ids = torch.cat([ids, ids[:1].expand(rows - batch, -1)])
+            mask = torch.cat([mask, mask[:1].expand(rows - batch, -1)])
         # The masked first slot, the prompt, every new token but the last (which
         # no step is given), and one more: the step was exported with more slots
         # than its mask covers, and torch.export's guards keep the two apart.
-        cache = self._empty_cache(batch, 1 + prompt + new_tokens)
+        cache = self._empty_cache(rows, 1 + prompt + new_tokens)
         with _torch_on_one_thread():
             return self._loop(ids, mask, cache, processors, config, new_tokens, eos, pad,
-                              streamer)
+                              streamer, batch)
 
-    def _loop(self, ids, mask, cache, processors, config, new_tokens, eos, pad, streamer):
-        batch = ids.shape[0]
+    def _decode_rows(self, batch: int) -> int:
+        """The rows ``batch`` runs as: the smallest batch with a decode function
+        of its own that holds it (``compile.DECODE_ENTRIES``), else itself."""
+        sizes = sorted(int(size) for size in self._decode_entries())
+        return next((size for size in sizes if size >= batch), batch)
+
+    def _decode_entries(self) -> dict:
+        entries = self.spec.get("decode_entries")
+        if entries is None and self.spec.get("decode_entry"):
+            entries = {"1": self.spec["decode_entry"]}
+        return entries or {}
+
+    def _loop(self, ids, mask, cache, processors, config, new_tokens, eos, pad, streamer,
+              batch):
+        """``ids`` and ``mask`` may hold more rows than ``batch`` (copies of the
+        first): those are computed, and their logits dropped; the tokens they
+        are fed are the first row's."""
         step_ids, step_mask = ids, mask
-        sequences = ids
+        extra = ids.shape[0] - batch
+        sequences = ids[:batch]
         unfinished = torch.ones(batch, dtype=torch.long)
         for _ in range(new_tokens):
-            logits = self._step(step_ids, step_mask, cache)
+            logits = self._step(step_ids, step_mask, cache)[:batch]
             scores = processors(sequences, logits)
             if config.do_sample:
                 probs = torch.nn.functional.softmax(scores, dim=-1)
@@ -118,8 +140,9 @@ class Generator:
                 unfinished = unfinished & ~torch.isin(next_tokens, torch.tensor(eos))
                 if not unfinished.any():
                     break
-            step_ids = next_tokens[:, None]
-            step_mask = torch.cat([step_mask, torch.ones(batch, 1, dtype=step_mask.dtype)], dim=-1)
+            step_ids = torch.cat([next_tokens, next_tokens[:1].expand(extra)])[:, None]
+            step_mask = torch.cat([step_mask, torch.ones(batch + extra, 1, dtype=step_mask.dtype)],
+                                  dim=-1)
         if streamer is not None:
             streamer.end()
         return sequences
@@ -188,8 +211,8 @@ class Generator:
         positions = mask.long().cumsum(-1) - 1
         positions.masked_fill_(mask == 0, 1)
         positions = positions[:, -ids.shape[1]:]
-        # One row, one token: the function specialized for it (compile.py).
-        entry = self.spec.get("decode_entry") if ids.shape == (1, 1) else None
+        # One token at a batch with a function of its own (compile.py).
+        entry = self._decode_entries().get(str(ids.shape[0])) if ids.shape[1] == 1 else None
         results = self.module.invoke([ids.numpy().astype(np.int64),
                                       positions.numpy().astype(np.int64), full_mask, *cache],
                                      entry=entry)

@@ -258,11 +258,11 @@ def test_the_cache_stays_on_the_device(monkeypatch):
     monkeypatch.setattr(rt.DeviceArray, "to_host", counted)
     ids, _ = mixed_batch([7, 7], seed=10)
     generator.generate(ids, max_new_tokens=10)
-    assert copies == [(2, VOCAB)] * 10
+    assert copies == [(4, VOCAB)] * 10  # two rows run as the four-row function's batch
 
 
 @pytest.mark.builds_after_export
-@pytest.mark.parametrize("entry", [None, "decode_one"])
+@pytest.mark.parametrize("entry", [None, "decode_one", "decode_four"])
 def test_a_step_writes_only_its_new_rows(entry):
     # A step writes its new tokens' keys and values into the cache buffers it is
     # given, after the filled slots, in place, and returns the logits only.
@@ -276,7 +276,7 @@ def test_a_step_writes_only_its_new_rows(entry):
 
     model, generator = built("gpt2")
     module = generator.module
-    batch, new = (2, 3) if entry is None else (1, 1)
+    batch, new = {None: (2, 3), "decode_one": (1, 1), "decode_four": (4, 1)}[entry]
     filled, capacity = 6, 13
     generator_ = torch.Generator().manual_seed(21)
     ids = torch.randint(3, VOCAB, (batch, new), generator=generator_)
@@ -313,9 +313,13 @@ def test_a_step_writes_only_its_new_rows(entry):
 @pytest.mark.parametrize("model_type", ["gpt2", "llama"])
 def test_batch_1_decodes_with_its_own_function(model_type, monkeypatch):
     # After the prompt, every batch-1 step runs the function specialized for one
-    # row and one token (one more export, same weights), and the tokens stay HF's.
+    # row and one token (one more export, same weights), and the tokens stay HF's;
+    # two rows run as four (the four-row function), nine (more than the largest,
+    # eight) with the general step.
     model, generator = built(model_type)
     assert generator.spec["decode_entry"] == "decode_one"
+    assert generator.spec["decode_entries"] == {"1": "decode_one", "4": "decode_four",
+                                                "8": "decode_eight"}
     entries = []
     original = type(generator.module).invoke
 
@@ -330,8 +334,14 @@ def test_batch_1_decodes_with_its_own_function(model_type, monkeypatch):
     assert entries == [None] + ["decode_one"] * 11
     entries.clear()
     two, mask = mixed_batch([9, 4], seed=12)
-    generator.generate(two, attention_mask=mask, max_new_tokens=3)
-    assert entries == [None] * 3  # more than one row: the general step
+    got = generator.generate(two, attention_mask=mask, max_new_tokens=3)
+    assert got.shape == (2, two.shape[1] + 3)
+    assert entries == [None] + ["decode_four"] * 2
+    entries.clear()
+    nine, mask = mixed_batch([9, 4, 1, 6, 2, 8, 3, 5, 7], seed=15)
+    got = generator.generate(nine, attention_mask=mask, max_new_tokens=5)
+    assert torch.equal(got, hf_generate(model, nine, mask, max_new_tokens=5, do_sample=False))
+    assert entries == [None] * 5
 
 
 @pytest.mark.builds_after_export
@@ -341,9 +351,9 @@ def test_bloom_decodes_with_the_general_step():
     # warning, and still HF's tokens at batch 1. Fails once IREE compiles it.
     model, generator = built("bloom")
     said = [text for text in _build_warnings[("bloom", repr([]))]
-            if "iree-compile failed on the module with the batch-1 decode function" in text]
+            if "iree-compile failed on the module with the decode functions" in text]
     assert len(said) == 1 and "out-of-bounds" in said[0], _build_warnings[("bloom", repr([]))]
-    assert generator.spec["decode_entry"] is None
+    assert generator.spec["decode_entry"] is None and generator.spec["decode_entries"] == {}
     ids, _ = mixed_batch([7], seed=13)
     assert torch.equal(generator.generate(ids, max_new_tokens=8),
                        hf_generate(model, ids, max_new_tokens=8))
