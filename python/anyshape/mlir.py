@@ -229,6 +229,28 @@ def iree_bindings():
     return iree_ir
 
 
+def rewrite_with_iree_bindings(in_file, out_file, text_file, rewrite) -> int:
+    """``rewrite(iree_ir, module)`` (which returns a count) on ``in_file`` (IR
+    that holds IREE's own ops, bytecode or text), written to ``out_file`` as
+    bytecode and to ``text_file`` as text when given. Returns the count;
+    ValueError when IREE cannot read the file."""
+    from pathlib import Path
+
+    iree_ir = iree_bindings()
+    with iree_ir.Context():
+        try:
+            module = iree_ir.Module.parse(Path(in_file).read_bytes())
+        except iree_ir.MLIRError as error:
+            raise ValueError(f"IREE's bindings cannot read {in_file}: {error}") from None
+        count = rewrite(iree_ir, module)
+        with open(out_file, "wb") as f:
+            module.operation.write_bytecode(f)
+        if text_file is not None:
+            with open(text_file, "w") as f:
+                module.operation.print(file=f)
+    return count
+
+
 def iree_tool(name: str) -> str:
     """Path of a tool shipped in the iree-base-compiler wheel (``iree-compile``)."""
     from iree.compiler.tools.binaries import find_tool

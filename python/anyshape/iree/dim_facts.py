@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 from anyshape.dialects import DIMS_ATTR, builtin_tensor_text
-from anyshape.mlir import ir, iree_bindings
+from anyshape.mlir import ir, rewrite_with_iree_bindings
 from anyshape.workarounds_index import Workaround
 
 
@@ -58,22 +58,11 @@ def inject_dim_facts(in_file: Path, out_file: Path, text_file: Path | None = Non
 
     Raises ValueError naming the function and argument when a fact does not fit
     the argument's type, or when IREE cannot read the IR."""
-    iree_ir = iree_bindings()
-    with iree_ir.Context():
-        try:
-            module = iree_ir.Module.parse(Path(in_file).read_bytes())
-        except iree_ir.MLIRError as error:
-            raise ValueError(f"IREE's bindings cannot read {in_file}: {error}") from None
-        count = 0
-        for op in module.body.operations:
-            if op.operation.name == "func.func":
-                count += _inject_function(iree_ir, op.operation)
-        with open(out_file, "wb") as f:
-            module.operation.write_bytecode(f)
-        if text_file is not None:
-            with open(text_file, "w") as f:
-                module.operation.print(file=f)
-    return count
+    def inject(iree_ir, module) -> int:
+        return sum(_inject_function(iree_ir, op.operation) for op in module.body.operations
+                   if op.operation.name == "func.func")
+
+    return rewrite_with_iree_bindings(in_file, out_file, text_file, inject)
 
 
 def _inject_function(iree_ir, function) -> int:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from anyshape.mlir import iree_bindings
+from anyshape.mlir import iree_bindings, rewrite_with_iree_bindings
 from anyshape.workarounds_index import Workaround
 
 _TO_VTENSOR = "torch.copy.to_vtensor"
@@ -57,21 +57,13 @@ def write_inputs_in_place_file(in_file: Path, out_file: Path, written: dict[str,
                                text_file: Path | None = None) -> int:
     """``write_inputs_in_place`` from ``in_file`` (IREE-input IR, bytecode or
     text) to ``out_file`` (bytecode), and to ``text_file`` as text when given."""
-    ir = iree_bindings()
-    with ir.Context():
-        try:
-            module = ir.Module.parse(Path(in_file).read_bytes())
-        except ir.MLIRError as error:
-            raise ValueError(f"IREE's bindings cannot read {in_file}: {error}") from None
+    def rewrite(ir, module) -> int:
         count = write_inputs_in_place(module, written)
         if not module.operation.verify():
             raise ValueError("the module with inputs written in place does not verify")
-        with open(out_file, "wb") as f:
-            module.operation.write_bytecode(f)
-        if text_file is not None:
-            with open(text_file, "w") as f:
-                module.operation.print(file=f)
-    return count
+        return count
+
+    return rewrite_with_iree_bindings(in_file, out_file, text_file, rewrite)
 
 
 def _mutable_type(ir, vtensor_type):
