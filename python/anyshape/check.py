@@ -68,6 +68,9 @@ def check(text: str | bytes, passes: list[str], *, trials: int = 3, seed: int = 
     from anyshape.iree.flags import make_target
 
     target = make_target("cpu", data_tiling=False)
+    if conditions:  # sizes that meet them exist, before two builds are made
+        _draw_sizes(signature_from_module(parse_module(text, new_context()), function),
+                    np.random.default_rng(seed), max_size, conditions)
     builds = []
     for pipeline in ([], list(passes)):
         module = parse_module(text, new_context())

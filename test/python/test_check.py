@@ -84,6 +84,22 @@ def test_unbound_dim_is_drawn_up_to_max_size():
     assert all(0 <= size <= 5 for t in trials for size in t.sizes.values())
 
 
+def test_conditions_are_met_by_every_draw_and_none_met_is_refused(tanh_text):
+    # Relations between sizes the IR does not state (a step's cache capacity
+    # above its mask length): every draw meets them; none that can is refused
+    # before anything is built.
+    from anyshape.ir_signature import signature_from_module
+    from anyshape.mlir import new_context, parse_module
+
+    symbol = next(iter(signature_from_module(parse_module(tanh_text, new_context()),
+                                             "main").symbols))
+    trials = check(tanh_text, [], trials=3, max_size=40, conditions=[f"({symbol}) % 2 == 0"])
+    assert all(t.ok and t.sizes[symbol] % 2 == 0 for t in trials)
+    with pytest.raises(ValueError, match=r"conditions: no sizes up to max_size=40 met them in "
+                                         r"1000 draws"):
+        check(tanh_text, [], max_size=40, conditions=[f"({symbol}) > 1000"])
+
+
 @pytest.fixture(scope="module")
 def gpt2_text():
     """Every default pass rewrites something here: position ids from the length,

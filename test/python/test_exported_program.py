@@ -73,3 +73,5 @@ def test_entries_are_named_exported_programs(program):
         anyshape.compile(program, entries={"main": program})
     with pytest.raises(TypeError, match="outer_dim_concat: expected True or False, got 'no'"):
         anyshape.compile(program, backend=anyshape.BackendOptions(outer_dim_concat="no"))
+    with pytest.raises(TypeError, match="in_place_writes: expected True or False, got 1"):
+        anyshape.compile(program, backend=anyshape.BackendOptions(in_place_writes=1))

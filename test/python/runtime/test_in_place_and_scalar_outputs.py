@@ -79,6 +79,24 @@ def test_inputs_updated_in_place_as_eager(name, in_place_writes):
         assert any(not torch.equal(before, want) for before, want in zip(inputs, eager_inputs))
 
 
+def test_invoke_refuses_a_host_array_the_module_writes_in_place():
+    # invoke passes arrays as they are: a host array would be copied to the
+    # device, written there, and the update lost.
+    model = AddInPlace().eval()
+    compiled = anyshape.compile(model, (torch.randn(2, 3), torch.randn(2, 3)),
+                                dynamic_shapes=CASES["add_"][2],
+                                backend=anyshape.BackendOptions(in_place_writes=True))
+    x, y = np.ones((2, 3), np.float32), np.full((2, 3), 2.0, np.float32)
+    with pytest.raises(TypeError, match="x: this module writes it in place, so it must be a "
+                                        "device array .* got ndarray, whose update would be lost"):
+        compiled.invoke([x, y])
+    device_x, = compiled.device_arrays([x])
+    results = compiled.invoke([device_x, y])
+    assert len(results) == 1  # x * 2 only: x's new value is in its buffer
+    np.testing.assert_allclose(np.asarray(device_x.to_host()), x + y)
+    np.testing.assert_allclose(np.asarray(results[0].to_host()), 2 * (x + y))
+
+
 def test_numpy_inputs_are_updated_in_place_too(tmp_path):
     model = AddInPlace().eval()
     compiled = anyshape.compile(model, (torch.randn(2, 3), torch.randn(2, 3)),
