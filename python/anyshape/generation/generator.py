@@ -109,10 +109,8 @@ class Generator:
         return next((size for size in sizes if size >= batch), batch)
 
     def _decode_entries(self) -> dict:
-        entries = self.spec.get("decode_entries")
-        if entries is None and self.spec.get("decode_entry"):
-            entries = {"1": self.spec["decode_entry"]}
-        return entries or {}
+        """Batch (as text) -> the module's decode function for it."""
+        return self.spec["decode_entries"]
 
     def _loop(self, ids, mask, cache, processors, config, new_tokens, eos, pad, streamer,
               batch):
