@@ -75,3 +75,7 @@ def test_entries_are_named_exported_programs(program):
         anyshape.compile(program, backend=anyshape.BackendOptions(outer_dim_concat="no"))
     with pytest.raises(TypeError, match="in_place_writes: expected True or False, got 1"):
         anyshape.compile(program, backend=anyshape.BackendOptions(in_place_writes=1))
+    with pytest.raises(ValueError, match="in_place_writes: not supported together with "
+                                         "padding='eliminate'"):
+        anyshape.compile(program, padding="eliminate",
+                         backend=anyshape.BackendOptions(in_place_writes=True))
