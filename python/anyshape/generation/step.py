@@ -86,7 +86,7 @@ def probe_cache(model: torch.nn.Module) -> list[tuple[tuple[int, ...], tuple[int
 
 @functools.cache
 def _filled_in_place_layer():
-    """``_FilledInPlace``, made on first use: transformers is imported only by
+    """The cache layer class, made on first use: transformers is imported only by
     the compile side (the runtime needs its generation utilities only)."""
     from transformers.cache_utils import DynamicLayer
 
