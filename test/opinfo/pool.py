@@ -93,10 +93,13 @@ def _lost(record: dict, request: dict, stage: str, how: str, detail: str) -> tup
 
 def run_cases(cases: Iterable[str], workers: int = 2, timeout: float = 120.0,
               log_path: str | os.PathLike | None = None,
-              on_result: Callable[[dict], None] = lambda record: None) -> list[dict]:
+              on_result: Callable[[dict], None] = lambda record: None,
+              plain_when_anyshape_fails: bool = False) -> list[dict]:
     """Run ``cases`` on ``workers`` processes; ``on_result`` gets each finished
-    record (in completion order); returns them all."""
-    queue = deque({"case": c, "stacks": list(STACKS)} for c in cases)
+    record (in completion order); returns them all. ``plain_when_anyshape_fails``:
+    as ``run_case`` takes it."""
+    queue = deque({"case": c, "stacks": list(STACKS),
+                   "plain_when_anyshape_fails": plain_when_anyshape_fails} for c in cases)
     partial: dict[str, dict] = {}  # case -> what is known while a stack runs again
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL
     selector = selectors.DefaultSelector()

@@ -1,7 +1,7 @@
 """A worker process: reads requests, runs cases, writes JSON lines.
 
 Started by ``pool`` as ``python -m opinfo.worker``. Each request is a line
-``{"case": id, "stacks": [...]}`` on stdin. The answers go to the stdout the
+``{"case": id, "stacks": [...], "plain_when_anyshape_fails": bool}`` on stdin. The answers go to the stdout the
 worker was started with, one JSON object a line: ``{"stage": ...}`` before
 each stage, ``{"partial": {stack: result}}`` as each stack finishes, and
 ``{"result": record}`` at the end, so that when IREE takes the process down
@@ -46,7 +46,7 @@ def main() -> None:
         request = json.loads(line)
         try:
             record = run_case(request["case"], request.get("stacks", ("anyshape", "plain")),
-                              progress)
+                              progress, request.get("plain_when_anyshape_fails", False))
         except Exception as error:  # a harness bug: kept in the results, not fatal
             record = {"case": request["case"],
                       "harness_error": "".join(traceback.format_exception(error))[-3000:]}

@@ -72,12 +72,23 @@ def test_iree_torch_input_failures_are_torch_mlir_gaps():
                                        "stack allocations") == classify.IREE
 
 
-def test_a_dead_worker_is_a_crash_and_the_other_stack_still_runs(monkeypatch):
+@pytest.mark.parametrize("plain_when_anyshape_fails", [False, True])
+def test_a_dead_worker_is_a_crash_and_the_other_stack_still_runs(monkeypatch,
+                                                                plain_when_anyshape_fails):
     monkeypatch.setenv("OPINFO_ABORT_AT", "anyshape:compile")
-    (record,) = run_cases(["add-float32-5"], workers=1, timeout=120)
+    (record,) = run_cases(["add-float32-5"], workers=1, timeout=120,
+                          plain_when_anyshape_fails=plain_when_anyshape_fails)
     assert record["anyshape"]["cause"] == classify.CRASH
     assert "SIGABRT" in record["anyshape"]["error"]
     assert record["plain"]["status"] == "pass"
+
+
+def test_the_floor_leaves_the_plain_stack_out_where_anyshape_passes():
+    # The floor asks nothing of the plain stack there (test_opinfo_floor.py).
+    (record,) = run_cases(["add-float32-5"], workers=1, timeout=120,
+                          plain_when_anyshape_fails=True)
+    assert record["anyshape"]["status"] == "pass"
+    assert record["plain"] == {"status": "not-run", "why": "anyshape passed"}
 
 
 def test_a_call_outside_the_exported_sizes_is_torch_exports():
