@@ -17,12 +17,16 @@ from 0 to ``--max-size``. Float inputs are standard normal, integer inputs
 uniform in ``[0, --int-high)``, booleans fair coins. Both builds run without
 data tiling, so that what is compared is what the passes did;
 ``anyshape-lower`` ends the passes (unless they include it) and lowers
-anyshape ops in the unchanged module.
+anyshape ops in the unchanged module. The reference build is kept for the
+process (the last few modules), so that checking several passes on one
+module compiles it once.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import hashlib
 import re
 import sys
 from dataclasses import dataclass
@@ -33,6 +37,10 @@ import numpy as np
 from anyshape.runtime.signature import ModuleSignature
 
 LOWER = "anyshape-lower"
+# Reference builds by (module text's SHA-256, function, pipeline): no pass but
+# anyshape's own lowering runs on them, so the text decides the build.
+_REFERENCES: collections.OrderedDict = collections.OrderedDict()
+_KEPT_REFERENCES = 4
 
 
 @dataclass
@@ -72,7 +80,8 @@ def check(text: str | bytes, passes: list[str], *, trials: int = 3, seed: int = 
         _draw_sizes(signature_from_module(parse_module(text, new_context()), function),
                     np.random.default_rng(seed), max_size, conditions)
     builds = []
-    for pipeline in ([], list(passes)):
+    digest = hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
+    for is_reference, pipeline in ((True, []), (False, list(passes))):
         module = parse_module(text, new_context())
         signature = signature_from_module(module, function)
         for element in pipeline:
@@ -85,7 +94,16 @@ def check(text: str | bytes, passes: list[str], *, trials: int = 3, seed: int = 
         names = [split_pass_element(p)[0] for p in pipeline]
         if LOWER not in names and (pipeline or _has_anyshape_ops(module)):
             pipeline = [*pipeline, LOWER]
+        key = (digest, function, tuple(pipeline))
+        if is_reference and key in _REFERENCES:
+            _REFERENCES.move_to_end(key)
+            builds.append(_REFERENCES[key])
+            continue
         builds.append(compile_module(module, signature, target, pipeline, entry=function))
+        if is_reference:
+            _REFERENCES[key] = builds[-1]
+            while len(_REFERENCES) > _KEPT_REFERENCES:
+                _REFERENCES.popitem(last=False)
     reference, candidate = builds
     padding = padding_contract(candidate)
     rng = np.random.default_rng(seed)

@@ -12,7 +12,7 @@ from models import roberta_inputs, shape_queries_case, small_gpt2_last_token
 from torch.export import Dim
 
 import anyshape
-from anyshape.check import check
+from anyshape.check import LOWER, check
 from anyshape.passes import DEFAULT_PIPELINE
 
 
@@ -119,6 +119,22 @@ def test_each_default_pass_alone_is_equivalent(gpt2_text, pass_name):
     assert all(t.ok for t in trials), [(t.sizes, t.errors) for t in trials]
     length, = re.findall(r'torch.symbolic_int "(\w+)" \{min_val = 2, max_val = 64\}', gpt2_text)
     assert all(2 <= t.sizes[length] <= 64 for t in trials), [t.sizes for t in trials]
+
+
+def test_the_reference_is_built_once_for_several_passes(gpt2_text, monkeypatch):
+    # The per-pass test above checks five passes on one module: one reference build.
+    import anyshape.compiler
+
+    built = []
+    real = anyshape.compiler.compile_module
+    monkeypatch.setattr(anyshape.compiler, "compile_module",
+                        lambda module, signature, target, pipeline, **kw:
+                        built.append(list(pipeline)) or real(module, signature, target,
+                                                             pipeline, **kw))
+    for pass_name in DEFAULT_PIPELINE[:2]:
+        check(gpt2_text, [pass_name], trials=1, seed=5, max_size=64)
+    references = [p for p in built if p in ([], [LOWER])]
+    assert len(references) <= 1 and len(built) - len(references) == 2, built
 
 
 class _PackedAttention(torch.nn.Module):
