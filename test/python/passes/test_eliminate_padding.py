@@ -84,9 +84,15 @@ def test_exact_at_real_tokens(family, task):
                 assert torch.count_nonzero(got[~real]) == 0, f"{where}: padding not 0"
 
 
+def _bert_base():
+    """BERT's base model, seeded: the tests that take it share one build (the
+    session's compile cache)."""
+    torch.manual_seed(0)
+    return transformers.AutoModel.from_config(_config("bert")).eval()
+
+
 def test_mask_values_other_than_0_and_1_are_refused():
-    model = transformers.AutoModel.from_config(_config("bert")).eval()
-    compiled = _compile(model)
+    compiled = _compile(_bert_base())
     ids = torch.randint(3, 100, (2, 5))
     mask = torch.ones(2, 5, dtype=torch.long)
     mask[1, 3] = 2
@@ -148,7 +154,7 @@ def test_the_mask_input_survives_save_and_load(tmp_path):
 def test_a_batch_without_padding_runs_the_dense_twin(tmp_path, monkeypatch):
     """With no zero in the mask the gathers would buy nothing: the runtime calls
     the function as compiled without the pass, also after save and load."""
-    model = transformers.AutoModel.from_config(_config("bert")).eval()
+    model = _bert_base()
     compiled = _compile(model)
     compiled.save(tmp_path / "packed")
     loaded = anyshape.load(tmp_path / "packed")
