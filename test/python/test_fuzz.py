@@ -8,7 +8,7 @@ output beyond the tolerance and on any exception (an import, pass or IREE
 failure is a crash, which is a failure); its message holds the program's
 source, which rebuilds it.
 
-Seeds are built ten to a module (``Bundle``); a seed that fails there is
+Seeds are built fifty to a module (``Bundle``); a seed that fails there is
 checked again alone, whose failure names it. ``make test`` runs seeds 0-99;
 ``make fuzz`` runs 500 (``ANYSHAPE_FUZZ_COUNT``
 and ``ANYSHAPE_FUZZ_START`` pick the range).
@@ -33,10 +33,13 @@ TRIALS = 2
 
 
 # Seeds are checked BUNDLE at a time: one module runs their programs side by
-# side on the same inputs (two IREE builds a bundle, not two a seed). A seed
-# whose bundle crashed or went wrong anywhere is checked again alone, so the
-# failure names its program, as before bundling.
-BUNDLE = 10
+# side on the same inputs (two IREE builds a bundle, not two a seed: each build
+# costs about 4 s besides its programs). A seed whose bundle crashed or went
+# wrong anywhere is checked again alone, so the failure names its program, as
+# before bundling. A bundle draws BUNDLE_TRIALS sizes: as many over 100 seeds
+# as ten bundles of ten drew.
+BUNDLE = 50
+BUNDLE_TRIALS = 10
 
 
 class Bundle(torch.nn.Module):
@@ -52,10 +55,10 @@ class Bundle(torch.nn.Module):
         return tuple(outputs)
 
 
-def _check(module, seed):
+def _check(module, seed, trials=TRIALS):
     text = str(anyshape.import_torch(module, example_inputs(*EXAMPLE_SHAPE),
                                      dynamic_shapes=dynamic_shapes()))
-    return check(text, list(DEFAULT_PIPELINE), trials=TRIALS, seed=seed, max_size=MAX_LENGTH)
+    return check(text, list(DEFAULT_PIPELINE), trials=trials, seed=seed, max_size=MAX_LENGTH)
 
 
 def _mismatches(trials, first: int = 0, count: int | None = None) -> list[str]:
@@ -81,7 +84,7 @@ def _passed_in_bundle(seed: int) -> bool:
             example = example_inputs(*EXAMPLE_SHAPE)
             counts = [len(r) if isinstance(r, tuple) else 1
                       for r in (p(*example) for p in programs)]
-            trials = _check(Bundle(programs), start)
+            trials = _check(Bundle(programs), start, BUNDLE_TRIALS)
             if all(len(t.errors) == sum(counts) for t in trials) and trials:
                 first = 0
                 for s, count in zip(seeds, counts):
