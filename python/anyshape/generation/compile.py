@@ -46,8 +46,9 @@ DECODE_ENTRY = DECODE_ENTRIES[1]
 def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None,
                       backend=None, cache: bool = True, progress=False,
                       dump_ir_dir=None, threads=None) -> Generator:
-    """Compile ``model`` (an HF ``*ForCausalLM``, unmodified, with its weights)
-    for ``generate`` at any prompt length, output length and batch.
+    """Compile ``model`` (an HF ``*ForCausalLM``, or an encoder-decoder's
+    ``*ForConditionalGeneration``: ``seq2seq.py``; unmodified, with its
+    weights) for ``generate`` at any prompt length, output length and batch.
 
     ``dtype``: the dtype to run in (``torch.float16``; None keeps the
     model's; ``torch.bfloat16`` does not compile yet, docs/generation.md).
@@ -71,6 +72,11 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
                                 **({"threads": threads} if threads is not None else {}),
                                 "outer_dim_concat": False, "in_place_writes": True})
     model = model.eval()
+    if getattr(model.config, "is_encoder_decoder", False):
+        from anyshape.generation.seq2seq import compile_seq2seq
+
+        return compile_seq2seq(model, target=target, backend=backend, cache=cache,
+                               progress=progress, dump_ir_dir=dump_ir_dir)
     shapes = probe_cache(model)
     step = CausalLMStep(model, len(shapes))
     program = export_step(step, shapes)
@@ -164,11 +170,15 @@ def _check_model(model: Any) -> None:
     config = getattr(model, "config", None)
     if not isinstance(model, torch.nn.Module) or config is None or \
             not hasattr(model, "generate"):
-        raise TypeError(f"model: expected a HuggingFace *ForCausalLM (a torch.nn.Module with a "
-                        f"config and generate), got {type(model).__name__}")
-    if getattr(config, "is_encoder_decoder", False):
-        raise NotImplementedError(f"model: {type(model).__name__} is an encoder-decoder; "
-                                  f"compile_generator takes decoder-only causal LMs")
+        raise TypeError(f"model: expected a HuggingFace *ForCausalLM or encoder-decoder (a "
+                        f"torch.nn.Module with a config and generate), got {type(model).__name__}")
+    if getattr(config, "is_encoder_decoder", False) and (
+            getattr(model, "main_input_name", "input_ids") != "input_ids"
+            or not hasattr(model, "get_encoder")):
+        raise NotImplementedError(
+            f"model: {type(model).__name__}'s encoder takes "
+            f"{getattr(model, 'main_input_name', '?')}, not token ids; compile_generator takes "
+            f"text encoder-decoders (T5, BART, ...)")
 
 
 def _max_positions(config) -> int | None:

@@ -10,6 +10,8 @@ for the whole request (the masked first slot, the prompt and
 sized once per call, so they never grow during one, and a call of any length
 needs no recompile. A step writes only past the slots already filled, so a
 step that fails, or is run again, leaves the filled ones as they were.
+``Seq2SeqGenerator``: the same contract on an encoder-decoder's ``encode``
+and decoder step (``seq2seq.py``).
 """
 
 from __future__ import annotations
@@ -25,19 +27,37 @@ import torch
 GENERATOR_FILE = "generator.json"
 GENERATOR_FORMAT = "anyshape-generator"
 GENERATOR_SCHEMA = 2  # 2: the step writes its cache in place
+SEQ2SEQ_SCHEMA = 3  # an encoder-decoder's (seq2seq.py), which schema 2 readers refuse
 
 # generate()'s keywords besides input_ids and attention_mask. The other
 # GenerationConfig fields are not applied here, so they are refused, not ignored.
 GENERATE_KEYWORDS = (
     "max_new_tokens", "max_length", "min_new_tokens", "min_length", "do_sample",
     "temperature", "top_k", "top_p", "repetition_penalty", "eos_token_id", "pad_token_id",
-    "bos_token_id", "streamer", "num_beams", "use_cache", "generation_config",
+    "bos_token_id", "decoder_start_token_id", "streamer", "num_beams", "use_cache",
+    "generation_config",
 )
+
+
+# GenerationConfig fields that change the tokens and that generate() does not
+# apply, with the values that leave them off (None always does): any other
+# value is refused, never ignored. The sampling ones count only with do_sample.
+NOT_APPLIED = {
+    "no_repeat_ngram_size": (0,), "encoder_no_repeat_ngram_size": (0,), "bad_words_ids": (),
+    "sequence_bias": (), "suppress_tokens": ([],), "begin_suppress_tokens": ([],),
+    "encoder_repetition_penalty": (1.0,), "exponential_decay_length_penalty": (),
+    "renormalize_logits": (False,), "remove_invalid_values": (False,),
+    "guidance_scale": (1.0,), "watermarking_config": (), "stop_strings": ([],), "max_time": (),
+}
+NOT_APPLIED_WHEN_SAMPLING = {"min_p": (0.0,), "typical_p": (1.0,), "epsilon_cutoff": (0.0,),
+                             "eta_cutoff": (0.0,), "top_h": ()}
 
 
 class Generator:
     """A causal LM compiled once (``anyshape.compile_generator``) for every
     prompt length, output length and batch."""
+
+    SCHEMA = GENERATOR_SCHEMA
 
     def __init__(self, module, spec: dict, generation_config: dict):
         self.module = module
@@ -63,6 +83,12 @@ class Generator:
 
         return GenerationConfig.from_dict(dict(self._generation_config))
 
+    def _config_positions(self) -> int | None:
+        """The model config's ``max_position_embeddings``, which HF's default
+        length is capped at."""
+        value = self.spec.get("config", {}).get("max_position_embeddings")
+        return value if isinstance(value, int) and value > 0 else None
+
     # -- generate ----------------------------------------------------------
     def generate(self, input_ids, attention_mask=None, **kwargs) -> torch.Tensor:
         """The prompt and the new tokens, [batch, prompt + new], as HF's
@@ -74,7 +100,7 @@ class Generator:
         ids = _token_ids(input_ids, self.vocab_size)
         mask = _attention_mask(attention_mask, ids, config)
         batch, prompt = ids.shape
-        new_tokens = _new_token_count(config, prompt)
+        new_tokens = _new_token_count(config, prompt, self._config_positions())
         if self.max_positions is not None and prompt + new_tokens > self.max_positions:
             raise ValueError(
                 f"input_ids: a prompt of {prompt} tokens and {new_tokens} new tokens need "
@@ -84,7 +110,7 @@ class Generator:
         pad = config.pad_token_id
         if eos and pad is None:
             pad = eos[0]  # as HF does (with a warning there)
-        processors = self._processors(config, mask, prompt, eos)
+        processors = self._processors(config, mask, prompt, eos, prompt + new_tokens)
 
         if streamer is not None:
             streamer.put(ids.cpu())
@@ -146,14 +172,28 @@ class Generator:
         return sequences
 
     def _config_for(self, kwargs: dict):
-        unknown = sorted(set(kwargs) - set(GENERATE_KEYWORDS))
+        """The generation config of a call, by HF's precedence
+        (``GenerationMixin._prepare_generation_config``): the config passed (or
+        a blank one), its unset fields from the model's, then HF's global
+        defaults (``top_k=50``, ``max_length=20``, ...), then the keywords."""
+        from transformers import GenerationConfig
+
+        accepted = (*GENERATE_KEYWORDS, *NOT_APPLIED, *NOT_APPLIED_WHEN_SAMPLING)
+        unknown = sorted(set(kwargs) - set(accepted))
         if unknown:
             raise TypeError(f"generate() got unexpected keyword argument(s) {', '.join(unknown)}: "
                             f"it takes input_ids, attention_mask and "
                             f"{', '.join(GENERATE_KEYWORDS)}")
         given = kwargs.get("generation_config")
-        config = given if given is not None else self.generation_config
-        config = config.__class__.from_dict(config.to_dict())  # a copy
+        config = GenerationConfig.from_dict(given.to_dict()) if given is not None \
+            else GenerationConfig()
+        own = self.generation_config
+        # HF's "by default, 20 new tokens" holds where no max_length was set.
+        config.anyshape_default_length = (kwargs.get("max_length") is None
+                                          and config.max_length is None
+                                          and own.max_length is None)
+        config.update(**own.to_dict(), defaults_only=True, allow_custom_entries=True)
+        config.update(**config._get_default_generation_params(), defaults_only=True)
         config.update(**{k: v for k, v in kwargs.items()
                          if k not in ("streamer", "generation_config")})
         if config.num_beams not in (None, 1):
@@ -162,14 +202,26 @@ class Generator:
                 f"num_beams={config.num_beams}); use num_beams=1 (greedy or sampling)")
         if getattr(config, "num_return_sequences", 1) not in (None, 1):
             raise NotImplementedError("num_return_sequences: only 1 is supported")
+        fields = {**NOT_APPLIED, **(NOT_APPLIED_WHEN_SAMPLING if config.do_sample else {})}
+        set_here = [name for name, off in fields.items()
+                    if getattr(config, name, None) is not None and getattr(config, name) not in off]
+        if set_here:
+            off = ", ".join(f"{n}={(fields[n] or (None,))[0]!r}" for n in set_here)
+            raise NotImplementedError(
+                f"generation config: {', '.join(f'{n}={getattr(config, n)!r}' for n in set_here)} "
+                f"(from the model's generation_config or an argument) is not applied by "
+                f"anyshape's generate; pass {off} to generate without it")
         return config
 
-    def _processors(self, config, mask: torch.Tensor, prompt: int, eos: list[int]):
+    def _processors(self, config, mask: torch.Tensor | None, prompt: int, eos: list[int],
+                    max_length: int):
+        """HF's logits processors for ``config``, in the order ``generate``
+        builds them; ``mask`` None: no padding before the tokens (a decoder's)."""
         from transformers.generation import logits_process as lp
 
         processors = lp.LogitsProcessorList()
         if config.repetition_penalty is not None and config.repetition_penalty != 1.0:
-            padding = (mask != 0).int().argmax(dim=1)
+            padding = (mask != 0).int().argmax(dim=1) if mask is not None else None
             processors.append(lp.RepetitionPenaltyLogitsProcessor(
                 config.repetition_penalty, prompt_ignore_length=padding))
         eos_tensor = torch.tensor(eos) if eos else None
@@ -178,6 +230,11 @@ class Generator:
         if config.min_new_tokens and eos_tensor is not None:
             processors.append(lp.MinNewTokensLengthLogitsProcessor(
                 prompt, config.min_new_tokens, eos_tensor))
+        if config.forced_bos_token_id is not None:
+            processors.append(lp.ForcedBOSTokenLogitsProcessor(config.forced_bos_token_id))
+        if config.forced_eos_token_id is not None:
+            processors.append(lp.ForcedEOSTokenLogitsProcessor(max_length,
+                                                               config.forced_eos_token_id))
         if config.do_sample:
             if config.temperature is not None and config.temperature != 1.0:
                 if config.temperature <= 0:
@@ -223,9 +280,74 @@ class Generator:
         out = Path(directory)
         self.module.save(out)
         (out / GENERATOR_FILE).write_text(json.dumps(
-            {"format": GENERATOR_FORMAT, "schema": GENERATOR_SCHEMA, "spec": self.spec,
+            {"format": GENERATOR_FORMAT, "schema": self.SCHEMA, "spec": self.spec,
              "generation_config": self._generation_config}, indent=1, sort_keys=True) + "\n")
         return out
+
+
+class Seq2SeqGenerator(Generator):
+    """An encoder-decoder (T5, BART, ...) compiled once (``anyshape.compile_generator``,
+    ``seq2seq.py``): the encoder runs once per call, its cross-attention keys
+    and values stay on the device, and the decoder's cache is written in place."""
+
+    SCHEMA = SEQ2SEQ_SCHEMA
+
+    def generate(self, input_ids, attention_mask=None, **kwargs) -> torch.Tensor:
+        """The decoder's tokens, [batch, 1 + new], the decoder start token
+        first, as HF's ``model.generate(input_ids, attention_mask=..., **kwargs)``
+        returns them for an encoder-decoder (sources padded on either side;
+        rows that end early are padded with ``pad_token_id``)."""
+        config = self._config_for(kwargs)
+        streamer = kwargs.get("streamer")
+        ids = _token_ids(input_ids, self.vocab_size)
+        mask = _source_mask(attention_mask, ids, config)
+        batch, source = ids.shape
+        new_tokens = _new_token_count(config, 1, self._config_positions())
+        limit = self.max_positions
+        if limit is not None and source > limit:
+            raise ValueError(f"input_ids: a source of {source} tokens; this {self.model_type} "
+                             f"model has {limit} positions (max_position_embeddings)")
+        # The decoder is fed the start token and every new token but the last.
+        if limit is not None and new_tokens > limit:
+            raise ValueError(f"max_new_tokens: {new_tokens} new tokens feed the decoder "
+                             f"{new_tokens} tokens; this {self.model_type} model has {limit} "
+                             f"positions (max_position_embeddings)")
+        start = config.decoder_start_token_id
+        if start is None:
+            start = config.bos_token_id
+        if start is None:
+            raise ValueError("decoder_start_token_id: neither it nor bos_token_id is set, so "
+                             "the decoder has no first token")
+        if len(_token_list(start)) != 1:
+            raise NotImplementedError(f"decoder_start_token_id: one start token for every row "
+                                      f"is supported, got {start!r}")
+        eos = _token_list(config.eos_token_id)
+        pad = config.pad_token_id
+        if eos and pad is None:
+            pad = eos[0]
+        decoder = torch.full((batch, 1), int(_token_list(start)[0]), dtype=torch.long)
+        processors = self._processors(config, None, 1, eos, 1 + new_tokens)
+        if streamer is not None:
+            streamer.put(decoder.cpu())
+        with _torch_on_one_thread():
+            states, *cross = self.module.invoke([ids.numpy(), mask.numpy()], entry="encode")
+            # The decoder's slots: every token fed (the start token and all new
+            # ones but the last), and one more (torch.export's guards keep the
+            # capacity above the length).
+            own = self._empty_cache(batch, new_tokens + 1)
+            context = (own, cross, states, mask.numpy())
+            return self._loop(decoder, torch.ones(batch, 1, dtype=torch.long), context,
+                              processors, config, new_tokens, eos, pad, streamer, batch)
+
+    def _decode_entries(self) -> dict:
+        return {}
+
+    def _step(self, ids: torch.Tensor, mask: torch.Tensor, context) -> torch.Tensor:
+        own, cross, states, source_mask = context
+        results = self.module.invoke([ids.numpy().astype(np.int64),
+                                      mask.numpy().astype(np.int64), source_mask, states,
+                                      *own, *cross])
+        return torch.from_numpy(np.asarray(results[0].to_host())).to(torch.float32)
 
 
 @contextlib.contextmanager
@@ -245,12 +367,16 @@ def load_generator(directory: Path, module) -> Generator:
     path = Path(directory) / GENERATOR_FILE
     try:
         data = json.loads(path.read_text())
-        if data.get("format") != GENERATOR_FORMAT or data.get("schema") != GENERATOR_SCHEMA:
+        kind = {GENERATOR_SCHEMA: Generator, SEQ2SEQ_SCHEMA: Seq2SeqGenerator}.get(
+            data.get("schema"))
+        if data.get("format") != GENERATOR_FORMAT or kind is None or \
+                (kind is Seq2SeqGenerator) != (data["spec"].get("kind") == "seq2seq"):
             raise ValueError(f"format {data.get('format')} schema {data.get('schema')}")
-        return Generator(module, data["spec"], data["generation_config"])
+        return kind(module, data["spec"], data["generation_config"])
     except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise ValueError(f"{path}: expected format {GENERATOR_FORMAT} schema {GENERATOR_SCHEMA}, "
-                         f"got one that does not fit ({error})") from None
+        raise ValueError(f"{path}: expected format {GENERATOR_FORMAT} schema {GENERATOR_SCHEMA} "
+                         f"(a causal LM's) or {SEQ2SEQ_SCHEMA} (an encoder-decoder's), got one "
+                         f"that does not fit ({error})") from None
 
 
 def _token_ids(input_ids: Any, vocab_size: int) -> torch.Tensor:
@@ -289,9 +415,36 @@ def _attention_mask(mask: Any, ids: torch.Tensor, config) -> torch.Tensor:
     return mask
 
 
-def _new_token_count(config, prompt: int) -> int:
+def _source_mask(mask: Any, ids: torch.Tensor, config) -> torch.Tensor:
+    """An encoder's mask: padding on either side, each row with a token."""
+    if mask is None:
+        pad, eos = config.pad_token_id, _token_list(config.eos_token_id)
+        # HF's rule: a mask is inferred from pad tokens only where pad is not eos.
+        inferred = pad is not None and pad not in eos and bool((ids == pad).any())
+        mask = (ids != pad).long() if inferred else torch.ones_like(ids)
+    mask = torch.as_tensor(mask) if not isinstance(mask, torch.Tensor) else mask
+    if tuple(mask.shape) != tuple(ids.shape):
+        raise ValueError(f"attention_mask: expected shape {tuple(ids.shape)} (as input_ids), got "
+                         f"{tuple(mask.shape)}")
+    mask = mask.detach().cpu().long()
+    if bool(((mask != 0) & (mask != 1)).any()):
+        raise ValueError("attention_mask: expected 0 (padding) and 1 (token) only")
+    empty = torch.nonzero(~mask.bool().any(dim=1))
+    if len(empty):
+        raise ValueError(f"attention_mask: row {int(empty[0])} is all padding; each source "
+                         f"needs at least one token")
+    return mask
+
+
+def _new_token_count(config, prompt: int, positions: int | None = None) -> int:
+    """HF's count: ``max_new_tokens``, else ``max_length`` less the prompt, and
+    where no max_length was set, 20 new tokens within the model's
+    ``positions`` (its config's ``max_position_embeddings``)."""
     if config.max_new_tokens is not None:
         count = config.max_new_tokens
+    elif getattr(config, "anyshape_default_length", False):
+        total = config.max_length + prompt
+        count = (min(total, positions) if positions else total) - prompt
     else:
         count = (config.max_length or 20) - prompt
     if count < 1:

@@ -438,16 +438,6 @@ def test_a_model_that_is_not_a_causal_lm_is_refused():
         anyshape.compile_generator(torch.nn.Linear(2, 2))
 
 
-def test_an_encoder_decoder_is_refused():
-    from transformers import T5Config, T5ForConditionalGeneration
-
-    model = T5ForConditionalGeneration(T5Config(d_model=32, d_ff=64, num_layers=1, num_heads=2,
-                                                vocab_size=64, d_kv=16))
-    with pytest.raises(NotImplementedError, match=r"model: T5ForConditionalGeneration is an "
-                                                  r"encoder-decoder"):
-        anyshape.compile_generator(model)
-
-
 def test_a_model_without_a_cache_is_refused():
     class NoCache(torch.nn.Module):
         config = type("Config", (), {"model_type": "toy", "is_encoder_decoder": False})()

@@ -1,0 +1,186 @@
+"""Encoder-decoder models (T5, BART, Marian, mT5): the encoder once, the decoder per token.
+
+Two functions in one module, on one copy of the weights:
+
+    encode(input_ids [B, S], attention_mask [B, S])
+      -> encoder states [B, S, H], then each decoder layer's cross-attention
+         keys and values [B, H_kv, S, D]
+
+    main(decoder_input_ids [B, T], decoder_mask [B, P + T], attention_mask [B, S],
+         encoder states [B, S, H], *self_cache [B, H_kv, C, D], *cross [B, H_kv, S, D])
+      -> next-token logits [B, V]
+
+``encode`` runs the model's encoder, then HF's decoder once on one token with
+an empty cross-attention cache: HF fills that cache with each layer's keys
+and values of the encoder states, which are returned (the token's logits are
+not, and IREE drops what only they needed). The cross keys and values are
+thus HF's own, for every family, and stay on the device for the request.
+
+``main`` is the decoder step. Its self-attention cache is written in place
+as the causal step's is (``step.py``): a buffer of capacity C whose first P
+slots are filled, P the decoder mask's length less T. The decoder has no
+padding (every row starts from the decoder start token), so no slot is
+masked and positions are the slots' indices, as HF's decoder counts them
+from the cache's length. The cross-attention cache is a layer HF finds
+already updated, so it reads the given keys and values and computes none.
+The encoder's mask reaches the cross-attention as a 4-D boolean mask, the
+decoder's causal mask likewise, each used by HF as given.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anyshape.generation.step import _filled_in_place_layer
+
+# Example sizes for torch.export, each above 1 and each different (see
+# compile.py): the decoder's cache has ``past`` filled slots of ``capacity``.
+_EXAMPLE = {"batch": 2, "source": 5, "new": 3, "past": 5, "capacity": 11}
+
+
+def _fixed_layer():
+    from transformers.cache_utils import DynamicLayer
+
+    class Fixed(DynamicLayer):
+        """Keys and values given whole (the cross-attention's, from ``encode``)."""
+
+        def __init__(self, keys, values):
+            super().__init__()
+            self.keys, self.values = keys, values
+            self.dtype, self.device = keys.dtype, keys.device
+            self.is_initialized = True
+
+    return Fixed
+
+
+def _cross_cache(past) -> list:
+    return [t for layer in past.cross_attention_cache.layers for t in (layer.keys, layer.values)]
+
+
+class Seq2SeqEncode(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        states = self.model.get_encoder()(input_ids=input_ids,
+                                          attention_mask=attention_mask).last_hidden_state
+        past = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        token = torch.zeros(input_ids.shape[0], 1, dtype=input_ids.dtype, device=input_ids.device)
+        self.model(encoder_outputs=(states,), attention_mask=attention_mask,
+                   decoder_input_ids=token, past_key_values=past, use_cache=True)
+        return (states, *_cross_cache(past))
+
+
+class Seq2SeqDecoderStep(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, layers: int):
+        super().__init__()
+        self.model = model
+        self.layers = layers
+
+    def forward(self, decoder_input_ids, decoder_mask, attention_mask, states, *cache):
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        layers = self.layers
+        new, total = decoder_input_ids.shape[1], decoder_mask.shape[1]
+        own = DynamicCache()
+        filled_layer = _filled_in_place_layer()
+        own.layers = [filled_layer(cache[2 * i], cache[2 * i + 1], total - new)
+                      for i in range(layers)]
+        cross = DynamicCache()
+        fixed = _fixed_layer()
+        cross.layers = [fixed(cache[2 * layers + 2 * i], cache[2 * layers + 2 * i + 1])
+                        for i in range(layers)]
+        past = EncoderDecoderCache(own, cross)
+        for i in range(layers):
+            past.is_updated[i] = True
+        query = torch.arange(new, device=decoder_mask.device) + (total - new)
+        key = torch.arange(total, device=decoder_mask.device)
+        causal = (key[None, :] <= query[:, None])[None, None] & \
+            (decoder_mask[:, None, None, :] != 0)
+        source = attention_mask[:, None, None, :] != 0
+        out = self.model(encoder_outputs=(states,), attention_mask=source,
+                         decoder_input_ids=decoder_input_ids, decoder_attention_mask=causal,
+                         past_key_values=past, use_cache=True)
+        return out.logits[:, -1, :]
+
+
+def probe_caches(model) -> tuple[list, list]:
+    """Each decoder layer's self-attention and cross-attention key and value
+    shapes without batch and length ([H_kv, D] each), from an eager call."""
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    ids = torch.full((1, 2), 3, dtype=torch.long)
+    past = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=torch.ones_like(ids), decoder_input_ids=ids[:, :1],
+              past_key_values=past, use_cache=True)
+
+    def shapes(cache):
+        out = []
+        for layer in cache.layers:
+            keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+            if keys is None or keys.ndim != 4 or values.ndim != 4:
+                raise NotImplementedError(f"model: {type(model).__name__}'s decoder cache is not "
+                                          f"[batch, heads, length, dim] keys and values")
+            out.append(((keys.shape[1], keys.shape[3]), (values.shape[1], values.shape[3])))
+        return out
+
+    own, cross = shapes(past.self_attention_cache), shapes(past.cross_attention_cache)
+    if not own or len(own) != len(cross):
+        raise NotImplementedError(f"model: {type(model).__name__} filled {len(own)} self- and "
+                                  f"{len(cross)} cross-attention cache layers")
+    return own, cross
+
+
+def export_seq2seq(model, own_shapes, cross_shapes):
+    """The decoder step and ``encode``, exported: (step program, its dims as
+    its flat inputs, encode program)."""
+    from torch.export import Dim
+
+    layers = len(own_shapes)
+    dtype = next(model.parameters()).dtype
+    batch, source, new, past, capacity = (_EXAMPLE[k] for k in
+                                          ("batch", "source", "new", "past", "capacity"))
+    b, s = Dim("batch", min=1), Dim("source", min=1)
+    n, length, cap = Dim("new", min=1), Dim("length", min=1), Dim("capacity", min=2)
+    ids = torch.randint(3, 100, (batch, source))
+    mask = torch.ones(batch, source, dtype=torch.long)
+    encode = Seq2SeqEncode(model)
+    step = Seq2SeqDecoderStep(model, layers)
+    with torch.no_grad():
+        encode_program = torch.export.export(encode, (ids, mask),
+                                             dynamic_shapes=({0: b, 1: s}, {0: b, 1: s}))
+        states = encode(ids, mask)[0]
+        own = tuple(torch.zeros(batch, heads, capacity, dim, dtype=dtype)
+                    for layer in own_shapes for heads, dim in layer)
+        cross = tuple(torch.randn(batch, heads, source, dim).to(dtype)
+                      for layer in cross_shapes for heads, dim in layer)
+        inputs = (torch.randint(3, 100, (batch, new)),
+                  torch.ones(batch, past + new, dtype=torch.long), mask, states, *own, *cross)
+        dims = ({0: b, 1: n}, {0: b, 1: length}, {0: b, 1: s}, {0: b, 1: s},
+                tuple([{0: b, 2: cap}] * len(own) + [{0: b, 2: s}] * len(cross)))
+        step_program = torch.export.export(step, inputs, dynamic_shapes=dims)
+    return step_program, (*dims[:4], *dims[4]), encode_program
+
+
+def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
+    """``compile_generator`` for an encoder-decoder (``backend`` as it set it)."""
+    import anyshape
+    from anyshape.generation.compile import _generation_config, _spec
+    from anyshape.generation.generator import Seq2SeqGenerator
+
+    own_shapes, cross_shapes = probe_caches(model)
+    step_program, names, encode_program = export_seq2seq(model, own_shapes, cross_shapes)
+    module = anyshape.compile(step_program, dynamic_shapes=names, target=target, backend=backend,
+                              cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
+                              entries={"encode": encode_program})
+    spec = {**_spec(model, own_shapes), "kind": "seq2seq",
+            "cross_cache": [[list(k), list(v)] for k, v in cross_shapes],
+            "decode_entry": None, "decode_entries": {}}
+    # T5's relative attention has no table of positions to run out of.
+    if getattr(model.config, "relative_attention_num_buckets", None):
+        spec["max_positions"] = None
+    return Seq2SeqGenerator(module, spec, _generation_config(model))

@@ -1,0 +1,217 @@
+"""``anyshape.compile_generator`` on unmodified HF encoder-decoders, token for token against HF's ``generate``.
+
+BART and T5 from their default configs, shrunk (d_model 64, 2 encoder and 2
+decoder layers, 4 heads, vocabulary 256), with random weights scaled up so
+that greedy decoding does not repeat one token, each compiled once per
+session. BART keeps its config's decoder start and forced end tokens; T5 gets
+the decoder start token its checkpoints have (0). T5 is built with its
+weights in a ``params.irpa``, BART with them in the ``.vmfb``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import anyshape
+
+VOCAB = 256
+NEW_TOKENS = 48
+SOURCES = [1, 9, 40, 333]
+_SMALL = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+              decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+              max_position_embeddings=512, d_kv=16, d_ff=128, num_layers=2,
+              num_decoder_layers=2, num_heads=4, vocab_size=VOCAB)
+_FAMILY = {"bart": dict(init_std=0.5), "t5": dict(initializer_factor=8.0, decoder_start_token_id=0)}
+_BACKEND = {"t5": dict(params="external")}
+
+_built: dict[str, tuple] = {}
+
+
+def built(model_type: str):
+    """(HF model, generator), compiled once per test session."""
+    if model_type not in _built:
+        from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+        config = AutoConfig.for_model(model_type)
+        for key, value in {**_SMALL, **_FAMILY[model_type]}.items():
+            if hasattr(config, key) or key == "decoder_start_token_id":
+                setattr(config, key, value)
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = AutoModelForSeq2SeqLM.from_config(config).eval()
+        backend = anyshape.BackendOptions(**_BACKEND.get(model_type, {}))
+        _built[model_type] = model, anyshape.compile_generator(model, backend=backend)
+    return _built[model_type]
+
+
+def sources(lengths: list[int], pad: int, seed: int = 0):
+    """Right-padded sources (as tokenizers pad for encoder-decoders), tokens from 3 up."""
+    generator = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.randint(3, VOCAB, (len(lengths), width), generator=generator)
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+        ids[row, length:] = pad
+    return ids, mask
+
+
+def hf_generate(model, ids, mask=None, **kwargs):
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model.generate(ids, attention_mask=mask, **kwargs)
+
+
+FAMILIES = ["bart", "t5"]
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_greedy_is_hf_generate_on_a_batch_of_source_lengths(model_type):
+    model, generator = built(model_type)
+    ids, mask = sources(SOURCES, model.config.pad_token_id, seed=1)
+    want = hf_generate(model, ids, mask, max_new_tokens=NEW_TOKENS, do_sample=False)
+    got = generator.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS)
+    assert torch.equal(got, want), f"{model_type}:\n{got}\nHF:\n{want}"
+    # Rows that differ, not one token repeated: the comparison says something.
+    rows = want[:, 1:].tolist()
+    assert len({tuple(row) for row in rows}) == len(rows), want
+    assert any(len(set(row)) > 3 for row in rows), want
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type", FAMILIES)
+@pytest.mark.parametrize("length", SOURCES)
+def test_greedy_is_hf_generate_at_batch_1(model_type, length):
+    model, generator = built(model_type)
+    ids, _ = sources([length], model.config.pad_token_id, seed=length)
+    want = hf_generate(model, ids, max_new_tokens=NEW_TOKENS, do_sample=False)
+    got = generator.generate(ids, max_new_tokens=NEW_TOKENS)
+    assert torch.equal(got, want), f"{model_type} source {length}:\n{got}\nHF:\n{want}"
+
+
+@pytest.mark.builds_after_export
+def test_sampling_with_a_seed_is_reproducible_and_is_hf_sampling():
+    model, generator = built("bart")
+    ids, mask = sources([9, 40], model.config.pad_token_id, seed=4)
+    kwargs = dict(max_new_tokens=NEW_TOKENS, do_sample=True, top_k=50, temperature=0.9)
+    torch.manual_seed(7)
+    first = generator.generate(ids, attention_mask=mask, **kwargs)
+    torch.manual_seed(7)
+    second = generator.generate(ids, attention_mask=mask, **kwargs)
+    torch.manual_seed(7)
+    hf = hf_generate(model, ids, mask, **kwargs)
+    assert torch.equal(first, second)
+    assert torch.equal(first, hf), f"{first}\nHF:\n{hf}"
+
+
+@pytest.mark.builds_after_export
+def test_rows_ending_at_eos_are_padded_as_hf(tmp_path):
+    # BART's forced end token at the last step, and an eos that some rows reach
+    # early: the first token of a row's greedy output.
+    model, generator = built("bart")
+    ids, mask = sources([9, 40, 1], model.config.pad_token_id, seed=5)
+    free = hf_generate(model, ids, mask, max_new_tokens=8, do_sample=False)
+    eos = int(free[0, 3])
+    want = hf_generate(model, ids, mask, max_new_tokens=NEW_TOKENS, do_sample=False,
+                       eos_token_id=eos)
+    got = generator.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS,
+                             eos_token_id=eos)
+    assert torch.equal(got, want), f"{got}\nHF:\n{want}"
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_tied_weights_are_stored_once(model_type):
+    # The shared embedding (encoder, decoder, LM head) and every other weight
+    # occur once in what holds the weights: BART's .vmfb, T5's params.irpa.
+    model, generator = built(model_type)
+    module = generator.module
+    stored = (module.parameters_path.read_bytes() if module.parameters_path is not None
+              else module.vmfb)
+    assert (module.parameters_path is not None) == (model_type == "t5")
+    counts = {name: stored.count(p.detach().contiguous().numpy().tobytes()[:256])
+              for name, p in model.named_parameters() if p.ndim == 2 and p.numel() >= 64}
+    assert counts and set(counts.values()) == {1}, counts
+    embedding = model.get_input_embeddings().weight
+    assert model.get_output_embeddings().weight is embedding or model_type != "bart"
+
+
+@pytest.mark.builds_after_export
+def test_save_and_load_give_the_same_generate(tmp_path):
+    model, generator = built("t5")
+    generator.save(tmp_path / "t5")
+    loaded = anyshape.load(tmp_path / "t5")
+    assert type(loaded).__name__ == "Seq2SeqGenerator"
+    ids, mask = sources([17, 9], model.config.pad_token_id, seed=6)
+    assert torch.equal(loaded.generate(ids, attention_mask=mask, max_new_tokens=12),
+                       generator.generate(ids, attention_mask=mask, max_new_tokens=12))
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(num_beams=2), NotImplementedError, "num_beams: beam search is not supported"),
+    (dict(output_scores=True), TypeError, "unexpected keyword argument"),
+    (dict(no_repeat_ngram_size=3), NotImplementedError,
+     r"no_repeat_ngram_size=3 .* pass no_repeat_ngram_size=0"),
+    (dict(decoder_start_token_id=[0, 2]), NotImplementedError, "one start token for every row"),
+    (dict(max_new_tokens=513), ValueError, "max_new_tokens: 513 new tokens .* 512 positions"),
+])
+def test_arguments_generate_does_not_take_are_refused(kwargs, error, match):
+    model, generator = built("bart")
+    ids, _ = sources([5], model.config.pad_token_id)
+    with pytest.raises(error, match=match):
+        generator.generate(ids, **kwargs)
+
+
+@pytest.mark.builds_after_export
+def test_defaults_are_hf_defaults():
+    # No max_new_tokens: HF's 20 new tokens; sampling with no top_k: HF's top_k=50.
+    model, generator = built("bart")
+    ids, mask = sources([9, 1], model.config.pad_token_id, seed=8)
+    got = generator.generate(ids, attention_mask=mask)
+    assert torch.equal(got, hf_generate(model, ids, mask)) and got.shape[1] == 21
+    torch.manual_seed(3)
+    got = generator.generate(ids, attention_mask=mask, do_sample=True, max_new_tokens=24)
+    torch.manual_seed(3)
+    assert torch.equal(got, hf_generate(model, ids, mask, do_sample=True, max_new_tokens=24))
+    # The full count fits the decoder's positions (the last token is never fed).
+    assert generator.generate(ids[:1, :2], max_new_tokens=512,
+                              eos_token_id=None).shape == (1, 513)
+
+
+@pytest.mark.builds_after_export
+def test_a_generation_config_field_not_applied_is_refused():
+    model, generator = built("bart")
+    config = generator.generation_config
+    config.no_repeat_ngram_size = 3
+    ids, _ = sources([5], model.config.pad_token_id)
+    with pytest.raises(NotImplementedError, match=r"no_repeat_ngram_size=3 .* not applied"):
+        generator.generate(ids, generation_config=config)
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("mask,match", [
+    (torch.tensor([[1, 1, 0], [0, 0, 0]]), "row 1 is all padding"),
+    (torch.tensor([[1, 1, 0]]), r"expected shape \(2, 3\)"),
+    (torch.tensor([[1, 2, 0], [1, 0, 0]]), "expected 0 .padding. and 1"),
+])
+def test_bad_source_masks_are_named(mask, match):
+    _, generator = built("bart")
+    with pytest.raises(ValueError, match=f"attention_mask: {match}"):
+        generator.generate(torch.full((2, 3), 5), attention_mask=mask, max_new_tokens=2)
+
+
+def test_a_speech_encoder_decoder_is_refused():
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    model = WhisperForConditionalGeneration(WhisperConfig(
+        d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32))
+    with pytest.raises(NotImplementedError, match=r"model: WhisperForConditionalGeneration's "
+                                                  r"encoder takes input_features, not token ids"):
+        anyshape.compile_generator(model)
