@@ -394,10 +394,11 @@ def _token_ids(input_ids: Any, vocab_size: int) -> torch.Tensor:
     return ids
 
 
-def _attention_mask(mask: Any, ids: torch.Tensor, config) -> torch.Tensor:
+def _given_or_inferred_mask(mask: Any, ids: torch.Tensor, config) -> torch.Tensor:
+    """``mask`` checked against ``ids`` (its shape, 0 and 1 only), or where it
+    is None, HF's: inferred from pad tokens only where pad is not eos."""
     if mask is None:
         pad, eos = config.pad_token_id, _token_list(config.eos_token_id)
-        # HF's rule: a mask is inferred from pad tokens only where pad is not eos.
         if pad is not None and pad not in eos and bool((ids == pad).any()):
             return (ids != pad).long()
         return torch.ones_like(ids)
@@ -408,32 +409,27 @@ def _attention_mask(mask: Any, ids: torch.Tensor, config) -> torch.Tensor:
     mask = mask.detach().cpu().long()
     if bool(((mask != 0) & (mask != 1)).any()):
         raise ValueError("attention_mask: expected 0 (padding) and 1 (token) only")
-    if bool((mask[:, -1] == 0).any()):
-        row = int(torch.nonzero(mask[:, -1] == 0)[0])
+    return mask
+
+
+def _attention_mask(mask: Any, ids: torch.Tensor, config) -> torch.Tensor:
+    """A prompt's mask: padding on the left only."""
+    checked = _given_or_inferred_mask(mask, ids, config)
+    if mask is not None and bool((checked[:, -1] == 0).any()):
+        row = int(torch.nonzero(checked[:, -1] == 0)[0])
         raise ValueError(f"attention_mask: row {row} ends with padding; generation needs prompts "
                          f"padded on the left (tokenizer.padding_side = 'left')")
-    return mask
+    return checked
 
 
 def _source_mask(mask: Any, ids: torch.Tensor, config) -> torch.Tensor:
     """An encoder's mask: padding on either side, each row with a token."""
-    if mask is None:
-        pad, eos = config.pad_token_id, _token_list(config.eos_token_id)
-        # HF's rule: a mask is inferred from pad tokens only where pad is not eos.
-        inferred = pad is not None and pad not in eos and bool((ids == pad).any())
-        mask = (ids != pad).long() if inferred else torch.ones_like(ids)
-    mask = torch.as_tensor(mask) if not isinstance(mask, torch.Tensor) else mask
-    if tuple(mask.shape) != tuple(ids.shape):
-        raise ValueError(f"attention_mask: expected shape {tuple(ids.shape)} (as input_ids), got "
-                         f"{tuple(mask.shape)}")
-    mask = mask.detach().cpu().long()
-    if bool(((mask != 0) & (mask != 1)).any()):
-        raise ValueError("attention_mask: expected 0 (padding) and 1 (token) only")
-    empty = torch.nonzero(~mask.bool().any(dim=1))
+    checked = _given_or_inferred_mask(mask, ids, config)
+    empty = torch.nonzero(~checked.bool().any(dim=1))
     if len(empty):
         raise ValueError(f"attention_mask: row {int(empty[0])} is all padding; each source "
                          f"needs at least one token")
-    return mask
+    return checked
 
 
 def _new_token_count(config, prompt: int, positions: int | None = None) -> int:
