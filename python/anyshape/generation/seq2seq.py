@@ -29,6 +29,8 @@ decoder's causal mask likewise, each used by HF as given.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from anyshape.generation.step import _filled_in_place_layer
@@ -38,6 +40,7 @@ from anyshape.generation.step import _filled_in_place_layer
 _EXAMPLE = {"batch": 2, "source": 5, "new": 3, "past": 5, "capacity": 11}
 
 
+@functools.cache
 def _fixed_layer():
     from transformers.cache_utils import DynamicLayer
 
