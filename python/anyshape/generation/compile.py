@@ -93,22 +93,27 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
                                 cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
                                 entries=entries)
 
+    module, entries = compile_with_decode_entries(build, entries)
+    spec = {**_spec(model, shapes),
+            "decode_entry": DECODE_ENTRY if DECODE_ENTRY in entries else None,
+            "decode_entries": {str(batch): name for batch, name in DECODE_ENTRIES.items()
+                               if name in entries}}
+    return Generator(module, spec, _generation_config(model))
+
+
+def compile_with_decode_entries(build, entries: dict):
+    """``build(entries)``, or ``build({})`` with a warning where iree-compile
+    fails on the decode functions: (module, the entries it has)."""
     try:
-        module = build(entries)
+        return build(entries), entries
     except CompileError as error:
         if not entries or error.stage != IREE_COMPILE_STAGE:
             raise
         # decode_entry_dropped_where_iree_fails (WORKAROUNDS below).
         warnings.warn(f"compile_generator: iree-compile failed on the module with the decode "
                       f"functions ({error.diagnostic.splitlines()[0][:300]}); compiled without "
-                      f"them, so decode runs the general step", stacklevel=2)
-        entries = {}
-        module = build(entries)
-    spec = {**_spec(model, shapes),
-            "decode_entry": DECODE_ENTRY if DECODE_ENTRY in entries else None,
-            "decode_entries": {str(batch): name for batch, name in DECODE_ENTRIES.items()
-                               if name in entries}}
-    return Generator(module, spec, _generation_config(model))
+                      f"them, so decode runs the general step", stacklevel=3)
+        return build({}), {}
 
 
 def _example_inputs(step: CausalLMStep, shapes, batch: int, new: int, past: int,
@@ -217,7 +222,7 @@ def _generation_config(model) -> dict:
 WORKAROUNDS = (
     Workaround(
         name='decode_entry_dropped_where_iree_fails', stage='generation',
-        where='compile_generator (the retry without DECODE_ENTRIES)',
+        where='compile_with_decode_entries (the retry without the decode functions)',
         upstream="IREE 3.13's CPU codegen sizes a stack buffer of BLOOM's decode softmax "
                  "(ALiBi scores of one token over an unbounded cache length) from the length's "
                  "unsigned maximum, memref<1x-1xf32>, and fails ('offset 1 is out-of-bounds: 0 "

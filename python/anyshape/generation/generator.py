@@ -325,28 +325,33 @@ class Seq2SeqGenerator(Generator):
         pad = config.pad_token_id
         if eos and pad is None:
             pad = eos[0]
-        decoder = torch.full((batch, 1), int(_token_list(start)[0]), dtype=torch.long)
         processors = self._processors(config, None, 1, eos, 1 + new_tokens)
+        # A batch with no decode function of its own runs as the next one up,
+        # from the encoder on, the extra rows copies of the first.
+        rows = self._decode_rows(batch)
+        if rows > batch:
+            ids = torch.cat([ids, ids[:1].expand(rows - batch, -1)])
+            mask = torch.cat([mask, mask[:1].expand(rows - batch, -1)])
+        decoder = torch.full((rows, 1), int(_token_list(start)[0]), dtype=torch.long)
         if streamer is not None:
-            streamer.put(decoder.cpu())
+            streamer.put(decoder[:batch].cpu())
         with _torch_on_one_thread():
             states, *cross = self.module.invoke([ids.numpy(), mask.numpy()], entry="encode")
             # The decoder's slots: every token fed (the start token and all new
             # ones but the last), and one more (torch.export's guards keep the
             # capacity above the length).
-            own = self._empty_cache(batch, new_tokens + 1)
+            own = self._empty_cache(rows, new_tokens + 1)
             context = (own, cross, states, mask.numpy())
-            return self._loop(decoder, torch.ones(batch, 1, dtype=torch.long), context,
+            return self._loop(decoder, torch.ones(rows, 1, dtype=torch.long), context,
                               processors, config, new_tokens, eos, pad, streamer, batch)
-
-    def _decode_entries(self) -> dict:
-        return {}
 
     def _step(self, ids: torch.Tensor, mask: torch.Tensor, context) -> torch.Tensor:
         own, cross, states, source_mask = context
+        # One token a step: a batch with a function of its own calls it.
+        entry = self._decode_entries().get(str(ids.shape[0]))
         results = self.module.invoke([ids.numpy().astype(np.int64),
                                       mask.numpy().astype(np.int64), source_mask, states,
-                                      *own, *cross])
+                                      *own, *cross], entry=entry)
         return torch.from_numpy(np.asarray(results[0].to_host())).to(torch.float32)
 
 

@@ -25,6 +25,12 @@ from the cache's length. The cross-attention cache is a layer HF finds
 already updated, so it reads the given keys and values and computes none.
 The encoder's mask reaches the cross-attention as a 4-D boolean mask, the
 decoder's causal mask likewise, each used by HF as given.
+
+The decoder is fed one token a step, so beside ``main`` the step is exported
+again at a static batch of 1, 4 and 8 rows and one token, its lengths
+dynamic (``compile.DECODE_ENTRIES``), as for causal LMs: IREE then packs the
+products for tiles of that many rows. A batch between them runs as the next
+one up, from ``encode`` on.
 """
 
 from __future__ import annotations
@@ -138,15 +144,50 @@ def probe_caches(model) -> tuple[list, list]:
     return own, cross
 
 
+def _step_inputs(model, own_shapes, cross_shapes, batch: int, new: int, states) -> tuple:
+    dtype = next(model.parameters()).dtype
+    source, past, capacity = (_EXAMPLE[k] for k in ("source", "past", "capacity"))
+    own = tuple(torch.zeros(batch, heads, capacity, dim, dtype=dtype)
+                for layer in own_shapes for heads, dim in layer)
+    cross = tuple(torch.randn(batch, heads, source, dim).to(dtype)
+                  for layer in cross_shapes for heads, dim in layer)
+    return (torch.randint(3, 100, (batch, new)), torch.ones(batch, past + new, dtype=torch.long),
+            torch.ones(batch, source, dtype=torch.long), states[:1].expand(batch, -1, -1).clone(),
+            *own, *cross)
+
+
+def export_decode_entry(model, own_shapes, cross_shapes, batch: int, states):
+    """The decoder step for ``batch`` rows and one token, its lengths (source,
+    decoder mask, capacity) its only dims; None, with a warning that says
+    why, where torch.export refuses it (that batch then runs ``main``)."""
+    import warnings
+
+    from torch.export import Dim
+
+    inputs = _step_inputs(model, own_shapes, cross_shapes, batch, 1, states)
+    s, length, cap = Dim("source", min=1), Dim("length", min=2), Dim("capacity", min=2)
+    layers = len(own_shapes)
+    dims = (None, {1: length}, {1: s}, {1: s},
+            tuple([{2: cap}] * (2 * layers) + [{2: s}] * (2 * layers)))
+    try:
+        with torch.no_grad():
+            return torch.export.export(Seq2SeqDecoderStep(model, layers), inputs,
+                                       dynamic_shapes=dims)
+    except Exception as error:  # noqa: BLE001  only speed depends on it: said, not raised
+        first = next((line for line in str(error).splitlines() if line.strip()), "")
+        warnings.warn(f"compile_generator: the batch-{batch} decode step did not export "
+                      f"({type(error).__name__}: {first[:200]}); batch-{batch} decode runs "
+                      f"the general step", stacklevel=3)
+        return None
+
+
 def export_seq2seq(model, own_shapes, cross_shapes):
     """The decoder step and ``encode``, exported: (step program, its dims as
-    its flat inputs, encode program)."""
+    its flat inputs, encode program, encoder states of the example)."""
     from torch.export import Dim
 
     layers = len(own_shapes)
-    dtype = next(model.parameters()).dtype
-    batch, source, new, past, capacity = (_EXAMPLE[k] for k in
-                                          ("batch", "source", "new", "past", "capacity"))
+    batch, source, new = (_EXAMPLE[k] for k in ("batch", "source", "new"))
     b, s = Dim("batch", min=1), Dim("source", min=1)
     n, length, cap = Dim("new", min=1), Dim("length", min=1), Dim("capacity", min=2)
     ids = torch.randint(3, 100, (batch, source))
@@ -157,32 +198,40 @@ def export_seq2seq(model, own_shapes, cross_shapes):
         encode_program = torch.export.export(encode, (ids, mask),
                                              dynamic_shapes=({0: b, 1: s}, {0: b, 1: s}))
         states = encode(ids, mask)[0]
-        own = tuple(torch.zeros(batch, heads, capacity, dim, dtype=dtype)
-                    for layer in own_shapes for heads, dim in layer)
-        cross = tuple(torch.randn(batch, heads, source, dim).to(dtype)
-                      for layer in cross_shapes for heads, dim in layer)
-        inputs = (torch.randint(3, 100, (batch, new)),
-                  torch.ones(batch, past + new, dtype=torch.long), mask, states, *own, *cross)
+        inputs = _step_inputs(model, own_shapes, cross_shapes, batch, new, states)
         dims = ({0: b, 1: n}, {0: b, 1: length}, {0: b, 1: s}, {0: b, 1: s},
-                tuple([{0: b, 2: cap}] * len(own) + [{0: b, 2: s}] * len(cross)))
+                tuple([{0: b, 2: cap}] * (2 * layers) + [{0: b, 2: s}] * (2 * layers)))
         step_program = torch.export.export(step, inputs, dynamic_shapes=dims)
-    return step_program, (*dims[:4], *dims[4]), encode_program
+    return step_program, (*dims[:4], *dims[4]), encode_program, states
 
 
 def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
     """``compile_generator`` for an encoder-decoder (``backend`` as it set it)."""
     import anyshape
-    from anyshape.generation.compile import _generation_config, _spec
+    from anyshape.generation.compile import (DECODE_ENTRIES, _generation_config, _spec,
+                                             compile_with_decode_entries)
     from anyshape.generation.generator import Seq2SeqGenerator
 
     own_shapes, cross_shapes = probe_caches(model)
-    step_program, names, encode_program = export_seq2seq(model, own_shapes, cross_shapes)
-    module = anyshape.compile(step_program, dynamic_shapes=names, target=target, backend=backend,
-                              cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
-                              entries={"encode": encode_program})
+    step_program, names, encode_program, states = export_seq2seq(model, own_shapes, cross_shapes)
+    decode = {}
+    for batch, name in DECODE_ENTRIES.items():
+        program = export_decode_entry(model, own_shapes, cross_shapes, batch, states)
+        if program is not None:
+            decode[name] = program
+
+    def build(entries: dict):
+        return anyshape.compile(step_program, dynamic_shapes=names, target=target,
+                                backend=backend, cache=cache, progress=progress,
+                                dump_ir_dir=dump_ir_dir, entries={"encode": encode_program,
+                                                                  **entries})
+
+    module, decode = compile_with_decode_entries(build, decode)
     spec = {**_spec(model, own_shapes), "kind": "seq2seq",
             "cross_cache": [[list(k), list(v)] for k, v in cross_shapes],
-            "decode_entry": None, "decode_entries": {}}
+            "decode_entry": None,
+            "decode_entries": {str(batch): name for batch, name in DECODE_ENTRIES.items()
+                               if name in decode}}
     # T5's relative attention has no table of positions to run out of.
     if getattr(model.config, "relative_attention_num_buckets", None):
         spec["max_positions"] = None

@@ -95,6 +95,34 @@ def test_greedy_is_hf_generate_at_batch_1(model_type, length):
 
 
 @pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_each_batch_decodes_with_its_own_function(model_type, monkeypatch):
+    # The encoder runs once; each decoder step then runs the function for one
+    # token at that batch (1, 4 or 8 rows, same weights): two rows run as four,
+    # from the encoder on, and nine (more than eight) with the general step.
+    model, generator = built(model_type)
+    assert generator.spec["decode_entries"] == {"1": "decode_one", "4": "decode_four",
+                                                "8": "decode_eight"}
+    calls = []
+    original = type(generator.module).invoke
+
+    def counted(self, arrays, entry=None):
+        calls.append((entry, arrays[0].shape[0]))
+        return original(self, arrays, entry=entry)
+
+    monkeypatch.setattr(type(generator.module), "invoke", counted)
+    for lengths, entry, rows in (([9], "decode_one", 1), ([9, 4], "decode_four", 4),
+                                 ([5, 1, 9, 2, 7, 3, 8, 6, 4], None, 9)):
+        calls.clear()
+        ids, mask = sources(lengths, model.config.pad_token_id, seed=len(lengths))
+        got = generator.generate(ids, attention_mask=mask, max_new_tokens=6, min_new_tokens=6)
+        want = hf_generate(model, ids, mask, max_new_tokens=6, min_new_tokens=6,
+                           do_sample=False)
+        assert torch.equal(got, want), f"{model_type} {lengths}:\n{got}\nHF:\n{want}"
+        assert calls == [("encode", rows)] + [(entry, rows)] * 6, calls
+
+
+@pytest.mark.builds_after_export
 def test_sampling_with_a_seed_is_reproducible_and_is_hf_sampling():
     model, generator = built("bart")
     ids, mask = sources([9, 40], model.config.pad_token_id, seed=4)
