@@ -18,8 +18,9 @@ from pathlib import Path
 
 HF_TASKS = ("sequence-classification", "masked-lm", "causal-lm", "causal-lm-last-token",
             "seq2seq-lm", "pretraining")  # anyshape.hf.TASKS, without importing torch for --help
-# A generator (anyshape.compile_generator) that anyshape-generate runs.
-GENERATION_TASK = "text-generation"
+# A generator (anyshape.compile_generator) that anyshape-generate runs: HF's
+# pipeline task names, each with the model class it builds (anyshape.hf.TASKS).
+GENERATION_TASKS = {"text-generation": "causal-lm", "text2text-generation": "seq2seq-lm"}
 DEFAULT_MAX_BATCH = 16
 DEFAULT_MAX_SEQ = 512   # anyshape.hf.DEFAULT_MAX_SEQ
 
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--hf", metavar="MODEL_TYPE",
                        help="a transformers model type (bert, roberta, electra, distilbert, "
                             "gpt2, t5, ...) with its default config")
-    model.add_argument("--task", choices=[*HF_TASKS, GENERATION_TASK],
+    model.add_argument("--task", choices=[*HF_TASKS, *GENERATION_TASKS],
                        help="with --hf: which model of that type (required)")
     model.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                        help="with --hf: a config field to override (repeatable), "
@@ -94,12 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--hf needs --task (one of {', '.join(HF_TASKS)})")
     if (args.task or args.config) and not args.hf:
         parser.error("--task and --config go with --hf")
-    if args.task == GENERATION_TASK:
+    if args.task in GENERATION_TASKS:
         for flag, given in (("--eliminate-padding", args.eliminate_padding),
                             ("--passes", args.passes is not None),
                             ("--params external", args.params == "external")):
             if given:
-                parser.error(f"{flag} does not apply to --task {GENERATION_TASK} (its dims and "
+                parser.error(f"{flag} does not apply to --task {args.task} (its dims and "
                              f"passes are anyshape's to choose)")
     if args.input and args.params == "external":
         parser.error("--params external: an MLIR file's weights are compiled inline; "
@@ -218,7 +219,7 @@ def _compile_torch(args, report):
         if value is not None and value < 1:
             raise ValueError(f"{flag}: expected a positive size, got {value}")
     max_batch = args.max_batch or DEFAULT_MAX_BATCH
-    if args.task == GENERATION_TASK:
+    if args.task in GENERATION_TASKS:
         return _compile_generator(args, report)
     if args.hf:
         model, inputs, shapes, described = _hf_model(args, dynamic, max_batch, report)
@@ -239,20 +240,28 @@ def _compile_torch(args, report):
 
 
 def _compile_generator(args, report):
-    """--hf TYPE --task text-generation: ``anyshape.compile_generator`` on the
-    causal LM of that model type; the artifact runs with anyshape-generate."""
+    """--hf TYPE --task text-generation (text2text-generation):
+    ``anyshape.compile_generator`` on the causal LM (the encoder-decoder) of
+    that model type; the artifact runs with anyshape-generate."""
     import anyshape
     from anyshape import hf
 
     overrides = hf.parse_overrides(args.config)
-    report(f"building {args.hf} for {GENERATION_TASK} from its default config"
+    report(f"building {args.hf} for {args.task} from its default config"
            + (f" with {', '.join(args.config)}" if args.config else ""))
-    built = hf.build(args.hf, "causal-lm", overrides)
+    config = hf.default_config(args.hf, overrides)
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    wanted = "text2text-generation" if encoder_decoder else "text-generation"
+    if args.task != wanted:
+        kind = "an encoder-decoder" if encoder_decoder else "a decoder-only model"
+        raise ValueError(f"--task {args.task}: {args.hf} is {kind}; compile it with "
+                         f"--task {wanted}")
+    built = hf.build(args.hf, GENERATION_TASKS[args.task], overrides)
     generator = anyshape.compile_generator(
         built.model, target=args.target, progress=report, dump_ir_dir=args.dump_ir_dir,
         backend=anyshape.BackendOptions(cuda_arch=args.cuda_arch, target_cpu=args.target_cpu,
                                         opt_level=args.opt_level, data_tiling=_data_tiling(args)))
-    described = {"model": f"{args.hf} {GENERATION_TASK} ({type(built.model).__name__})",
+    described = {"model": f"{args.hf} {args.task} ({type(built.model).__name__})",
                  "parameters": built.parameters(),
                  "unique_bytes": hf.unique_parameter_bytes(built.model)}
     return generator, described

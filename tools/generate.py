@@ -1,10 +1,12 @@
 """anyshape-generate: generate with an artifact of ``anyshape-compile --task text-generation``
-(or ``Generator.save``).
+or ``--task text2text-generation`` (or ``Generator.save``).
 
 Prompts are token ids (``--ids 464,2068,7586``, once per row: rows of
 different lengths are left-padded) or, with ``--tokenizer DIR`` (a HF
 tokenizer saved with ``save_pretrained``), text (``--prompt``, once per row).
-Prints each row's tokens (ids, or text with a tokenizer), one row per line.
+Prints each row's tokens (ids, or text with a tokenizer), one row per line:
+a causal LM's prompt and new tokens (``--new-only``: the new ones), an
+encoder-decoder's new tokens (its prompt is the encoder's source).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repetition-penalty", type=float, default=None)
     parser.add_argument("--eos-token-id", type=int, action="append", default=None,
                         help="an end token (repeat for several; default: the model's)")
+    parser.add_argument("--decoder-start-token-id", type=int, default=None,
+                        help="an encoder-decoder's first decoder token (default: the model's)")
     parser.add_argument("--seed", type=int, default=None, help="torch.manual_seed for sampling")
     parser.add_argument("--new-only", action="store_true",
                         help="print the new tokens only, not the prompt")
@@ -58,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if not isinstance(generator, anyshape.Generator):
         print(f"anyshape-generate: {args.artifact} is a compiled module, not a generator "
-              f"(compile with anyshape-compile --task text-generation)", file=sys.stderr)
+              f"(compile with anyshape-compile --task text-generation or "
+              f"text2text-generation)", file=sys.stderr)
         return 1
     tokenizer = None
     if args.tokenizer:
@@ -85,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         ("max_new_tokens", args.max_new_tokens), ("min_new_tokens", args.min_new_tokens),
         ("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
         ("repetition_penalty", args.repetition_penalty), ("eos_token_id", args.eos_token_id),
+        ("decoder_start_token_id", args.decoder_start_token_id),
     ) if value is not None}
     if args.do_sample:
         options["do_sample"] = True
@@ -95,9 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, NotImplementedError) as error:
         print(f"anyshape-generate: {error}", file=sys.stderr)
         return 1
+    from anyshape.generation.generator import Seq2SeqGenerator
+
+    encoder_decoder = isinstance(generator, Seq2SeqGenerator)
     for number in range(out.shape[0]):
-        real = out[number, ids.shape[1]:] if args.new_only else \
-            torch.cat([ids[number][mask[number] == 1], out[number, ids.shape[1]:]])
+        if encoder_decoder:  # the decoder's tokens after its start token
+            real = out[number, 1:]
+        elif args.new_only:
+            real = out[number, ids.shape[1]:]
+        else:
+            real = torch.cat([ids[number][mask[number] == 1], out[number, ids.shape[1]:]])
         if tokenizer is not None:
             print(tokenizer.decode(real, skip_special_tokens=True))
         else:

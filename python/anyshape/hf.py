@@ -102,14 +102,10 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def build(model_type: str, task: str, overrides: dict[str, Any] | None = None,
-          seed: int = 0) -> HFModel:
-    """The model of ``task`` for transformers' default ``model_type`` config with
-    ``overrides``, in eval mode, without a KV cache."""
+def default_config(model_type: str, overrides: dict[str, Any] | None = None):
+    """transformers' default config of ``model_type``, with ``overrides``."""
     import transformers
 
-    if task not in TASKS:
-        raise ValueError(f"task: expected one of {', '.join(TASKS)}, got '{task}'")
     try:
         config = transformers.AutoConfig.for_model(model_type)
     except ValueError:
@@ -124,6 +120,18 @@ def build(model_type: str, task: str, overrides: dict[str, Any] | None = None,
         config.max_position_embeddings += (config.pad_token_id or 0) + 1
     for key, value in (overrides or {}).items():
         setattr(config, key, value)
+    return config
+
+
+def build(model_type: str, task: str, overrides: dict[str, Any] | None = None,
+          seed: int = 0) -> HFModel:
+    """The model of ``task`` for transformers' default ``model_type`` config with
+    ``overrides``, in eval mode, without a KV cache."""
+    import transformers
+
+    if task not in TASKS:
+        raise ValueError(f"task: expected one of {', '.join(TASKS)}, got '{task}'")
+    config = default_config(model_type, overrides)
     config.use_cache = False  # one forward over the whole sequence: no KV cache to return
     auto = getattr(transformers, TASKS[task])
     if type(config) not in auto._model_mapping:

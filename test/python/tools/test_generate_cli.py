@@ -93,3 +93,47 @@ def test_compile_refuses_options_that_do_not_apply(tmp_path):
                  "--eliminate-padding", "-o", str(tmp_path / "x"))
     assert result.returncode == 2
     assert "--eliminate-padding does not apply to --task text-generation" in result.stderr
+
+
+def test_compile_names_the_generation_task_of_the_model_type(tmp_path):
+    # The task is HF's pipeline name: an encoder-decoder is text2text-generation,
+    # a decoder-only model text-generation; the other is refused before any build.
+    result = run("anyshape-compile", "--hf", "t5", "--task", "text-generation",
+                 "-o", str(tmp_path / "t5"))
+    assert result.returncode != 0
+    assert "t5 is an encoder-decoder; compile it with --task text2text-generation" in \
+        result.stderr
+    result = run("anyshape-compile", "--hf", "gpt2", "--task", "text2text-generation",
+                 "-o", str(tmp_path / "gpt2"))
+    assert result.returncode != 0
+    assert "gpt2 is a decoder-only model; compile it with --task text-generation" in \
+        result.stderr
+
+
+BART_CONFIG = ["--config", "d_model=64", "--config", "encoder_layers=2", "--config",
+               "decoder_layers=2", "--config", "encoder_attention_heads=4", "--config",
+               "decoder_attention_heads=4", "--config", "encoder_ffn_dim=128", "--config",
+               "decoder_ffn_dim=128", "--config", "vocab_size=300", "--config",
+               "max_position_embeddings=256", "--config", "init_std=0.5"]
+
+
+@pytest.mark.builds_in_subprocess
+def test_an_encoder_decoder_generates_hf_tokens_from_the_command_line(tmp_path):
+    out = tmp_path / "bart"
+    result = run("anyshape-compile", "--hf", "bart", "--task", "text2text-generation",
+                 *BART_CONFIG, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    result = run("anyshape-generate", str(out), "--ids", "5,6,7,8,9", "--ids", "10,11",
+                 "--max-new-tokens", "12")
+    assert result.returncode == 0, result.stderr
+    rows = [[int(t) for t in line.split(",")] for line in result.stdout.splitlines()]
+    from anyshape import hf
+
+    overrides = hf.parse_overrides([c for c in BART_CONFIG if c != "--config"])
+    model = hf.build("bart", "seq2seq-lm", overrides).model
+    # anyshape-generate left-pads the shorter row (with 0s); the encoder masks it.
+    ids = torch.tensor([[5, 6, 7, 8, 9], [0, 0, 0, 10, 11]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 0, 1, 1]])
+    with torch.no_grad():
+        want = model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
+    assert rows == [row[1:] for row in want.tolist()]
