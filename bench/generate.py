@@ -6,6 +6,14 @@ Runs: prompts of 17 and 333 tokens at batch 1, and a left-padded batch of 4
 mixed prompt lengths (333, 17, 120, 65), each with 128 new tokens (greedy,
 ``min_new_tokens`` = ``max_new_tokens``, so every system makes them all).
 
+Encoder-decoders (``--models t5-small,bart-base``, random weights, float32):
+T5-small (its default config) and a BART-base-shaped model (6 + 6 layers,
+d_model 768). Runs: sources of 17 and 333 tokens at batch 1 and 4, 64 new
+tokens each. Systems: anyshape, HF eager, CTranslate2's ``Translator`` and
+ONNX Runtime on optimum-onnx's ``text2text-generation-with-past`` export.
+Their "prefill" is the time to the first token (the encoder and one decoder
+step); the bound counts the decoder's weights and the LM head.
+
 Systems: anyshape; HF eager ``generate`` (dynamic cache); HF ``generate``
 with a static cache and ``torch.compile``; CTranslate2 (float32, converted
 from the same weights); ONNX Runtime on optimum-onnx's with-past export
@@ -41,15 +49,29 @@ sys.path.insert(0, str(HERE))
 from family_sweep import host_cpu  # noqa: E402
 NEW_TOKENS = 128
 RUNS = {"b1-p17": [17], "b1-p333": [333], "b4-mixed": [333, 17, 120, 65]}
+SEQ2SEQ_NEW_TOKENS = 64
+SEQ2SEQ_RUNS = {"b1-s17": [17], "b1-s333": [333], "b4-s17": [17] * 4, "b4-s333": [333] * 4}
+SEQ2SEQ_MODELS = ("t5-small", "bart-base")
 SYSTEMS = ("anyshape", "eager", "compile", "ct2", "ort")
+# torch.compile with a static cache is the causal LMs' peer only.
+SEQ2SEQ_SYSTEMS = ("anyshape", "eager", "ct2", "ort")
 
 
 def build(name: str):
-    from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (BartConfig, BartForConditionalGeneration, GPT2Config,
+                              GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM, T5Config,
+                              T5ForConditionalGeneration)
 
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if name == "t5-small":
+            # T5Config's defaults are t5-small's; the start token its checkpoints have.
+            return T5ForConditionalGeneration(T5Config(decoder_start_token_id=0)).eval()
+        if name == "bart-base":
+            return BartForConditionalGeneration(BartConfig(
+                d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
+                decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072)).eval()
         if name == "gpt2":
             return GPT2LMHeadModel(GPT2Config()).eval()
         if name == "qwen2":
@@ -57,7 +79,34 @@ def build(name: str):
                 hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                 num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
                 max_position_embeddings=32768, tie_word_embeddings=True)).eval()
-    raise ValueError(f"--models: expected gpt2 or qwen2, got {name}")
+    raise ValueError(f"--models: expected gpt2, qwen2, t5-small or bart-base, got {name}")
+
+
+def is_seq2seq(name: str) -> bool:
+    return name in SEQ2SEQ_MODELS
+
+
+def sources(lengths: list[int], vocab: int, seed: int = 0):
+    """Right-padded sources (as tokenizers pad for encoder-decoders)."""
+    generator = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.randint(10, min(vocab, 50000), (len(lengths), width), generator=generator)
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+        ids[row, length:] = 0
+    return ids, mask
+
+
+def decode_weight_bytes(model) -> int:
+    """What a decoder step reads of an encoder-decoder's weights: the decoder's
+    and the LM head (once where it is the shared embedding)."""
+    seen, total = set(), 0
+    for tensor in [*model.get_decoder().parameters(), model.get_output_embeddings().weight]:
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            total += tensor.numel() * tensor.element_size()
+    return total
 
 
 def prompts(lengths: list[int], vocab: int, seed: int = 0):
@@ -93,12 +142,18 @@ def read_bandwidth() -> float:
 
 # -- systems: each returns generate(ids, mask, new_tokens) -> new tokens [B, new] -------------
 
+def _new_tokens(model, ids, out):
+    """The new tokens of a ``generate`` result: after the prompt (causal), after
+    the decoder start token (encoder-decoder)."""
+    return out[:, 1:] if model.config.is_encoder_decoder else out[:, ids.shape[1]:]
+
+
 def hf_generate(model):
     def run(ids, mask, new):
         with torch.no_grad():
             out = model.generate(ids, attention_mask=mask, max_new_tokens=new,
                                  min_new_tokens=new, do_sample=False, pad_token_id=0)
-        return out[:, ids.shape[1]:]
+        return _new_tokens(model, ids, out)
     return run
 
 
@@ -122,7 +177,7 @@ def anyshape_generate(model):
     def run(ids, mask, new):
         out = generator.generate(ids, attention_mask=mask, max_new_tokens=new,
                                  min_new_tokens=new, pad_token_id=0)
-        return out[:, ids.shape[1]:]
+        return _new_tokens(model, ids, out)
     return run
 
 
@@ -131,9 +186,24 @@ def ct2_generate(model, workdir: Path):
     from ctranslate2.converters import TransformersConverter
 
     model_dir = workdir / "hf"
+    if model.config.model_type == "bart":
+        # CTranslate2's BART loader reads this transformers 4 field, which
+        # transformers 5's BartConfig no longer has (BART is post-norm).
+        model.config.normalize_before = False
     _save_with_tokenizer(model, model_dir)
     out = workdir / "ct2"
     TransformersConverter(str(model_dir)).convert(str(out), quantization="float32", force=True)
+    if model.config.is_encoder_decoder:
+        translator = ctranslate2.Translator(str(out), device="cpu", inter_threads=1,
+                                            intra_threads=os.cpu_count() or 1)
+
+        def translate(ids, mask, new):
+            batch = [[f"t{int(t)}" for t, m in zip(row, row_mask) if m] for row, row_mask in
+                     zip(ids, mask)]
+            results = translator.translate_batch(batch, beam_size=1, max_decoding_length=new,
+                                                 min_decoding_length=new, return_end_token=True)
+            return torch.tensor([[int(t[1:]) for t in r.hypotheses[0]] for r in results])
+        return translate
     generator = ctranslate2.Generator(str(out), device="cpu", inter_threads=1,
                                       intra_threads=os.cpu_count() or 1)
 
@@ -168,7 +238,9 @@ def ort_generate(model, workdir: Path, python: str):
     if not model_dir.exists():
         _save_with_tokenizer(model, model_dir)
     worker = subprocess.Popen([python, str(HERE / "generate_ort_worker.py"), str(model_dir),
-                               str(workdir / "onnx")], stdin=subprocess.PIPE,
+                               str(workdir / "onnx"),
+                               "seq2seq" if model.config.is_encoder_decoder else "causal"],
+                              stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     ready = json.loads(worker.stdout.readline())
     if "error" in ready:
@@ -188,21 +260,21 @@ def ort_generate(model, workdir: Path, python: str):
 
 # -- measuring -------------------------------------------------------------------------------
 
-def measure(run, ids, mask, runs: int) -> dict:
+def measure(run, ids, mask, runs: int, new_tokens: int = NEW_TOKENS) -> dict:
     # Warm up every shape measured (torch.compile compiles per static cache
     # length: the measured calls must not include it).
     run(ids, mask, 1)
-    run(ids, mask, NEW_TOKENS)
+    run(ids, mask, new_tokens)
     prefill, total, tokens = [], [], None
     for _ in range(runs):
         start = time.perf_counter()
         run(ids, mask, 1)
         prefill.append(time.perf_counter() - start)
         start = time.perf_counter()
-        tokens = run(ids, mask, NEW_TOKENS)
+        tokens = run(ids, mask, new_tokens)
         total.append(time.perf_counter() - start)
     p, t = statistics.median(prefill), statistics.median(total)
-    decode = max(t - p, 1e-9) / (NEW_TOKENS - 1)
+    decode = max(t - p, 1e-9) / (new_tokens - 1)
     return {"prefill_ms": p * 1e3, "decode_ms": decode * 1e3,
             "tokens_per_s": ids.shape[0] / decode, "tokens": tokens}
 
@@ -210,7 +282,7 @@ def measure(run, ids, mask, runs: int) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="gpt2,qwen2")
+    parser.add_argument("--models", default="gpt2,qwen2,t5-small,bart-base")
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--ort-python", default=None,
@@ -229,12 +301,21 @@ def main(argv=None) -> int:
                "date": time.strftime("%Y-%m-%d %H:%M"), "models": {}}
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         model = build(name)
-        info = {"weight_bytes": weight_bytes(model), "runs": {}, "setup_s": {}, "errors": {}}
-        info["bound_tokens_per_s"] = bandwidth / info["weight_bytes"]
+        seq2seq = is_seq2seq(name)
+        info = {"weight_bytes": weight_bytes(model), "runs": {}, "setup_s": {}, "errors": {},
+                "seq2seq": seq2seq}
+        info["decode_weight_bytes"] = decode_weight_bytes(model) if seq2seq else \
+            info["weight_bytes"]
+        info["bound_tokens_per_s"] = bandwidth / info["decode_weight_bytes"]
+        info["new_tokens"] = SEQ2SEQ_NEW_TOKENS if seq2seq else NEW_TOKENS
         results["models"][name] = info
         vocab = model.get_output_embeddings().weight.shape[0]
+        runs = SEQ2SEQ_RUNS if seq2seq else RUNS
+        make_inputs = sources if seq2seq else prompts
         with tempfile.TemporaryDirectory(prefix=f"bench-generate-{name}-") as tmp:
             for system in systems:
+                if seq2seq and system not in SEQ2SEQ_SYSTEMS:
+                    continue
                 start = time.perf_counter()
                 try:
                     run = _make(system, build(name), Path(tmp), args)
@@ -243,10 +324,10 @@ def main(argv=None) -> int:
                     print(f"{name} {system}: setup failed: {info['errors'][system]}", flush=True)
                     continue
                 info["setup_s"][system] = time.perf_counter() - start
-                for label, lengths in RUNS.items():
-                    ids, mask = prompts(lengths, vocab)
+                for label, lengths in runs.items():
+                    ids, mask = make_inputs(lengths, vocab)
                     try:
-                        measured = measure(run, ids, mask, args.runs)
+                        measured = measure(run, ids, mask, args.runs, info["new_tokens"])
                     except Exception as error:  # noqa: BLE001
                         info["errors"][f"{system} {label}"] = f"{type(error).__name__}: {str(error)[:300]}"
                         print(f"{name} {system} {label}: {info['errors'][f'{system} {label}']}",
@@ -292,15 +373,20 @@ def _write(results: dict, out: Path) -> None:
              f"command: `{results['command']}`; {results['date']}; host: {results['host']}; "
              f"torch {results['torch']}; measured read bandwidth "
              f"{results['bandwidth_GBps']:.1f} GB/s\n",
-             f"{NEW_TOKENS} new tokens, greedy, float32; decode tokens/s counts every row; "
-             f"the median of the runs. 'same tokens': the system's new tokens are HF eager's.\n"]
+             "Greedy, float32; decode tokens/s counts every row; "
+             "the median of the runs. 'same tokens': the system's new tokens are HF eager's.\n"]
     for name, info in results["models"].items():
         bound = info["bound_tokens_per_s"]
-        lines.append(f"\n## {name}: {info['weight_bytes'] / 1e6:.0f} MB of weights; bandwidth "
+        seq2seq = info.get("seq2seq", False)
+        read = (f"{info['decode_weight_bytes'] / 1e6:.0f} MB of them read per decoder step"
+                if seq2seq else "")
+        lines.append(f"\n## {name}: {info['weight_bytes'] / 1e6:.0f} MB of weights{', ' + read if read else ''}; "
+                     f"{info.get('new_tokens', NEW_TOKENS)} new tokens; bandwidth "
                      f"bound at batch 1: {bound:.1f} tokens/s\n")
         setup = ", ".join(f"{s} {v:.0f} s" for s, v in info["setup_s"].items())
         lines.append(f"setup (compile, convert, export): {setup}\n")
-        lines.append("| run | system | prefill ms | decode ms/token | tokens/s | "
+        first = "time to first token ms" if seq2seq else "prefill ms"
+        lines.append(f"| run | system | {first} | decode ms/token | tokens/s | "
                      "% of bound (batch 1) | same tokens |")
         lines.append("|---|---|---|---|---|---|---|")
         for label, by_system in info["runs"].items():
