@@ -16,6 +16,13 @@ of -1e4) would otherwise lose the low bits of ``x`` to the subtraction
 (errors of 1e-3 in the tests). The values are the same up to rounding,
 including the NaN rows of a fully masked input (``max = -inf``). Softmaxes
 over static axes are left alone: IREE tiles those well.
+
+A softmax that converts its input's dtype (``softmax(x, dtype=torch.float32)``
+of float16 scores, as BLOOM's attention computes) converts it first, as torch
+does, then is rewritten the same way. Left as a ``linalg.softmax``, one over
+an unbounded axis at a static batch failed in IREE's CPU codegen, which
+sized its row buffer from the axis' unsigned maximum (``memref<1x-1xf32>``:
+BLOOM's decode functions).
 """
 
 from __future__ import annotations
@@ -25,22 +32,30 @@ import dataclasses
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir, torch_ops
 from anyshape.passes import ModulePass, apply_patterns, register
-from anyshape.passes.torch_ir.constants import int_constant
-from anyshape.passes.torch_ir.ops import PROBABILITY_SOFTMAXES, shifted_exponentials, softmax_axis
-from anyshape.passes.torch_ir.values import functions
+from anyshape.passes.torch_ir.constants import bool_constant, int_constant, none_constant
+from anyshape.passes.torch_ir.ops import (PROBABILITY_SOFTMAXES, SCALAR_TYPE_CODES,
+                                          shifted_exponentials, softmax_computation)
+from anyshape.passes.torch_ir.values import functions, vtensor_type
 from anyshape.workarounds_index import Workaround
 
 
 def softmax_as_logsumexp(op: ir.Operation, rewriter) -> bool:
-    """``softmax(x)`` over a dynamic axis -> ``exp((x - max) - log(sum(exp(x - max))))``."""
-    axis = softmax_axis(op)
-    if axis is None:
+    """``softmax(x)`` over a dynamic axis -> ``exp((x - max) - log(sum(exp(x - max))))``
+    (``x`` first converted to the dtype the softmax computes in)."""
+    computation = softmax_computation(op)
+    if computation is None:
         return False
+    axis, computed = computation
     x = op.operands[0]
     sizes, dtype = vtensor_shape(x.type)
     if sizes[axis] is not None:
         return False
     with ir.InsertionPoint(op), op.location:
+        if computed != dtype:
+            code = next(c for c, name in SCALAR_TYPE_CODES.items() if name == computed)
+            x = torch_ops.AtenToDtypeOp(vtensor_type(sizes, computed), x, int_constant(code),
+                                        bool_constant(False), bool_constant(False),
+                                        none_constant()).result
         parts = shifted_exponentials(x, axis)
         reduced = parts.total.type
         log_total = torch_ops.AtenLogOp(reduced, parts.total).result
@@ -71,8 +86,12 @@ WORKAROUNDS = (
         upstream='IREE 3.13 raises the usual softmax form into one linalg.softmax dispatch whose '
                  'CPU codegen, with a dynamic reduced axis, recomputes the row max for every 16 '
                  "columns (roberta-base's attention softmax 20x its static counterpart at L = "
-                 '512). Performance workaround.',
+                 "512); and at a static batch over an unbounded axis its codegen sizes the row "
+                 "buffer from the axis' unsigned maximum (memref<1x-1xf32>) and fails (BLOOM's "
+                 "decode functions, whose softmax converts float16 scores to float32 or names "
+                 "float32 of float32 ones).",
         guard=('test/python/passes/test_logsumexp_softmax.py::test_softmax_over_dynamic_axis_is_rewritten',
+               'test/python/generation/test_generate.py::test_bloom_decodes_with_its_own_functions',
                'test/passes/logsumexp-softmax.mlir'),
         remove_when='(inferred) when IREE > 3.13 tiles a dynamic-axis softmax as well as a static'
                     ' one'),

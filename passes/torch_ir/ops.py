@@ -178,26 +178,51 @@ PROBABILITY_SOFTMAXES = tuple(n for n, s in SOFTMAXES.items() if not s.log)
 _FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
 
 
+# torch's ScalarType codes of the float dtypes, as a softmax's dtype argument gives them.
+SCALAR_TYPE_CODES = {5: "f16", 6: "f32", 7: "f64", 15: "bf16"}
+
+
+def softmax_computation(op: ir.Operation) -> tuple[int, str] | None:
+    """(reduced axis, non-negative; the float dtype it computes in) of a
+    SOFTMAXES op over a float input: the input's dtype, or the one its dtype
+    argument (``softmax(x, dtype=torch.float32)``) or ``half_to_float``
+    converts the input to first, as torch does; None otherwise."""
+    softmax = typed(op)
+    shape = vtensor_shape(softmax.self_.type)
+    if shape is None or shape[1] not in _FLOAT_DTYPES:
+        return None
+    sizes, dtype = shape
+    if hasattr(softmax, "half_to_float"):
+        to_float = constant_bool(softmax.half_to_float)
+        if to_float is None or (to_float and dtype != "f16"):
+            return None
+        computed = "f32" if to_float else dtype
+    elif is_none(softmax.dtype):
+        computed = dtype
+    else:
+        code = constant_int(softmax.dtype)
+        computed = SCALAR_TYPE_CODES.get(code) if code is not None else None
+        if computed is None:
+            return None
+    axis = constant_int(softmax.dim)
+    if axis is None:
+        return None
+    axis = axis + len(sizes) if axis < 0 else axis
+    if not 0 <= axis < len(sizes):
+        return None
+    return axis, computed
+
+
 def softmax_axis(op: ir.Operation) -> int | None:
     """The reduced axis (non-negative) of a SOFTMAXES op that computes in its
-    input's (float) dtype; None otherwise."""
-    softmax = typed(op)
-    x = softmax.self_
-    if hasattr(softmax, "half_to_float"):
-        same_dtype = constant_bool(softmax.half_to_float) is False
-    else:
-        same_dtype = is_none(softmax.dtype)
-    if not same_dtype:
-        return None  # a dtype conversion inside the softmax
-    axis = constant_int(softmax.dim)
-    shape = vtensor_shape(x.type)
-    if axis is None or shape is None:
+    input's (float) dtype, with no dtype given or its input's given (BLOOM's
+    ``softmax(x, dim=-1, dtype=torch.float32)`` of float32 scores); None
+    otherwise."""
+    computation = softmax_computation(op)
+    if computation is None:
         return None
-    sizes, dtype_name = shape
-    axis = axis + len(sizes) if axis < 0 else axis
-    if not 0 <= axis < len(sizes) or dtype_name not in _FLOAT_DTYPES:
-        return None
-    return axis
+    axis, dtype = computation
+    return axis if dtype == vtensor_shape(op.operands[0].type)[1] else None
 
 
 @dataclasses.dataclass

@@ -26,12 +26,9 @@ from typing import Any
 
 import torch
 
-from anyshape.errors import CompileError
 from anyshape.generation.generator import Generator
 from anyshape.generation.step import (CausalLMStep, grouped_query_attention_in_sdpa, probe_cache,
                                       takes_two_d_mask)
-from anyshape.stages import IREE_COMPILE_STAGE
-from anyshape.workarounds_index import Workaround
 
 # Example sizes for torch.export: every dim above 1 (sizes 0 and 1 are
 # specialized), each size different (so that no two dims are taken for one).
@@ -88,32 +85,14 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
     ids_dims, positions_dims, mask_dims, cache_dims = step_dims(len(shapes))
     names = (ids_dims, positions_dims, mask_dims, *cache_dims)  # as the program's flat inputs
 
-    def build(entries: dict):
-        return anyshape.compile(program, dynamic_shapes=names, target=target, backend=backend,
-                                cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
-                                entries=entries)
-
-    module, entries = compile_with_decode_entries(build, entries)
+    module = anyshape.compile(program, dynamic_shapes=names, target=target, backend=backend,
+                              cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
+                              entries=entries)
     spec = {**_spec(model, shapes),
             "decode_entry": DECODE_ENTRY if DECODE_ENTRY in entries else None,
             "decode_entries": {str(batch): name for batch, name in DECODE_ENTRIES.items()
                                if name in entries}}
     return Generator(module, spec, _generation_config(model))
-
-
-def compile_with_decode_entries(build, entries: dict):
-    """``build(entries)``, or ``build({})`` with a warning where iree-compile
-    fails on the decode functions: (module, the entries it has)."""
-    try:
-        return build(entries), entries
-    except CompileError as error:
-        if not entries or error.stage != IREE_COMPILE_STAGE:
-            raise
-        # decode_entry_dropped_where_iree_fails (WORKAROUNDS below).
-        warnings.warn(f"compile_generator: iree-compile failed on the module with the decode "
-                      f"functions ({error.diagnostic.splitlines()[0][:300]}); compiled without "
-                      f"them, so decode runs the general step", stacklevel=3)
-        return build({}), {}
 
 
 def _example_inputs(step: CausalLMStep, shapes, batch: int, new: int, past: int,
@@ -218,16 +197,3 @@ def _generation_config(model) -> dict:
         config = GenerationConfig.from_model_config(model.config)
     return config.to_dict()
 
-
-WORKAROUNDS = (
-    Workaround(
-        name='decode_entry_dropped_where_iree_fails', stage='generation',
-        where='compile_with_decode_entries (the retry without the decode functions)',
-        upstream="IREE 3.13's CPU codegen sizes a stack buffer of BLOOM's decode softmax "
-                 "(ALiBi scores of one token over an unbounded cache length) from the length's "
-                 "unsigned maximum, memref<1x-1xf32>, and fails ('offset 1 is out-of-bounds: 0 "
-                 ">= -1' in IREEComprehensiveBufferizePass); the module is compiled again "
-                 "without the decode functions, with a warning.",
-        guard='test/python/generation/test_generate.py::test_bloom_decodes_with_the_general_step',
-        remove_when="(inferred) when IREE compiles BLOOM's decode steps of a static batch"),
-)

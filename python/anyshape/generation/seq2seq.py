@@ -208,8 +208,7 @@ def export_seq2seq(model, own_shapes, cross_shapes):
 def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
     """``compile_generator`` for an encoder-decoder (``backend`` as it set it)."""
     import anyshape
-    from anyshape.generation.compile import (DECODE_ENTRIES, _generation_config, _spec,
-                                             compile_with_decode_entries)
+    from anyshape.generation.compile import DECODE_ENTRIES, _generation_config, _spec
     from anyshape.generation.generator import Seq2SeqGenerator
 
     own_shapes, cross_shapes = probe_caches(model)
@@ -220,13 +219,9 @@ def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
         if program is not None:
             decode[name] = program
 
-    def build(entries: dict):
-        return anyshape.compile(step_program, dynamic_shapes=names, target=target,
-                                backend=backend, cache=cache, progress=progress,
-                                dump_ir_dir=dump_ir_dir, entries={"encode": encode_program,
-                                                                  **entries})
-
-    module, decode = compile_with_decode_entries(build, decode)
+    module = anyshape.compile(step_program, dynamic_shapes=names, target=target, backend=backend,
+                              cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
+                              entries={"encode": encode_program, **decode})
     spec = {**_spec(model, own_shapes), "kind": "seq2seq",
             "cross_cache": [[list(k), list(v)] for k, v in cross_shapes],
             "decode_entry": None,

@@ -54,3 +54,31 @@ def test_fully_masked_rows_are_nan_as_in_eager(compiled):
     assert expected[1].isnan().all()
     torch.testing.assert_close(compiled(q, k, keep), expected, atol=1e-6, rtol=1e-5,
                                equal_nan=True)
+
+
+class HalfScoresSoftmaxInFloat(torch.nn.Module):
+    """BLOOM's attention softmax in float16: float16 scores, softmax computed
+    (and returned) in float32, over a dynamic key axis at a static batch."""
+
+    def forward(self, scores):
+        return torch.softmax(scores * 0.5, dim=-1, dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def half_scores():
+    scores = torch.randn(4, 8).to(torch.float16)
+    return anyshape.compile(HalfScoresSoftmaxInFloat().eval(), (scores,),
+                            dynamic_shapes=({1: Dim("keys")},))
+
+
+def test_a_softmax_converting_its_dtype_is_rewritten_after_the_conversion(half_scores):
+    after = half_scores.ir("anyshape-logsumexp-softmax")
+    assert "torch.aten.softmax.int" not in after and "torch.aten.to.dtype" in after
+
+
+@pytest.mark.parametrize("keys", [1, 7, 333])
+def test_a_softmax_converting_its_dtype_matches_eager(half_scores, keys):
+    scores = (torch.randn(4, keys, generator=torch.Generator().manual_seed(keys)) * 8).half()
+    expected = HalfScoresSoftmaxInFloat()(scores)
+    assert expected.dtype == torch.float32
+    torch.testing.assert_close(half_scores(scores), expected, atol=1e-6, rtol=1e-5)
