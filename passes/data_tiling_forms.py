@@ -87,9 +87,30 @@ from anyshape.passes.torch_ir.values import (defining_op, erase_unused, function
 from anyshape.workarounds_index import Workaround
 
 
+_RESHAPES = (torch_ops.AtenViewOp, torch_ops.AtenReshapeOp, torch_ops.Aten_UnsafeViewOp)
+
+
+def _merges_first_two_dims(whole: ir.Type, merged: ir.Type) -> bool:
+    """``merged`` is ``whole`` (rank 4) with its dims 0 and 1 made one, as the
+    static sizes show (a decode function's ``[1, H, 1, D]`` viewed as ``[H, 1, D]``:
+    canonicalize-shapes writes a flatten only where a dim is dynamic)."""
+    four, three = vtensor_shape(whole), vtensor_shape(merged)
+    if four is None or three is None or len(four[0]) != 4 or len(three[0]) != 3:
+        return False
+    (a, b, c, d), (ab, c2, d2) = four[0], three[0]
+    # With at most one of the last two dims dynamic, equal sizes elsewhere
+    # leave no other way to view the one as the other.
+    return None not in (a, b, ab) and a * b == ab and (c, d) == (c2, d2) and \
+        (c is not None or d is not None)
+
+
 def _flattened_4d(value: ir.Value):
-    """``a`` when ``value`` is ``flatten(a, 0, 1)`` of a rank-4 ``a``."""
+    """``a`` when ``value`` is ``flatten(a, 0, 1)`` of a rank-4 ``a``, or a view
+    of ``a`` that merges those two dims (their sizes static)."""
     op = defining_op(value)
+    if is_a(op, *_RESHAPES):
+        whole = op.operands[0]
+        return whole if _merges_first_two_dims(whole.type, value.type) else None
     if not is_a(op, torch_ops.AtenFlattenUsingIntsOp):
         return None
     flatten = typed(op)
@@ -122,6 +143,10 @@ class _Rewrites:
     scalars: ScalarBuilder
 
     def same_dims(self, a: ir.Value, b: ir.Value, axes) -> bool:
+        sa, sb = vtensor_shape(a.type), vtensor_shape(b.type)
+        if sa is not None and sb is not None and \
+                all(sa[0][i] is not None and sa[0][i] == sb[0][i] for i in axes):
+            return True  # static and equal
         da, db = self.analysis.dims.get(a), self.analysis.dims.get(b)
         return (da is not None and db is not None and
                 all(da[i] is not None and db[i] is not None and sympy.simplify(da[i] - db[i]) == 0
@@ -152,11 +177,18 @@ class _Rewrites:
 
     def one_row_bmm(self, op, rewriter) -> bool:
         """unflatten(bmm(flatten(a), flatten(b)), 0, [B, H]) with one row in a
-        -> sum(transpose(a, 2, 3) * b, 2, keepdim)."""
-        unflatten = typed(op)
-        if constant_int(unflatten.dim) != 0:
-            return False
-        bmm = defining_op(unflatten.self_)
+        -> sum(transpose(a, 2, 3) * b, 2, keepdim); views that merge and split
+        the static [B, H] (a decode function's) as the flatten and unflatten."""
+        if is_a(op, *_RESHAPES):
+            product = op.operands[0]
+            if not _merges_first_two_dims(op.results[0].type, product.type):
+                return False
+        else:
+            unflatten = typed(op)
+            if constant_int(unflatten.dim) != 0:
+                return False
+            product = unflatten.self_
+        bmm = defining_op(product)
         if not is_a(bmm, torch_ops.AtenBmmOp) or len(users(bmm.results[0])) != 1:
             return False
         a, b = _flattened_4d(typed(bmm).self_), _flattened_4d(typed(bmm).mat2)
@@ -621,6 +653,7 @@ class DataTilingFormsPass(ModulePass):
             analysis = ShapeAnalysis(func)
             rewrites = _Rewrites(analysis, ScalarBuilder(analysis))
             apply_patterns(func, [(torch_ops.AtenUnflattenIntOp, rewrites.one_row_bmm),
+                                  *[(view, rewrites.one_row_bmm) for view in _RESHAPES],
                                   (torch_ops.AtenSliceTensorOp, rewrites.selection_as_gather),
                                   (torch_ops.AtenAddmmOp, rewrites.whole_weight_projection),
                                   (torch_ops.AtenMmOp, rewrites.whole_weight_projection),

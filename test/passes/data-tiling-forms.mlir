@@ -58,6 +58,64 @@ func.func @one_row_attention(%arg0: !torch.vtensor<[?,4,?,8],f32>, %arg1: !torch
 // -----
 
 /// [Pattern: one_row_bmm]
+/// A decode function's attention: batch and heads static, so the merge and
+/// split of [B, H] are views, not flatten and unflatten. Still one row: the
+/// scores are a multiply and a sum, and the keys are read as they are, not
+/// packed for a product on every step.
+// CHECK-LABEL: func.func @one_row_static_heads
+// CHECK-SAME: (%[[Q:.*]]: !torch.vtensor<[1,4,1,8],f32>, %[[KT:.*]]: !torch.vtensor<[1,4,8,?],f32>)
+// CHECK: %[[COLUMN:.*]] = torch.aten.transpose.int %[[Q]], %int2, %int3 : !torch.vtensor<[1,4,1,8],f32>, !torch.int, !torch.int -> !torch.vtensor<[1,4,8,1],f32>
+// CHECK: %[[PRODUCTS:.*]] = torch.aten.mul.Tensor %[[COLUMN]], %[[KT]] : !torch.vtensor<[1,4,8,1],f32>, !torch.vtensor<[1,4,8,?],f32>
+// CHECK: %[[SCORES:.*]] = torch.aten.sum.dim_IntList %[[PRODUCTS]], %{{.*}}, %true, %none {{.*}} -> !torch.vtensor<[1,4,1,?],f32>
+// CHECK-NOT: torch.aten.bmm
+// CHECK: return %[[SCORES]]
+func.func @one_row_static_heads(%arg0: !torch.vtensor<[1,4,1,8],f32>, %arg1: !torch.vtensor<[1,4,8,?],f32>) -> !torch.vtensor<[1,4,1,?],f32> {
+  %0 = torch.symbolic_int "s0" {min_val = 2, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg1, [%0], affine_map<()[s0] -> (1, 4, 8, s0)> : !torch.vtensor<[1,4,8,?],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int4 = torch.constant.int 4
+  %int8 = torch.constant.int 8
+  %q_sizes = torch.prim.ListConstruct %int4, %int1, %int8 : (!torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %q = torch.aten.view %arg0, %q_sizes : !torch.vtensor<[1,4,1,8],f32>, !torch.list<int> -> !torch.vtensor<[4,1,8],f32>
+  %k = torch.aten.flatten.using_ints %arg1, %int0, %int1 : !torch.vtensor<[1,4,8,?],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,8,?],f32>
+  %s = torch.aten.bmm %q, %k : !torch.vtensor<[4,1,8],f32>, !torch.vtensor<[4,8,?],f32> -> !torch.vtensor<[4,1,?],f32>
+  %int-1 = torch.constant.int -1
+  %sizes = torch.prim.ListConstruct %int1, %int4, %int1, %int-1 : (!torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %r = torch.aten.view %s, %sizes : !torch.vtensor<[4,1,?],f32>, !torch.list<int> -> !torch.vtensor<[1,4,1,?],f32>
+  return %r : !torch.vtensor<[1,4,1,?],f32>
+}
+
+// -----
+
+/// [Pattern: one_row_bmm]
+/// A view that does not split the merged dims back into [B, H] (here [2, 2]
+/// of 4 heads with a batch of 1 is [B, H] = [1, 4] merged, split otherwise):
+/// left alone.
+// CHECK-LABEL: func.func @negative_view_not_the_merge
+// CHECK: torch.aten.bmm
+// CHECK-NOT: torch.aten.sum.dim_IntList
+func.func @negative_view_not_the_merge(%arg0: !torch.vtensor<[1,4,1,8],f32>, %arg1: !torch.vtensor<[1,4,8,?],f32>) -> !torch.vtensor<[2,2,1,?],f32> {
+  %0 = torch.symbolic_int "s0" {min_val = 2, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg1, [%0], affine_map<()[s0] -> (1, 4, 8, s0)> : !torch.vtensor<[1,4,8,?],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int4 = torch.constant.int 4
+  %int8 = torch.constant.int 8
+  %q_sizes = torch.prim.ListConstruct %int4, %int1, %int8 : (!torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %q = torch.aten.view %arg0, %q_sizes : !torch.vtensor<[1,4,1,8],f32>, !torch.list<int> -> !torch.vtensor<[4,1,8],f32>
+  %k = torch.aten.flatten.using_ints %arg1, %int0, %int1 : !torch.vtensor<[1,4,8,?],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,8,?],f32>
+  %s = torch.aten.bmm %q, %k : !torch.vtensor<[4,1,8],f32>, !torch.vtensor<[4,8,?],f32> -> !torch.vtensor<[4,1,?],f32>
+  %int-1 = torch.constant.int -1
+  %sizes = torch.prim.ListConstruct %int2, %int2, %int1, %int-1 : (!torch.int, !torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %r = torch.aten.view %s, %sizes : !torch.vtensor<[4,1,?],f32>, !torch.list<int> -> !torch.vtensor<[2,2,1,?],f32>
+  return %r : !torch.vtensor<[2,2,1,?],f32>
+}
+
+// -----
+
+/// [Pattern: one_row_bmm]
 /// Two rows: a real (if small) matmul, which IREE data-tiles; left alone.
 // CHECK-LABEL: func.func @negative_two_rows
 // CHECK: torch.aten.bmm
