@@ -9,7 +9,11 @@ IREE's CPU codegen fails on, or packs on every call, these forms:
   data-tiled packing fails ("no basis element may be statically
   non-positive"). Written as a multiply and a sum over the unflattened
   ``[B, H]`` it has two batch dims, so IREE leaves it untiled: it is a row's
-  worth of work.
+  worth of work. A decode function's batch and heads are static, so views
+  merge and split them instead of a flatten and an unflatten; the same
+  rewrite applies, and the step reads each layer's keys as they are instead
+  of packing them for a product on every step (T5-small's decode step with
+  333 source tokens: about 0.5 ms of 6.9 ms was that packing).
 - A slice of a tensor that other ops read whole, taking one row or one row
   per sequence (the last layer's input, also read by the K and V
   projections): IREE fuses the strided read into the projection's dispatch
