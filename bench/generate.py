@@ -86,47 +86,43 @@ def is_seq2seq(name: str) -> bool:
     return name in SEQ2SEQ_MODELS
 
 
-def sources(lengths: list[int], vocab: int, seed: int = 0):
-    """Right-padded sources (as tokenizers pad for encoder-decoders)."""
-    generator = torch.Generator().manual_seed(seed)
-    width = max(lengths)
-    ids = torch.randint(10, min(vocab, 50000), (len(lengths), width), generator=generator)
-    mask = torch.zeros(len(lengths), width, dtype=torch.long)
-    for row, length in enumerate(lengths):
-        mask[row, :length] = 1
-        ids[row, length:] = 0
-    return ids, mask
-
-
 def decode_weight_bytes(model) -> int:
     """What a decoder step reads of an encoder-decoder's weights: the decoder's
     and the LM head (once where it is the shared embedding)."""
-    seen, total = set(), 0
-    for tensor in [*model.get_decoder().parameters(), model.get_output_embeddings().weight]:
-        if tensor.data_ptr() not in seen:
-            seen.add(tensor.data_ptr())
-            total += tensor.numel() * tensor.element_size()
-    return total
+    return _unique_bytes([*model.get_decoder().parameters(),
+                          model.get_output_embeddings().weight])
 
 
-def prompts(lengths: list[int], vocab: int, seed: int = 0):
+def prompts(lengths: list[int], vocab: int, seed: int = 0, left: bool = True):
+    """Prompts of ``lengths`` tokens, padded on the left (causal LMs) or on the
+    right (``left=False``: sources, as tokenizers pad for encoder-decoders)."""
     generator = torch.Generator().manual_seed(seed)
     width = max(lengths)
     ids = torch.randint(10, min(vocab, 50000), (len(lengths), width), generator=generator)
     mask = torch.zeros(len(lengths), width, dtype=torch.long)
     for row, length in enumerate(lengths):
-        mask[row, width - length:] = 1
-        ids[row, :width - length] = 0
+        real = slice(width - length, width) if left else slice(0, length)
+        mask[row, real] = 1
+        ids[row][mask[row] == 0] = 0
     return ids, mask
 
 
-def weight_bytes(model) -> int:
+def sources(lengths: list[int], vocab: int, seed: int = 0):
+    return prompts(lengths, vocab, seed, left=False)
+
+
+def _unique_bytes(tensors) -> int:
+    """Bytes of ``tensors``, each storage once (tied weights)."""
     seen, total = set(), 0
-    for tensor in [*model.parameters(), *model.buffers()]:
+    for tensor in tensors:
         if tensor.data_ptr() not in seen:
             seen.add(tensor.data_ptr())
             total += tensor.numel() * tensor.element_size()
     return total
+
+
+def weight_bytes(model) -> int:
+    return _unique_bytes([*model.parameters(), *model.buffers()])
 
 
 def read_bandwidth() -> float:

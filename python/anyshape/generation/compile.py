@@ -125,14 +125,22 @@ def export_decode_step(step: CausalLMStep, shapes,
     inputs = _example_inputs(step, shapes, batch, 1, _EXAMPLE["past"], _EXAMPLE["capacity"])
     length, capacity = Dim("length", min=2), Dim("capacity", min=2)
     dims = (None, None, {1: length}, tuple({2: capacity} for _ in inputs[3:]))
+    with grouped_query_attention_in_sdpa():
+        return export_or_warn(step, inputs, dims, batch)
+
+
+def export_or_warn(step: torch.nn.Module, inputs: tuple, dims, batch: int):
+    """``torch.export`` of a decode step for ``batch`` rows; None, with a warning
+    that says why, where torch.export refuses it (that batch then runs the
+    general step, only slower)."""
     try:
-        with torch.no_grad(), grouped_query_attention_in_sdpa():
+        with torch.no_grad():
             return torch.export.export(step, inputs, dynamic_shapes=dims)
     except Exception as error:  # noqa: BLE001  only speed depends on it: said, not raised
         first = next((line for line in str(error).splitlines() if line.strip()), "")
         warnings.warn(f"compile_generator: the batch-{batch} decode step did not export "
                       f"({type(error).__name__}: {first[:200]}); batch-{batch} decode runs "
-                      f"the general step", stacklevel=3)
+                      f"the general step", stacklevel=4)
         return None
 
 

@@ -160,25 +160,16 @@ def export_decode_entry(model, own_shapes, cross_shapes, batch: int, states):
     """The decoder step for ``batch`` rows and one token, its lengths (source,
     decoder mask, capacity) its only dims; None, with a warning that says
     why, where torch.export refuses it (that batch then runs ``main``)."""
-    import warnings
-
     from torch.export import Dim
+
+    from anyshape.generation.compile import export_or_warn
 
     inputs = _step_inputs(model, own_shapes, cross_shapes, batch, 1, states)
     s, length, cap = Dim("source", min=1), Dim("length", min=2), Dim("capacity", min=2)
     layers = len(own_shapes)
     dims = (None, {1: length}, {1: s}, {1: s},
             tuple([{2: cap}] * (2 * layers) + [{2: s}] * (2 * layers)))
-    try:
-        with torch.no_grad():
-            return torch.export.export(Seq2SeqDecoderStep(model, layers), inputs,
-                                       dynamic_shapes=dims)
-    except Exception as error:  # noqa: BLE001  only speed depends on it: said, not raised
-        first = next((line for line in str(error).splitlines() if line.strip()), "")
-        warnings.warn(f"compile_generator: the batch-{batch} decode step did not export "
-                      f"({type(error).__name__}: {first[:200]}); batch-{batch} decode runs "
-                      f"the general step", stacklevel=3)
-        return None
+    return export_or_warn(Seq2SeqDecoderStep(model, layers), inputs, dims, batch)
 
 
 def export_seq2seq(model, own_shapes, cross_shapes):

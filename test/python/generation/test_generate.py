@@ -15,6 +15,7 @@ import warnings
 
 import pytest
 import torch
+from invocations import record_invocations
 
 import anyshape
 
@@ -328,28 +329,21 @@ def test_batch_1_decodes_with_its_own_function(model_type, monkeypatch):
     assert generator.spec["decode_entry"] == "decode_one"
     assert generator.spec["decode_entries"] == {"1": "decode_one", "4": "decode_four",
                                                 "8": "decode_eight"}
-    entries = []
-    original = type(generator.module).invoke
-
-    def counted(self, arrays, entry=None):
-        entries.append(entry)
-        return original(self, arrays, entry=entry)
-
-    monkeypatch.setattr(type(generator.module), "invoke", counted)
+    calls = record_invocations(monkeypatch, generator.module)
     ids, _ = mixed_batch([9], seed=11)
     got = generator.generate(ids, max_new_tokens=12)
     assert torch.equal(got, hf_generate(model, ids, max_new_tokens=12))
-    assert entries == [None] + ["decode_one"] * 11
-    entries.clear()
+    assert [entry for entry, _ in calls] == [None] + ["decode_one"] * 11
+    calls.clear()
     two, mask = mixed_batch([9, 4], seed=12)
     got = generator.generate(two, attention_mask=mask, max_new_tokens=3)
     assert got.shape == (2, two.shape[1] + 3)
-    assert entries == [None] + ["decode_four"] * 2
-    entries.clear()
+    assert [entry for entry, _ in calls] == [None] + ["decode_four"] * 2
+    calls.clear()
     nine, mask = mixed_batch([9, 4, 1, 6, 2, 8, 3, 5, 7], seed=15)
     got = generator.generate(nine, attention_mask=mask, max_new_tokens=5)
     assert torch.equal(got, hf_generate(model, nine, mask, max_new_tokens=5, do_sample=False))
-    assert entries == [None] * 5
+    assert [entry for entry, _ in calls] == [None] * 5
 
 
 @pytest.mark.builds_after_export
@@ -363,18 +357,11 @@ def test_bloom_decodes_with_its_own_functions(monkeypatch):
     assert said == []
     assert generator.spec["decode_entries"] == {"1": "decode_one", "4": "decode_four",
                                                 "8": "decode_eight"}
-    entries = []
-    original = type(generator.module).invoke
-
-    def counted(self, arrays, entry=None):
-        entries.append(entry)
-        return original(self, arrays, entry=entry)
-
-    monkeypatch.setattr(type(generator.module), "invoke", counted)
+    calls = record_invocations(monkeypatch, generator.module)
     ids, _ = mixed_batch([7], seed=13)
     assert torch.equal(generator.generate(ids, max_new_tokens=8),
                        hf_generate(model, ids, max_new_tokens=8))
-    assert entries == [None] + ["decode_one"] * 7
+    assert [entry for entry, _ in calls] == [None] + ["decode_one"] * 7
 
 
 @pytest.mark.builds_after_export

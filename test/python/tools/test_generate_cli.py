@@ -110,8 +110,8 @@ def test_compile_names_the_generation_task_of_the_model_type(tmp_path):
         result.stderr
 
 
-BART_CONFIG = ["--config", "d_model=64", "--config", "encoder_layers=2", "--config",
-               "decoder_layers=2", "--config", "encoder_attention_heads=4", "--config",
+BART_CONFIG = ["--config", "d_model=64", "--config", "encoder_layers=1", "--config",
+               "decoder_layers=1", "--config", "encoder_attention_heads=4", "--config",
                "decoder_attention_heads=4", "--config", "encoder_ffn_dim=128", "--config",
                "decoder_ffn_dim=128", "--config", "vocab_size=300", "--config",
                "max_position_embeddings=256", "--config", "init_std=0.5"]
