@@ -33,7 +33,7 @@ from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir, torch_ops
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.torch_ir.constants import bool_constant, int_constant, none_constant
-from anyshape.passes.torch_ir.ops import (PROBABILITY_SOFTMAXES, SCALAR_TYPE_CODES,
+from anyshape.passes.torch_ir.ops import (PROBABILITY_SOFTMAXES, SCALAR_TYPE_OF,
                                           shifted_exponentials, softmax_computation)
 from anyshape.passes.torch_ir.values import functions, vtensor_type
 from anyshape.workarounds_index import Workaround
@@ -52,8 +52,8 @@ def softmax_as_logsumexp(op: ir.Operation, rewriter) -> bool:
         return False
     with ir.InsertionPoint(op), op.location:
         if computed != dtype:
-            code = next(c for c, name in SCALAR_TYPE_CODES.items() if name == computed)
-            x = torch_ops.AtenToDtypeOp(vtensor_type(sizes, computed), x, int_constant(code),
+            x = torch_ops.AtenToDtypeOp(vtensor_type(sizes, computed), x,
+                                        int_constant(SCALAR_TYPE_OF[computed]),
                                         bool_constant(False), bool_constant(False),
                                         none_constant()).result
         parts = shifted_exponentials(x, axis)

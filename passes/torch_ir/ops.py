@@ -180,6 +180,7 @@ _FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
 
 # torch's ScalarType codes of the float dtypes, as a softmax's dtype argument gives them.
 SCALAR_TYPE_CODES = {5: "f16", 6: "f32", 7: "f64", 15: "bf16"}
+SCALAR_TYPE_OF = {name: code for code, name in SCALAR_TYPE_CODES.items()}
 
 
 def softmax_computation(op: ir.Operation) -> tuple[int, str] | None:

@@ -116,10 +116,8 @@ class Generator:
             streamer.put(ids.cpu())
         # A batch with no decode function of its own runs as the next one up,
         # the extra rows copies of the first (their tokens are dropped).
-        rows = self._decode_rows(batch)
-        if rows > batch:
-            ids = torch.cat([ids, ids[:1].expand(rows - batch, -1)])
-            mask = torch.cat([mask, mask[:1].expand(rows - batch, -1)])
+        ids, mask = self._padded_to_decode_rows(ids, mask)
+        rows = ids.shape[0]
         # The masked first slot, the prompt, every new token but the last (which
         # no step is given), and one more: the step was exported with more slots
         # than its mask covers, and torch.export's guards keep the two apart.
@@ -127,6 +125,15 @@ class Generator:
         with _torch_on_one_thread():
             return self._loop(ids, mask, cache, processors, config, new_tokens, eos, pad,
                               streamer, batch)
+
+    def _padded_to_decode_rows(self, ids: torch.Tensor, mask: torch.Tensor):
+        """``ids`` and ``mask`` with copies of their first row added up to the
+        batch of the decode function that holds them (``_decode_rows``)."""
+        extra = self._decode_rows(ids.shape[0]) - ids.shape[0]
+        if extra == 0:
+            return ids, mask
+        return (torch.cat([ids, ids[:1].expand(extra, -1)]),
+                torch.cat([mask, mask[:1].expand(extra, -1)]))
 
     def _decode_rows(self, batch: int) -> int:
         """The rows ``batch`` runs as: the smallest batch with a decode function
@@ -328,10 +335,8 @@ class Seq2SeqGenerator(Generator):
         processors = self._processors(config, None, 1, eos, 1 + new_tokens)
         # A batch with no decode function of its own runs as the next one up,
         # from the encoder on, the extra rows copies of the first.
-        rows = self._decode_rows(batch)
-        if rows > batch:
-            ids = torch.cat([ids, ids[:1].expand(rows - batch, -1)])
-            mask = torch.cat([mask, mask[:1].expand(rows - batch, -1)])
+        ids, mask = self._padded_to_decode_rows(ids, mask)
+        rows = ids.shape[0]
         decoder = torch.full((rows, 1), int(_token_list(start)[0]), dtype=torch.long)
         if streamer is not None:
             streamer.put(decoder[:batch].cpu())
