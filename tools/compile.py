@@ -73,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default) on for cpu, compiled again without it if IREE fails "
                              "with it; 'on' (also a bare --data-tiling): a failure is an "
                              "error; 'off'")
+    parser.add_argument("--matmul-precision", choices=["highest", "medium"], default="highest",
+                        help="'medium': matrix products take bfloat16 inputs and accumulate in "
+                             "float32, as torch.set_float32_matmul_precision('medium'); CPUs "
+                             "with AVX-512 BF16 only (default: 'highest', float32)")
     parser.add_argument("--eliminate-padding", action="store_true",
                         help="run the token-wise layers on the real tokens only, as the input "
                              "attention_mask marks them (anyshape.compile(padding='eliminate'))")
@@ -173,10 +177,11 @@ def _progress():
 
 
 def _target(args):
-    from anyshape.iree.flags import make_target
+    from anyshape.iree.flags import make_target, with_matmul_precision
 
-    return make_target(args.target, args.cuda_arch, args.opt_level, _data_tiling(args),
-                       args.target_cpu)
+    return with_matmul_precision(make_target(args.target, args.cuda_arch, args.opt_level,
+                                             _data_tiling(args), args.target_cpu),
+                                 args.matmul_precision)
 
 
 def _data_tiling(args) -> bool | None:
@@ -234,7 +239,8 @@ def _compile_torch(args, report):
         padding="eliminate" if args.eliminate_padding else None,
         backend=anyshape.BackendOptions(cuda_arch=args.cuda_arch, target_cpu=args.target_cpu,
                                         opt_level=args.opt_level, data_tiling=_data_tiling(args),
-                                        params=args.params))
+                                        params=args.params,
+                                        matmul_precision=args.matmul_precision))
     described["unique_bytes"] = hf.unique_parameter_bytes(model)
     return compiled, described
 
@@ -260,7 +266,8 @@ def _compile_generator(args, report):
     generator = anyshape.compile_generator(
         built.model, target=args.target, progress=report, dump_ir_dir=args.dump_ir_dir,
         backend=anyshape.BackendOptions(cuda_arch=args.cuda_arch, target_cpu=args.target_cpu,
-                                        opt_level=args.opt_level, data_tiling=_data_tiling(args)))
+                                        opt_level=args.opt_level, data_tiling=_data_tiling(args),
+                                        matmul_precision=args.matmul_precision))
     described = {"model": f"{args.hf} {args.task} ({type(built.model).__name__})",
                  "parameters": built.parameters(),
                  "unique_bytes": hf.unique_parameter_bytes(built.model)}

@@ -26,7 +26,7 @@ from anyshape.errors import CompileError, DataTilingFallback
 from anyshape.fallbacks import FALLBACKS, Build
 from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts, inject_dim_facts
-from anyshape.iree.flags import PEELING_FLAG, Target, make_target
+from anyshape.iree.flags import PEELING_FLAG, Target, make_target, with_matmul_precision
 from anyshape.iree.in_place_writes import write_inputs_in_place_file
 from anyshape.iree.invocation import compile_with_iree
 from anyshape.iree.parameters import ARCHIVE, externalize_weights
@@ -137,6 +137,7 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
                         f"{backend.outer_dim_concat!r}")
     if not backend.outer_dim_concat:
         compile_target = dataclasses.replace(compile_target, outer_dim_concat=False)
+    compile_target = with_matmul_precision(compile_target, backend.matmul_precision)
     if not isinstance(backend.in_place_writes, bool):
         raise TypeError(f"in_place_writes: expected True or False, got "
                         f"{backend.in_place_writes!r}")

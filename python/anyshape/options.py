@@ -34,6 +34,11 @@ class BackendOptions:
     written into the caller's device buffers instead of returned as new
     values, so a call writes only what changed (``compile_generator`` does:
     each step writes its new keys and values into the cache; docs/api.md).
+    ``matmul_precision``: "highest" (default: float32 products) or "medium",
+    as ``torch.set_float32_matmul_precision("medium")``: the inputs of every
+    matrix product are rounded to bfloat16 and accumulated in float32, on CPUs
+    with AVX-512 BF16 only (its speed and its error against eager:
+    docs/api.md).
     """
 
     cuda_arch: str | None = None
@@ -44,6 +49,7 @@ class BackendOptions:
     target_cpu: str | None = None
     outer_dim_concat: bool = True
     in_place_writes: bool = False
+    matmul_precision: str = "highest"
 
 
 class _Unset:

@@ -52,6 +52,9 @@ class Target:
     # True: inputs updated in place are written into the caller's buffers, not
     # returned (BackendOptions; iree/in_place_writes.py)
     in_place_writes: bool = False
+    # "medium": the inputs of matrix products in bfloat16, accumulated in float32
+    # (BackendOptions.matmul_precision; with_matmul_precision)
+    matmul_precision: str = "highest"
 
     def iree_flags(self) -> list[str]:
         if self.data_tiling is None:
@@ -61,6 +64,8 @@ class Target:
             flags.append("--iree-global-opt-data-tiling")
         if not self.outer_dim_concat:
             flags.append("--iree-opt-outer-dim-concat=false")
+        if self.matmul_precision == "medium":
+            flags += BF16_PRODUCT_FLAGS
         if self.name == "cpu":
             flags += [
                 "--iree-hal-target-device=local",
@@ -118,6 +123,42 @@ def make_target(target: str, cuda_arch: str | None = None, opt_level: str | None
     raise ValueError(f"target: expected 'cpu' or 'cuda', got '{target}'")
 
 
+MATMUL_PRECISIONS = ("highest", "medium")
+# IREE's demotion of contraction inputs matches named products only (matmul,
+# batch_matmul, matvec, ...), and at O2 GlobalOptimization generalizes them to
+# linalg.generic just before it runs (GeneralizeLinalgNamedOpsPass, then
+# DemoteContractionInputsPass): with the generalization on, the demotion
+# changes nothing. The products are then data-tiled as bf16 x bf16 -> f32
+# (mmt4d tiles with K0 = 2, AVX-512 BF16's dot products).
+BF16_PRODUCT_FLAGS = ["--iree-opt-generalize-matmul=false",
+                      "--iree-global-opt-demote-contraction-inputs-type=bf16",
+                      "--iree-global-opt-demote-contraction-inputs-operations=matmul"]
+
+
+def with_matmul_precision(target: Target, precision) -> Target:
+    """``target`` computing its matrix products at ``precision``, as
+    ``torch.set_float32_matmul_precision`` names them: "highest" (float32,
+    the default) or "medium" (inputs rounded to bfloat16, float32
+    accumulation: CPU targets whose CPU has AVX-512 BF16, where it is a
+    hardware dot product; elsewhere it would be emulated, slower than float32)."""
+    if precision not in MATMUL_PRECISIONS:
+        raise ValueError(f"matmul_precision: expected one of {', '.join(MATMUL_PRECISIONS)} "
+                         f"(as torch.set_float32_matmul_precision names them), got {precision!r}")
+    if precision == "highest":
+        return target
+    if target.name != "cpu":
+        raise ValueError(f"matmul_precision: 'medium' is built for CPU targets only, got "
+                         f"target='{target.name}'")
+    from anyshape.iree.cpu import resolve
+
+    cpu = resolve(target.cpu)
+    if "avx512bf16" not in cpu.features:
+        raise ValueError(f"matmul_precision: 'medium' needs a CPU with AVX-512 BF16 "
+                         f"(avx512bf16), which target_cpu={target.cpu!r} ({cpu.name}) lacks: "
+                         f"its bfloat16 products would be emulated, slower than float32")
+    return dataclasses.replace(target, matmul_precision=precision)
+
+
 def iree_cuda_arch(requested: str) -> str:
     """What IREE builds for a GPU of architecture ``requested`` ("sm_90"): that
     one where IREE knows it, else the newest it knows below it, since PTX built
@@ -138,6 +179,18 @@ def _arch_number(arch: str) -> int:
 
 # Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
 WORKAROUNDS = (
+    Workaround(
+        name='bf16_products_need_named_matmuls', stage='iree-flags',
+        where='BF16_PRODUCT_FLAGS (--iree-opt-generalize-matmul=false), with_matmul_precision',
+        upstream="IREE 3.13's DemoteContractionInputsPass matches named products only "
+                 '(linalg.matmul, batch_matmul, matvec, ...), and at O2 GlobalOptimization\'s '
+                 'GeneralizeLinalgNamedOpsPass turns them into linalg.generic just before it runs:'
+                 ' --iree-global-opt-demote-contraction-inputs-type=bf16 alone left every product'
+                 ' in float32. Only matmul_precision="medium" builds turn the generalization off.',
+        guard='test/python/iree/test_matmul_precision.py::'
+              'test_medium_products_have_bfloat16_error_and_load_as_built',
+        remove_when='when IREE demotes generalized contractions too, or demotes before it '
+                    'generalizes'),
     Workaround(
         name='no_multi_use_fusion', stage='iree-flags',
         where='_COMMON (--iree-dispatch-creation-fuse-multi-use=false)',

@@ -173,6 +173,10 @@ def test_compile_cli_model_factory(tmp_path):
     (["--model", "no_such_module_here:make"], "--model: cannot import 'no_such_module_here'"),
     (["--model", "make"], "--model: expected MODULE:FACTORY, got 'make'"),
     (["--model", "/no/such/file.py:make"], "--model: no file '/no/such/file.py'"),
+    (["--hf", "bert", "--task", "masked-lm", "--config", "num_hidden_layers=1",
+      "--matmul-precision", "medium", "--target-cpu", "znver3"],
+     "'medium' needs a CPU with AVX-512 BF16 (avx512bf16), which target_cpu='znver3'"),
+    (["x.mlir", "--matmul-precision", "low"], "invalid choice: 'low'"),
 ])
 def test_compile_cli_model_errors(tmp_path, argv, message):
     result = run("anyshape-compile", *argv, "-o", str(tmp_path / "art"))
