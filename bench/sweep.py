@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import platform
 import shlex
@@ -45,6 +46,8 @@ from compare import MODEL_KEYS, SYSTEMS, Cell  # noqa: E402
 DEFAULT_LENGTHS = list(range(1, 161)) + list(range(192, 513, 32))
 DEFAULT_STATIC = [17, 33, 42, 65, 128]
 SWEEP_SYSTEMS = ["anyshape", "onnxruntime", "eager", "inductor", "iree-static"]
+# Opt-in systems, run only when named in --systems.
+OPTIONAL_SYSTEMS = ["anyshape-bf16"]
 PEER = "onnxruntime"
 
 
@@ -55,7 +58,9 @@ def parse_args(argv):
     parser.add_argument("--lengths", type=int, nargs="+", default=DEFAULT_LENGTHS)
     parser.add_argument("--static-lengths", type=int, nargs="*", default=DEFAULT_STATIC,
                         help="lengths at which IREE static is compiled (one build per batch and L)")
-    parser.add_argument("--systems", nargs="+", choices=SWEEP_SYSTEMS, default=SWEEP_SYSTEMS)
+    parser.add_argument("--systems", nargs="+", choices=SWEEP_SYSTEMS + OPTIONAL_SYSTEMS,
+                        default=SWEEP_SYSTEMS,
+                        help="anyshape-bf16 (matmul_precision='medium') runs only when named")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=HERE / "results")
@@ -69,7 +74,7 @@ def parse_args(argv):
     missing = sorted(set(args.static_lengths) - set(args.lengths))
     if missing:
         parser.error(f"--static-lengths: expected lengths the sweep runs, got {missing}")
-    args.systems = [s for s in SWEEP_SYSTEMS if s in args.systems]
+    args.systems = [s for s in SWEEP_SYSTEMS + OPTIONAL_SYSTEMS if s in args.systems]
     args.models = [args.model]
     args.data_tiling = None  # compile's default, as a user gets it
     return args
@@ -140,6 +145,14 @@ def render(args, cells: list[Cell], compiles: list[dict], header: str) -> str:
             above = sum(1 for r, _ in ratios if r > 1.0)
             lines.append(f"- anyshape / onnxruntime: worst {worst[0]:.2f} at L = {worst[1]}, best "
                          f"{best[0]:.2f} at L = {best[1]}; above 1.0 at {above} of {len(ratios)} lengths.")
+        speedups = [c.ms("anyshape") / c.ms("anyshape-bf16") for c in row_cells
+                    if c.ms("anyshape") and c.ms("anyshape-bf16")]
+        if speedups:
+            mean = math.exp(sum(math.log(x) for x in speedups) / len(speedups))
+            diffs = [c.diffs["anyshape-bf16"] for c in row_cells if "anyshape-bf16" in c.diffs]
+            lines.append(f"- anyshape's time / {SYSTEMS['anyshape-bf16']}'s: {mean:.2f} (geometric "
+                         f"mean; {min(speedups):.2f} to {max(speedups):.2f} over {len(speedups)} "
+                         f"lengths); its max |diff| vs eager up to {max(diffs):.1e}.")
         for system in systems:
             step = largest_step(row_cells, system)
             if step is not None:
