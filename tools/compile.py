@@ -413,6 +413,9 @@ def summary(compiled, out: Path, described: dict | None) -> str:
         files.append("weights inside module.vmfb")
     lines.append(f"  files: {', '.join(files)}, manifest.json")
     lines.append(f"  runs on: {_runs_on(compiled)}")
+    if compiled.target.matmul_precision == "medium":
+        lines.append("  matmul precision: medium (matrix products take bfloat16 inputs, "
+                     "accumulate in float32)")
     symbols = signature.symbols
     dims = [symbols[s].describe() for s in symbols]
     lines.append(f"  dynamic dims: {', '.join(dims) if dims else 'none'}")

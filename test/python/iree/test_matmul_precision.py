@@ -17,6 +17,7 @@ from torch.export import Dim
 import anyshape
 from anyshape.iree.cpu import host_flags
 from anyshape.iree.flags import BF16_PRODUCT_FLAGS, make_target, with_matmul_precision
+from anyshape.tools.compile import summary
 
 HOST_HAS_BF16 = "avx512_bf16" in (host_flags() or set())
 
@@ -81,6 +82,9 @@ def test_medium_products_have_bfloat16_error_and_load_as_built(tmp_path):
     assert set(BF16_PRODUCT_FLAGS) <= set(module.iree_flags)
     module.save(tmp_path / "medium")
     loaded = anyshape.load(tmp_path / "medium")
+    assert loaded.target.matmul_precision == "medium"
+    assert "matmul precision: medium (matrix products take bfloat16 inputs" in \
+        summary(loaded, tmp_path / "medium", None)
     reference = copy.deepcopy(model).double()
     for batch, length in [(1, 1), (2, 7), (3, 33)]:
         x = torch.randn(batch, length, 64)
