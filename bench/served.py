@@ -47,11 +47,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import compare  # noqa: E402  (sets OMP_WAIT_POLICY before torch is imported)
-from compare import MODEL_KEYS, SYSTEMS, TOLERANCE, TOLERANCES  # noqa: E402
+from compare import MODEL_KEYS, OPTIONAL_SYSTEMS, SYSTEMS, TOLERANCE, TOLERANCES  # noqa: E402
 
 SERVED_SYSTEMS = ["anyshape", "anyshape-packed", "onnxruntime", "eager", "inductor"]
-# Opt-in systems, run only when named in --systems.
-OPTIONAL_SYSTEMS = ["anyshape-bf16"]
 PAD_ID = 1
 CHECKED_REQUESTS = 4
 

@@ -41,13 +41,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import compare  # noqa: E402  (sets OMP_WAIT_POLICY before torch is imported)
-from compare import MODEL_KEYS, SYSTEMS, Cell  # noqa: E402
+from compare import MODEL_KEYS, OPTIONAL_SYSTEMS, SYSTEMS, Cell  # noqa: E402
 
 DEFAULT_LENGTHS = list(range(1, 161)) + list(range(192, 513, 32))
 DEFAULT_STATIC = [17, 33, 42, 65, 128]
 SWEEP_SYSTEMS = ["anyshape", "onnxruntime", "eager", "inductor", "iree-static"]
-# Opt-in systems, run only when named in --systems.
-OPTIONAL_SYSTEMS = ["anyshape-bf16"]
 PEER = "onnxruntime"
 
 
