@@ -69,7 +69,7 @@ TOLERANCE = 1e-3  # max |system - eager| above which a system's time is not repo
 # their own bound, and the table shows each cell's difference.
 TOLERANCES = {"anyshape-bf16": 5e-2}
 # Systems the sweep and the served workload run only when named in --systems.
-OPTIONAL_SYSTEMS = ["anyshape-bf16"]
+OPTIONAL_SYSTEMS = ["anyshape-bf16", "anyshape-iree-products"]
 WARMUP = 2
 CHILD_TIMEOUT_S = 3600
 EXAMPLE_SHAPE = (2, 8)  # for the dynamic exports: batch 1 would be specialized by torch.export
@@ -80,6 +80,7 @@ SYSTEMS = {  # key -> label in the tables
     "anyshape-nopasses": "anyshape passes=[]",
     "anyshape-packed": "anyshape padding=\"eliminate\"",
     "anyshape-bf16": "anyshape matmul_precision=\"medium\"",
+    "anyshape-iree-products": "anyshape product_kernel=\"iree\"",
     "iree-static": "IREE static",
     "eager": "eager",
     "inductor": "inductor",
@@ -226,7 +227,8 @@ def _child_task(task: dict) -> dict:
                                   passes=task["passes"], padding=task.get("padding"),
                                   backend=anyshape.BackendOptions(
                                       data_tiling=task["data_tiling"],
-                                      matmul_precision=task.get("matmul_precision", "highest")))
+                                      matmul_precision=task.get("matmul_precision", "highest"),
+                                      product_kernel=task.get("product_kernel", "anyshape")))
         seconds = time.perf_counter() - start
         module.save(out)
         return {"seconds": seconds}
@@ -268,8 +270,8 @@ def _child_run(task: dict) -> dict:
     baseline = _status("VmRSS")
     system = task["system"]
     with torch.no_grad():
-        if system in ("anyshape", "anyshape-packed", "anyshape-bf16", "anyshape-nopasses",
-                      "iree-static"):
+        if system in ("anyshape", "anyshape-packed", "anyshape-bf16", "anyshape-iree-products",
+                      "anyshape-nopasses", "iree-static"):
             module = load_anyshape(Path(task["artifact"]), task["threads"])
             call = lambda: module(ids, attention_mask=mask)  # noqa: E731
         elif system == "onnxruntime":
@@ -429,16 +431,19 @@ def build_systems(model_key: str, model, args, workdir: Path, base_task: dict, r
     failed: dict[str, str] = {}
     artifacts: dict[str, Path] = {}
     dynamic_note = f"dynamic batch 1..{max_batch}, L 1..{max_len}"
-    for system, passes, padding, precision in (
-            ("anyshape", None, None, "highest"), ("anyshape-packed", None, "eliminate", "highest"),
-            ("anyshape-bf16", None, None, "medium"), ("anyshape-nopasses", [], None, "highest")):
+    for system, passes, padding, precision, kernel in (
+            ("anyshape", None, None, "highest", "anyshape"),
+            ("anyshape-packed", None, "eliminate", "highest", "anyshape"),
+            ("anyshape-bf16", None, None, "medium", "anyshape"),
+            ("anyshape-iree-products", None, None, "highest", "iree"),
+            ("anyshape-nopasses", [], None, "highest", "anyshape")):
         if system not in args.systems:
             continue
         log(f"compiling {SYSTEMS[system]} (child process)")
         out = workdir / f"{model_key}-{system}"
         result = run_child({**base_task, "kind": "anyshape", "dynamic": True, "passes": passes,
                             "padding": padding,
-                            "matmul_precision": precision,
+                            "matmul_precision": precision, "product_kernel": kernel,
                             "data_tiling": args.data_tiling if passes is None else None,
                             "out": str(out)}, workdir, f"{model_key}-{system}")
         record_compile(system, dynamic_note, result)

@@ -14,7 +14,9 @@ requests per second:
 padded calls, its token-wise layers on the real tokens only.
 ``anyshape-bf16`` (only when named) is anyshape with
 ``matmul_precision="medium"``: bfloat16 products, checked against eager
-within its own tolerance (``compare.TOLERANCES``).
+within its own tolerance (``compare.TOLERANCES``). ``anyshape-iree-products``
+(only when named) is anyshape with ``product_kernel="iree"``: IREE's own
+products, which compute whole tiles of 16 rows, in place of anyshape's kernel.
 
 The systems take turns request by request (group by group), each turn
 starting one system later, so drift on the machine hits them alike; a
@@ -92,7 +94,7 @@ def parse_args(argv):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--systems", nargs="+", choices=SERVED_SYSTEMS + OPTIONAL_SYSTEMS,
                         default=SERVED_SYSTEMS,
-                        help="anyshape-bf16 (matmul_precision='medium') runs only when named")
+                        help="anyshape-bf16 (matmul_precision='medium') and anyshape-iree-products (product_kernel='iree') run only when named")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument("--tiny", action="store_true",

@@ -58,7 +58,7 @@ def parse_args(argv):
                         help="lengths at which IREE static is compiled (one build per batch and L)")
     parser.add_argument("--systems", nargs="+", choices=SWEEP_SYSTEMS + OPTIONAL_SYSTEMS,
                         default=SWEEP_SYSTEMS,
-                        help="anyshape-bf16 (matmul_precision='medium') runs only when named")
+                        help="anyshape-bf16 (matmul_precision='medium') and anyshape-iree-products (product_kernel='iree') run only when named")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=HERE / "results")

@@ -77,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="'medium': matrix products take bfloat16 inputs and accumulate in "
                              "float32, as torch.set_float32_matmul_precision('medium'); CPUs "
                              "with AVX-512 BF16 only (default: 'highest', float32)")
+    parser.add_argument("--product-kernel", choices=["anyshape", "iree"], default="anyshape",
+                        help="float32 products with a weight of the model on x86-64 CPUs: "
+                             "'anyshape' (default) runs anyshape's kernel, which computes only "
+                             "the rows there are; 'iree' runs IREE's, which computes whole "
+                             "tiles of 16 rows")
     parser.add_argument("--eliminate-padding", action="store_true",
                         help="run the token-wise layers on the real tokens only, as the input "
                              "attention_mask marks them (anyshape.compile(padding='eliminate'))")
@@ -177,11 +182,13 @@ def _progress():
 
 
 def _target(args):
-    from anyshape.iree.flags import make_target, with_matmul_precision
+    from anyshape.iree.flags import make_target, with_matmul_precision, with_product_kernel
 
-    return with_matmul_precision(make_target(args.target, args.cuda_arch, args.opt_level,
-                                             _data_tiling(args), args.target_cpu),
-                                 args.matmul_precision)
+    return with_product_kernel(
+        with_matmul_precision(make_target(args.target, args.cuda_arch, args.opt_level,
+                                          _data_tiling(args), args.target_cpu),
+                              args.matmul_precision),
+        args.product_kernel)
 
 
 def _data_tiling(args) -> bool | None:
@@ -240,7 +247,8 @@ def _compile_torch(args, report):
         backend=anyshape.BackendOptions(cuda_arch=args.cuda_arch, target_cpu=args.target_cpu,
                                         opt_level=args.opt_level, data_tiling=_data_tiling(args),
                                         params=args.params,
-                                        matmul_precision=args.matmul_precision))
+                                        matmul_precision=args.matmul_precision,
+                                        product_kernel=args.product_kernel))
     described["unique_bytes"] = hf.unique_parameter_bytes(model)
     return compiled, described
 
@@ -267,7 +275,8 @@ def _compile_generator(args, report):
         built.model, target=args.target, progress=report, dump_ir_dir=args.dump_ir_dir,
         backend=anyshape.BackendOptions(cuda_arch=args.cuda_arch, target_cpu=args.target_cpu,
                                         opt_level=args.opt_level, data_tiling=_data_tiling(args),
-                                        matmul_precision=args.matmul_precision))
+                                        matmul_precision=args.matmul_precision,
+                                        product_kernel=args.product_kernel))
     described = {"model": f"{args.hf} {args.task} ({type(built.model).__name__})",
                  "parameters": built.parameters(),
                  "unique_bytes": hf.unique_parameter_bytes(built.model)}

@@ -62,7 +62,7 @@ def source_digest() -> str:
                     for m in (anyshape, anyshape.passes, anyshape.dialects)})
     for root in roots:
         for path in sorted(root.rglob("*")):
-            if path.is_file() and path.suffix in (".py", ".json", ".mlir", ".pdll") \
+            if path.is_file() and path.suffix in (".py", ".json", ".mlir", ".pdll", ".c") \
                     and "__pycache__" not in path.parts:
                 digest.update(str(path.relative_to(root)).encode() + b"\0")
                 digest.update(path.read_bytes() + b"\0")

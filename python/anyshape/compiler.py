@@ -26,9 +26,11 @@ from anyshape.errors import CompileError, DataTilingFallback
 from anyshape.fallbacks import FALLBACKS, Build
 from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts, inject_dim_facts
-from anyshape.iree.flags import PEELING_FLAG, Target, make_target, with_matmul_precision
+from anyshape.iree.flags import (PEELING_FLAG, Target, make_target, routes_products,
+                                 with_matmul_precision, with_product_kernel)
 from anyshape.iree.in_place_writes import write_inputs_in_place_file
 from anyshape.iree.invocation import compile_with_iree
+from anyshape.iree.linear_rows import kernel_object, route_linears, warn_unavailable
 from anyshape.iree.parameters import ARCHIVE, externalize_weights
 from anyshape.iree.workarounds import separate_dynamic_operand_packing
 from anyshape.mlir import MLIRError, ir, module_to_bytecode, new_context, parse_module, versions
@@ -138,6 +140,7 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     if not backend.outer_dim_concat:
         compile_target = dataclasses.replace(compile_target, outer_dim_concat=False)
     compile_target = with_matmul_precision(compile_target, backend.matmul_precision)
+    compile_target = with_product_kernel(compile_target, backend.product_kernel)
     if not isinstance(backend.in_place_writes, bool):
         raise TypeError(f"in_place_writes: expected True or False, got "
                         f"{backend.in_place_writes!r}")
@@ -502,17 +505,28 @@ def _write_iree_input(compilation: _Compilation, stages: "_StageWriter", module:
     data_tiling = bool(compilation.target.data_tiling)
     facts = dim_facts and has_dim_facts(module)
     in_place = compilation.in_place
-    if not facts and weights is None and not data_tiling and not in_place:
+    kernel = None
+    if routes_products(compilation.target):
+        kernel, unavailable = kernel_object()
+        if kernel is None:
+            warn_unavailable(unavailable)
+    if not facts and weights is None and not data_tiling and not in_place and kernel is None:
         return stages.write(IREE_INPUT_STAGE, module, same_as=source)
 
     def produce(bytecode: Path, text: Path | None) -> None:
         current = source
         # Each rewrite reads the last one's file; the last writes the text.
         last = "in_place" if in_place else "weights" if weights is not None else \
-            "data_tiling" if data_tiling else "facts"
+            "data_tiling" if data_tiling else "kernel" if kernel is not None else "facts"
         if facts:
             report("stating argument dim ranges for IREE")
             inject_dim_facts(current, bytecode, text if last == "facts" else None)
+            current = bytecode
+        if kernel is not None:
+            count = route_linears(current, bytecode, kernel, compilation.target.iree_flags(),
+                                  text if last == "kernel" else None)
+            report(f"  {count} products with a weight run anyshape's row-exact kernel "
+                   f"(iree/linear_rows.py)")
             current = bytecode
         if data_tiling:
             count = separate_dynamic_operand_packing(current, bytecode,

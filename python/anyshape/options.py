@@ -38,7 +38,11 @@ class BackendOptions:
     as ``torch.set_float32_matmul_precision("medium")``: the inputs of every
     matrix product are rounded to bfloat16 and accumulated in float32, on CPUs
     with AVX-512 BF16 only (its speed and its error against eager:
-    docs/api.md).
+    docs/api.md). ``product_kernel``: "anyshape" (default) computes float32
+    products with a weight of the model (linear layers, the LM head) with
+    anyshape's kernel on x86-64 CPUs, which computes only the rows there are
+    (IREE's computes whole tiles of 16 rows); "iree" keeps IREE's. Where no C
+    compiler can build the kernel, IREE's runs, with a warning.
     """
 
     cuda_arch: str | None = None
@@ -50,6 +54,7 @@ class BackendOptions:
     outer_dim_concat: bool = True
     in_place_writes: bool = False
     matmul_precision: str = "highest"
+    product_kernel: str = "anyshape"
 
 
 class _Unset:

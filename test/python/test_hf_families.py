@@ -10,6 +10,7 @@ import torch
 
 import anyshape
 from anyshape import hf
+from anyshape.iree import linear_rows
 
 MAX_SEQ = 128
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -111,7 +112,9 @@ def test_inline_artifact_holds_tied_weights_once(model_type, config):
     LM head are one `shared` table. Packed for the LM head's matmul and read
     unpacked by the gather, the table was stored twice when IREE evaluated the
     packing at compile time. The vocabulary makes that table most of the bytes,
-    so the whole `.vmfb` (code included) is held to 5% above the unique bytes."""
+    so the whole `.vmfb` (code included) is held to 5% above the unique bytes,
+    plus the code of anyshape's product kernel (at most its object file's
+    size, about 50 KB), which a small model's own code does not dwarf."""
     built = hf.build(model_type, "causal-lm" if model_type == "gpt2" else "seq2seq-lm", config)
     weights = hf.unique_parameter_bytes(built.model)
     named = sum(p.numel() * p.element_size() for p in built.model.state_dict().values())
@@ -120,7 +123,9 @@ def test_inline_artifact_holds_tied_weights_once(model_type, config):
                                 dynamic_shapes=built.dynamic_shapes({"batch", "seq"}, 4, 64))
     assert "--iree-global-opt-data-tiling" in compiled.iree_flags
     artifact = compiled.vmfb_path.stat().st_size
-    assert weights <= artifact <= 1.05 * weights, (artifact, weights)
+    kernel, _ = linear_rows.kernel_object()
+    kernel_code = kernel.stat().st_size if kernel is not None else 0
+    assert weights <= artifact <= 1.05 * weights + kernel_code, (artifact, weights, kernel_code)
     inputs = built.example_inputs(3, 21, dec_seq=6, seed=3)
     with torch.no_grad():
         expected = built.model(**inputs).logits

@@ -55,6 +55,10 @@ class Target:
     # "medium": the inputs of matrix products in bfloat16, accumulated in float32
     # (BackendOptions.matmul_precision; with_matmul_precision)
     matmul_precision: str = "highest"
+    # "anyshape": products with a constant weight run anyshape's row-exact
+    # kernel where it applies (iree/linear_rows.py); "iree": IREE's own
+    # (BackendOptions.product_kernel)
+    product_kernel: str = "anyshape"
 
     def iree_flags(self) -> list[str]:
         if self.data_tiling is None:
@@ -157,6 +161,27 @@ def with_matmul_precision(target: Target, precision) -> Target:
                          f"(avx512bf16), which target_cpu={target.cpu!r} ({cpu.name}) lacks: "
                          f"its bfloat16 products would be emulated, slower than float32")
     return dataclasses.replace(target, matmul_precision=precision)
+
+
+PRODUCT_KERNELS = ("anyshape", "iree")
+
+
+def with_product_kernel(target: Target, kernel) -> Target:
+    """``target`` with its products with a constant weight computed by
+    ``kernel``: "anyshape" (default: the row-exact kernel of
+    iree/linear_rows.py, on x86-64 CPU targets whose products are float32;
+    IREE's elsewhere) or "iree" (IREE's own everywhere)."""
+    if kernel not in PRODUCT_KERNELS:
+        raise ValueError(f"product_kernel: expected one of {', '.join(PRODUCT_KERNELS)}, "
+                         f"got {kernel!r}")
+    return dataclasses.replace(target, product_kernel=kernel)
+
+
+def routes_products(target: Target) -> bool:
+    """Whether ``target`` builds its products with a constant weight with
+    anyshape's kernel (where the kernel can be built: iree/linear_rows.py)."""
+    return target.name == "cpu" and target.product_kernel == "anyshape" \
+        and target.matmul_precision == "highest"
 
 
 def iree_cuda_arch(requested: str) -> str:

@@ -140,8 +140,9 @@ def test_compile_cli_model_factory(tmp_path):
         "    return Pool(), {'x': torch.randn(2, 5, 8), 'mask': torch.ones(2, 5)}\n")
     out = tmp_path / "art"
     result = run("anyshape-compile", "--model", f"{tmp_path / 'mine.py'}:make", "--max-seq", "40",
-                 "-o", str(out))
+                 "--product-kernel", "iree", "-o", str(out))
     assert result.returncode == 0, result.stderr
+    assert anyshape.load(out).target.product_kernel == "iree"
     assert "dynamic dims: 'batch' in [1, 16], 'seq' in [1, 40]" in result.stdout
     assert "outputs (dict): outputs['mean'] float32 (batch, 4)" in result.stdout
     sys.path.insert(0, str(tmp_path))
@@ -177,6 +178,7 @@ def test_compile_cli_model_factory(tmp_path):
       "--matmul-precision", "medium", "--target-cpu", "znver3"],
      "'medium' needs a CPU with AVX-512 BF16 (avx512bf16), which target_cpu='znver3'"),
     (["x.mlir", "--matmul-precision", "low"], "invalid choice: 'low'"),
+    (["x.mlir", "--product-kernel", "mkl"], "invalid choice: 'mkl'"),
 ])
 def test_compile_cli_model_errors(tmp_path, argv, message):
     result = run("anyshape-compile", *argv, "-o", str(tmp_path / "art"))

@@ -1,0 +1,419 @@
+// y[m, n] = x[m, :] . w[n, :] (+ bias[n]) for every row m, computing only the
+// rows there are.
+//
+// IREE 3.13's mmt4d kernel computes whole tiles of 16 rows on AVX-512 hosts (8
+// on AVX2 ones), so a product of 17 rows costs what 32 cost (issue 40,
+// docs/iree-notes.md). This kernel sizes its last tile of rows to the rows
+// that remain, and reads x as it is, so no packing of x or unpacking of y
+// runs around it.
+//
+// It is linked into IREE's embedded ELF executables (hal.executable.objects;
+// iree/linear_rows.py writes the dispatch that calls it), so it must not call
+// into any library, allocate, or use thread-local state: only registers, the
+// stack and the bindings. It is compiled for baseline x86-64; the AVX-512 and
+// AVX2 code carries its own target attributes and is chosen at run time from
+// CPUID, once per process.
+//
+// The weights come packed (iree/linear_rows.py, in the module's initializers)
+// as panels of 16 output columns: packed[p][k][j] = w[16 p + j][k], the last
+// panel padded with zeros. A tile's step over k loads one row of 16 from each
+// of its panels and broadcasts one value of x per row.
+//
+// Sums over k run in order, one FMA per k, as IREE's own kernel does: a block
+// of k stores its partial sums into y and the next block resumes from them.
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <immintrin.h>
+
+#define PANEL 16
+// Blocks of k: a block of two panels (64 KiB) stays in L2 across the tiles
+// of rows, and a tile's x in L1 (512 measured a few percent ahead of 256
+// and 384 at 333 rows on Zen 4, level at 17).
+#define K_BLOCK 512
+// A tile's rows of x are copied for each block of k, X_STRIDE floats apart:
+// rows of x a multiple of 4 KiB apart (k = 1024, 3072, ...) would share a set
+// of L1 and evict each other, 17 cache lines apart they do not.
+#define X_STRIDE (K_BLOCK + 16)
+
+typedef struct {
+  const float* x;       // rows of x, `k` floats apart
+  const float* packed;  // panels of `k` x 16 floats
+  const float* bias;    // n floats, or null
+  float* y;             // rows of y, `n` floats apart
+  size_t m, n, k;
+} linear_rows_t;
+
+// --------------------------------------------------------------------------
+// Run-time choice of the instruction set.
+// --------------------------------------------------------------------------
+
+enum { ISA_UNKNOWN = 0, ISA_PORTABLE = 1, ISA_AVX2 = 2, ISA_AVX512 = 3 };
+
+static void cpuid(uint32_t leaf, uint32_t subleaf, uint32_t regs[4]) {
+  __asm__ volatile("cpuid"
+                   : "=a"(regs[0]), "=b"(regs[1]), "=c"(regs[2]), "=d"(regs[3])
+                   : "a"(leaf), "c"(subleaf));
+}
+
+static uint64_t xgetbv0(void) {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((uint64_t)hi << 32) | lo;
+}
+
+static int detect_isa(void) {
+#ifdef LINEAR_ROWS_FORCE_ISA  // test_linear_rows.py runs each path on one host
+  return LINEAR_ROWS_FORCE_ISA;
+#endif
+  uint32_t r[4];
+  cpuid(0, 0, r);
+  if (r[0] < 7) return ISA_PORTABLE;
+  cpuid(1, 0, r);
+  int fma = (r[2] >> 12) & 1, osxsave = (r[2] >> 27) & 1, avx = (r[2] >> 28) & 1;
+  if (!(fma && osxsave && avx)) return ISA_PORTABLE;
+  uint64_t xcr0 = xgetbv0();
+  if ((xcr0 & 0x6) != 0x6) return ISA_PORTABLE;  // the OS keeps no ymm state
+  cpuid(7, 0, r);
+  int avx2 = (r[1] >> 5) & 1, avx512f = (r[1] >> 16) & 1;
+  if (avx512f && (xcr0 & 0xE6) == 0xE6) return ISA_AVX512;  // and zmm state
+  return avx2 ? ISA_AVX2 : ISA_PORTABLE;
+}
+
+// Set by whichever worker first finds it unset; every writer writes the same
+// value, so the race is benign. (In a VM, CPUID traps to the hypervisor:
+// once per dispatch would cost microseconds.)
+static volatile int chosen_isa = ISA_UNKNOWN;
+
+static int isa(void) {
+  int found = chosen_isa;
+  if (found == ISA_UNKNOWN) {
+    found = detect_isa();
+    chosen_isa = found;
+  }
+  return found;
+}
+
+// The first `n - col` of a panel's 16 columns (all 16 but in the last panel).
+static size_t panel_cols(const linear_rows_t* a, size_t panel) {
+  size_t col = panel * PANEL;
+  return a->n - col < PANEL ? a->n - col : PANEL;
+}
+
+// Whether more than 4 of a tile's rows of x, k floats apart, fall in one set
+// of a 64-set L1 (Zen 4's and Skylake's 32 KiB, 8 ways): 4 KiB apart they all
+// do (k = 1024, 3072), 3 KiB apart (k = 768) every fourth does.
+static int rows_share_l1_sets(size_t k, size_t tile_rows) {
+  if (k % 16) return 0;  // rows start at different offsets in their lines
+  size_t step = (k / 16) % 64;  // lines from one row to the next, mod 64 sets
+  size_t period = 1;            // rows until a row is back in the same set
+  if (step) {
+    size_t a = step, b = 64;
+    while (b) {
+      size_t t = a % b;
+      a = b;
+      b = t;
+    }
+    period = 64 / a;
+  }
+  return (tile_rows + period - 1) / period > 4;
+}
+
+static void copy_rows(const linear_rows_t* a, float* xp, size_t row,
+                      size_t rows, size_t k0, size_t k1) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* x = a->x + (row + r) * a->k;
+    for (size_t kk = k0; kk < k1; ++kk) xp[r * X_STRIDE + kk - k0] = x[kk];
+  }
+}
+
+// --------------------------------------------------------------------------
+// AVX-512: tiles of up to 12 rows by 2 panels (24 accumulators).
+// --------------------------------------------------------------------------
+
+#define AVX512_FN __attribute__((target("avx512f,fma")))
+#define TILE512_ROWS 12
+
+AVX512_FN static inline __mmask16 mask16(size_t cols) {
+  return cols >= PANEL ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
+}
+
+// One tile: MR rows from `row` by panels [panel, panel + NP), over k in
+// [k0, k1); `xp` holds the rows' x for that block (copy_rows). The first
+// block starts from zero, later ones from the partial sums in y, and the
+// last adds the bias. With few accumulators (MR * NP < 8) two sets take even
+// and odd k, so that enough FMA chains overlap to hide the FMA's latency.
+#define DEFINE_TILE512(MR, NP)                                                 \
+  AVX512_FN static void tile512_##MR##x##NP(const linear_rows_t* a,            \
+                                            const float* xp, size_t xs, size_t row,\
+                                            size_t panel, size_t k0,           \
+                                            size_t k1) {                       \
+    enum { SETS = (MR) * (NP) < 8 ? 2 : 1 };                                   \
+    const size_t k = a->k, steps = k1 - k0;                                    \
+    const float* w = a->packed + panel * k * PANEL + k0 * PANEL;               \
+    __mmask16 mask[NP];                                                        \
+    for (int p = 0; p < (NP); ++p) mask[p] = mask16(panel_cols(a, panel + p)); \
+    __m512 acc[SETS][MR][NP];                                                  \
+    for (int s = 0; s < SETS; ++s)                                             \
+      for (int r = 0; r < (MR); ++r)                                           \
+        for (int p = 0; p < (NP); ++p)                                         \
+          acc[s][r][p] =                                                       \
+              s == 0 && k0 > 0                                                 \
+                  ? _mm512_maskz_loadu_ps(                                     \
+                        mask[p],                                               \
+                        a->y + (row + r) * a->n + (panel + p) * PANEL)         \
+                  : _mm512_setzero_ps();                                       \
+    size_t i = 0;                                                              \
+    for (; i + SETS <= steps; i += SETS) {                                     \
+      for (int s = 0; s < SETS; ++s) {                                         \
+        __m512 b[NP];                                                          \
+        for (int p = 0; p < (NP); ++p)                                         \
+          b[p] = _mm512_loadu_ps(w + (size_t)p * k * PANEL + (i + s) * PANEL); \
+        for (int r = 0; r < (MR); ++r) {                                       \
+          __m512 xv = _mm512_set1_ps(xp[r * xs + i + s]);                \
+          for (int p = 0; p < (NP); ++p)                                       \
+            acc[s][r][p] = _mm512_fmadd_ps(xv, b[p], acc[s][r][p]);            \
+        }                                                                      \
+      }                                                                        \
+    }                                                                          \
+    for (; i < steps; ++i) {                                                   \
+      for (int r = 0; r < (MR); ++r) {                                         \
+        __m512 xv = _mm512_set1_ps(xp[r * xs + i]);                      \
+        for (int p = 0; p < (NP); ++p)                                         \
+          acc[0][r][p] = _mm512_fmadd_ps(                                      \
+              xv, _mm512_loadu_ps(w + (size_t)p * k * PANEL + i * PANEL),      \
+              acc[0][r][p]);                                                   \
+      }                                                                        \
+    }                                                                          \
+    const int last = k1 == k;                                                  \
+    for (int p = 0; p < (NP); ++p) {                                           \
+      size_t col = (panel + p) * PANEL;                                        \
+      __m512 bias = last && a->bias                                            \
+                        ? _mm512_maskz_loadu_ps(mask[p], a->bias + col)        \
+                        : _mm512_setzero_ps();                                 \
+      for (int r = 0; r < (MR); ++r) {                                         \
+        __m512 sum = acc[0][r][p];                                             \
+        if (SETS == 2) sum = _mm512_add_ps(sum, acc[SETS - 1][r][p]);          \
+        if (last) sum = _mm512_add_ps(sum, bias);                              \
+        _mm512_mask_storeu_ps(a->y + (row + r) * a->n + col, mask[p], sum);    \
+      }                                                                        \
+    }                                                                          \
+  }
+
+#define ROWS512(NP)                                                 \
+  DEFINE_TILE512(1, NP) DEFINE_TILE512(2, NP) DEFINE_TILE512(3, NP) \
+  DEFINE_TILE512(4, NP) DEFINE_TILE512(5, NP) DEFINE_TILE512(6, NP) \
+  DEFINE_TILE512(7, NP) DEFINE_TILE512(8, NP) DEFINE_TILE512(9, NP) \
+  DEFINE_TILE512(10, NP) DEFINE_TILE512(11, NP) DEFINE_TILE512(12, NP)
+ROWS512(1)
+ROWS512(2)
+
+// A switch rather than a table of function pointers: a table would need
+// relocations for the embedded ELF loader to apply.
+AVX512_FN static void tile512(const linear_rows_t* a, const float* xp, size_t xs,
+                              size_t row, size_t rows, size_t panel, int np,
+                              size_t k0, size_t k1) {
+#define CASE512(MR)                                      \
+  case MR:                                               \
+    if (np == 2) tile512_##MR##x2(a, xp, xs, row, panel, k0, k1); \
+    else tile512_##MR##x1(a, xp, xs, row, panel, k0, k1);    \
+    return;
+  switch (rows) {
+    CASE512(1) CASE512(2) CASE512(3) CASE512(4) CASE512(5) CASE512(6)
+    CASE512(7) CASE512(8) CASE512(9) CASE512(10) CASE512(11) CASE512(12)
+  }
+#undef CASE512
+}
+
+// --------------------------------------------------------------------------
+// AVX2: tiles of up to 6 rows by 1 panel (two 8-wide halves, 12 accumulators).
+// --------------------------------------------------------------------------
+
+#define AVX2_FN __attribute__((target("avx2,fma")))
+#define TILE256_ROWS 6
+
+// The first `cols` of 8 floats, the rest zero.
+AVX2_FN static inline __m256 load8(const float* p, size_t cols) {
+  if (cols >= 8) return _mm256_loadu_ps(p);
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (size_t j = 0; j < cols; ++j) part[j] = p[j];
+  return _mm256_loadu_ps(part);
+}
+
+AVX2_FN static inline void store8(float* p, __m256 v, size_t cols) {
+  if (cols >= 8) {
+    _mm256_storeu_ps(p, v);
+    return;
+  }
+  float part[8];
+  _mm256_storeu_ps(part, v);
+  for (size_t j = 0; j < cols; ++j) p[j] = part[j];
+}
+
+// As DEFINE_TILE512, for one panel as two halves of 8 columns.
+#define DEFINE_TILE256(MR)                                                   \
+  AVX2_FN static void tile256_##MR(const linear_rows_t* a, const float* xp,  \
+                                   size_t xs, size_t row, size_t panel, size_t k0, \
+                                   size_t k1) {                              \
+    enum { SETS = (MR) < 4 ? 2 : 1 };                                        \
+    const size_t k = a->k, steps = k1 - k0;                                  \
+    const float* w = a->packed + panel * k * PANEL + k0 * PANEL;             \
+    const size_t col = panel * PANEL, cols = panel_cols(a, panel);           \
+    const size_t cols_hi = cols > 8 ? cols - 8 : 0;                          \
+    __m256 acc[SETS][MR][2];                                                 \
+    for (int s = 0; s < SETS; ++s)                                           \
+      for (int r = 0; r < (MR); ++r) {                                       \
+        const float* y = a->y + (row + r) * a->n + col;                      \
+        int resume = s == 0 && k0 > 0;                                       \
+        acc[s][r][0] = resume ? load8(y, cols) : _mm256_setzero_ps();        \
+        acc[s][r][1] = resume && cols_hi ? load8(y + 8, cols_hi)             \
+                                         : _mm256_setzero_ps();              \
+      }                                                                      \
+    size_t i = 0;                                                            \
+    for (; i + SETS <= steps; i += SETS) {                                   \
+      for (int s = 0; s < SETS; ++s) {                                       \
+        __m256 b0 = _mm256_loadu_ps(w + (i + s) * PANEL);                    \
+        __m256 b1 = _mm256_loadu_ps(w + (i + s) * PANEL + 8);                \
+        for (int r = 0; r < (MR); ++r) {                                     \
+          __m256 xv = _mm256_broadcast_ss(xp + r * xs + i + s);        \
+          acc[s][r][0] = _mm256_fmadd_ps(xv, b0, acc[s][r][0]);              \
+          acc[s][r][1] = _mm256_fmadd_ps(xv, b1, acc[s][r][1]);              \
+        }                                                                    \
+      }                                                                      \
+    }                                                                        \
+    for (; i < steps; ++i) {                                                 \
+      __m256 b0 = _mm256_loadu_ps(w + i * PANEL);                            \
+      __m256 b1 = _mm256_loadu_ps(w + i * PANEL + 8);                        \
+      for (int r = 0; r < (MR); ++r) {                                       \
+        __m256 xv = _mm256_broadcast_ss(xp + r * xs + i);              \
+        acc[0][r][0] = _mm256_fmadd_ps(xv, b0, acc[0][r][0]);                \
+        acc[0][r][1] = _mm256_fmadd_ps(xv, b1, acc[0][r][1]);                \
+      }                                                                      \
+    }                                                                        \
+    const int last = k1 == k;                                                \
+    __m256 bias0 = _mm256_setzero_ps(), bias1 = _mm256_setzero_ps();         \
+    if (last && a->bias) {                                                   \
+      bias0 = load8(a->bias + col, cols);                                    \
+      if (cols_hi) bias1 = load8(a->bias + col + 8, cols_hi);                \
+    }                                                                        \
+    for (int r = 0; r < (MR); ++r) {                                         \
+      __m256 lo = acc[0][r][0], hi = acc[0][r][1];                           \
+      if (SETS == 2) {                                                       \
+        lo = _mm256_add_ps(lo, acc[SETS - 1][r][0]);                         \
+        hi = _mm256_add_ps(hi, acc[SETS - 1][r][1]);                         \
+      }                                                                      \
+      if (last) {                                                            \
+        lo = _mm256_add_ps(lo, bias0);                                       \
+        hi = _mm256_add_ps(hi, bias1);                                       \
+      }                                                                      \
+      float* y = a->y + (row + r) * a->n + col;                              \
+      store8(y, lo, cols);                                                   \
+      if (cols_hi) store8(y + 8, hi, cols_hi);                               \
+    }                                                                        \
+  }
+
+DEFINE_TILE256(1) DEFINE_TILE256(2) DEFINE_TILE256(3)
+DEFINE_TILE256(4) DEFINE_TILE256(5) DEFINE_TILE256(6)
+
+AVX2_FN static void tile256(const linear_rows_t* a, const float* xp, size_t xs, size_t row,
+                            size_t rows, size_t panel, size_t k0, size_t k1) {
+  switch (rows) {
+    case 1: tile256_1(a, xp, xs, row, panel, k0, k1); return;
+    case 2: tile256_2(a, xp, xs, row, panel, k0, k1); return;
+    case 3: tile256_3(a, xp, xs, row, panel, k0, k1); return;
+    case 4: tile256_4(a, xp, xs, row, panel, k0, k1); return;
+    case 5: tile256_5(a, xp, xs, row, panel, k0, k1); return;
+    case 6: tile256_6(a, xp, xs, row, panel, k0, k1); return;
+  }
+}
+
+// --------------------------------------------------------------------------
+// Portable (an x86-64 without AVX2 or FMA): one row by one panel at a time.
+// --------------------------------------------------------------------------
+
+static void row_portable(const linear_rows_t* a, size_t row, size_t panel) {
+  const size_t k = a->k;
+  const float* x = a->x + row * k;
+  const float* w = a->packed + panel * k * PANEL;
+  float acc[PANEL];
+  for (int j = 0; j < PANEL; ++j) acc[j] = 0.0f;
+  for (size_t kk = 0; kk < k; ++kk)
+    for (int j = 0; j < PANEL; ++j) acc[j] += x[kk] * w[kk * PANEL + j];
+  size_t col = panel * PANEL, cols = panel_cols(a, panel);
+  for (size_t j = 0; j < cols; ++j)
+    a->y[row * a->n + col + j] = acc[j] + (a->bias ? a->bias[col + j] : 0.0f);
+}
+
+// --------------------------------------------------------------------------
+// One workgroup: rows [row0, row1) by panels [panel0, panel1).
+// --------------------------------------------------------------------------
+
+static void block(const linear_rows_t* a, size_t row0, size_t row1,
+                  size_t panel0, size_t panel1) {
+  const int found = isa();
+  if (found == ISA_PORTABLE) {
+    for (size_t p = panel0; p < panel1; ++p)
+      for (size_t row = row0; row < row1; ++row) row_portable(a, row, p);
+    return;
+  }
+  const size_t tile_rows = found == ISA_AVX512 ? TILE512_ROWS : TILE256_ROWS;
+  const int copy = rows_share_l1_sets(a->k, tile_rows);
+  float copied[TILE512_ROWS * X_STRIDE];
+  for (size_t k0 = 0; k0 < a->k; k0 += K_BLOCK) {
+    size_t k1 = a->k - k0 > K_BLOCK ? k0 + K_BLOCK : a->k;
+    for (size_t row = row0; row < row1; row += tile_rows) {
+      size_t rows = row1 - row < tile_rows ? row1 - row : tile_rows;
+      const float* xp = a->x + row * a->k + k0;
+      size_t xs = a->k;
+      if (copy) {
+        copy_rows(a, copied, row, rows, k0, k1);
+        xp = copied;
+        xs = X_STRIDE;
+      }
+      if (found == ISA_AVX512) {
+        for (size_t p = panel0; p < panel1; p += 2)
+          tile512(a, xp, xs, row, rows, p, panel1 - p >= 2 ? 2 : 1, k0, k1);
+      } else {
+        for (size_t p = panel0; p < panel1; ++p)
+          tile256(a, xp, xs, row, rows, p, k0, k1);
+      }
+    }
+  }
+}
+
+// Workgroup (gx, gy) of (nx, ny) takes the gx-th of nx runs of panels and the
+// gy-th of ny runs of rows; runs of rows are whole AVX-512 tiles but the last.
+static void workgroup(const linear_rows_t* a, size_t gx, size_t nx, size_t gy,
+                      size_t ny) {
+  size_t panels = (a->n + PANEL - 1) / PANEL;
+  size_t panels_per = (panels + nx - 1) / nx;
+  size_t rows_per = (a->m + ny - 1) / ny;
+  rows_per = (rows_per + TILE512_ROWS - 1) / TILE512_ROWS * TILE512_ROWS;
+  size_t panel0 = gx * panels_per, row0 = gy * rows_per;
+  size_t panel1 = panel0 + panels_per < panels ? panel0 + panels_per : panels;
+  size_t row1 = row0 + rows_per < a->m ? row0 + rows_per : a->m;
+  if (panel0 < panel1 && row0 < row1) block(a, row0, row1, panel0, panel1);
+}
+
+// The entry points the dispatches call (llvm.bareptr memrefs: a base pointer,
+// then an offset in elements).
+void anyshape_linear_rows(const float* x, size_t x_offset, const float* packed,
+                          size_t packed_offset, const float* bias,
+                          size_t bias_offset, float* y, size_t y_offset,
+                          size_t m, size_t n, size_t k, size_t gx, size_t nx,
+                          size_t gy, size_t ny) {
+  linear_rows_t a = {x + x_offset, packed + packed_offset, bias + bias_offset,
+                     y + y_offset, m, n, k};
+  workgroup(&a, gx, nx, gy, ny);
+}
+
+void anyshape_linear_rows_no_bias(const float* x, size_t x_offset,
+                                  const float* packed, size_t packed_offset,
+                                  float* y, size_t y_offset, size_t m,
+                                  size_t n, size_t k, size_t gx, size_t nx,
+                                  size_t gy, size_t ny) {
+  linear_rows_t a = {x + x_offset, packed + packed_offset, 0, y + y_offset,
+                     m, n, k};
+  workgroup(&a, gx, nx, gy, ny);
+}

@@ -1,0 +1,401 @@
+"""Products with a weight that compute only the rows there are (issue 40).
+
+IREE 3.13's CPU products run its ``mmt4d`` kernel over whole tiles of 16 rows
+(8 on AVX2): 17 tokens cost what 32 cost, and a batch-1 model's latency steps
+up past every multiple of 16. ``kernels/linear_rows.c`` computes exactly the
+rows given. This module
+
+- compiles it, with the machine's C compiler, into an object that IREE links
+  into the module's code (``hal.executable.objects``), once per source and
+  compiler (``kernel_object``);
+- rewrites the IREE input (``route_linears``): each float32 ``aten.linear``
+  whose weight is a constant of the model, and each ``aten.mm``/``addmm``
+  whose right operand is one, becomes a call of a function that packs the
+  weight into panels of 16 columns (a computation on a constant, which IREE
+  hoists into the module's initializers: it runs once, at load) and
+  dispatches the kernel, through an executable written here whose
+  entry points call it.
+
+The object picks its AVX-512, AVX2 or portable code at run time from CPUID, so
+the module runs on any x86-64 host its other code runs on. Where no C
+compiler works, modules are built with IREE's own products and a
+``KernelUnavailable`` warning says why.
+
+IREE 3.13 writes an object given inline (``#hal.executable.object<{data =
+...}>``) as an empty file before linking (``LLVMCPUTarget.cpp``: the
+temporary is created, never written), so the executable names the object's
+file by path. ``test_linear_rows.py`` guards both the kernel's numerics and
+that path.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+from anyshape.dialects import builtin_tensor_text, vtensor_shape
+from anyshape.mlir import iree_bindings
+from anyshape.workarounds_index import Workaround
+
+SOURCE = Path(__file__).with_name("kernels") / "linear_rows.c"
+EXECUTABLE = "anyshape_row_products"
+# Entry point -> whether it takes a bias.
+ENTRY_POINTS = {"linear_rows": True, "linear_rows_no_bias": False}
+PANEL = 16
+# The kernel's runs of rows and of panels per workgroup (linear_rows.c's
+# ``workgroup`` takes what the counts below give it).
+ROWS_PER_WORKGROUP = 48
+PANELS_PER_WORKGROUP = 8
+# Freestanding code for IREE's embedded ELF: no library calls, no stack
+# protector (it reads a TLS canary), nothing the embedded loader cannot relocate.
+CFLAGS = ("-O3", "-std=c11", "-ffreestanding", "-fno-builtin", "-fPIC", "-fno-plt",
+          "-fno-stack-protector", "-fno-stack-clash-protection", "-fcf-protection=none",
+          "-fno-asynchronous-unwind-tables", "-fno-exceptions", "-mno-red-zone")
+
+WORKAROUNDS = (
+    Workaround(
+        name="executable_object_by_path", stage="iree-input",
+        where="anyshape.iree.linear_rows.executable_text (#hal.executable.object<{path = ...}>)",
+        upstream="IREE 3.13's LLVMCPU target writes an inline object "
+                 "(#hal.executable.object<{data = ...}>) as an empty temporary file before "
+                 "linking it (compiler/plugins/target/LLVMCPU/LLVMCPUTarget.cpp: "
+                 "Artifact::createTemporary, never written), and iree-lld then reports the "
+                 "kernel's symbol undefined. The executable names the compiled object's file "
+                 "in anyshape's cache instead of holding its bytes.",
+        guard="test/python/iree/test_linear_rows.py::test_inline_object_is_still_written_empty",
+        remove_when="when IREE writes inline objects: the IR then carries its object"),
+)
+
+
+class KernelUnavailable(UserWarning):
+    """anyshape's row-exact products could not be built here: IREE's own run instead."""
+
+
+def _cache_dir() -> Path:
+    from anyshape.compile_cache import cache_root
+
+    return cache_root() / "kernels"
+
+
+def _compiler() -> str | None:
+    configured = os.environ.get("CC")
+    if configured:
+        return shutil.which(configured) or configured
+    for name in ("cc", "gcc", "clang"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_object() -> tuple[Path | None, str]:
+    """(the kernel's object file, "") or (None, why it could not be built).
+    Kept in anyshape's cache under a name that hashes the source, the
+    compiler's identity and the flags; written under a temporary name and
+    renamed, so concurrent builds each see a whole file."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None, f"the kernel is written for x86-64, this host is {platform.machine()}"
+    compiler = _compiler()
+    if compiler is None:
+        return None, "no C compiler found (cc, gcc or clang on PATH, or $CC)"
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                                 timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as error:
+        return None, f"the C compiler {compiler} does not run: {error}"
+    digest = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), version.encode(), " ".join(CFLAGS).encode()):
+        digest.update(part + b"\0")
+    target = _cache_dir() / f"linear_rows-{digest.hexdigest()[:24]}.o"
+    if target.is_file():
+        return target, ""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
+        built = Path(tmp) / target.name
+        done = subprocess.run([compiler, *CFLAGS, "-c", str(SOURCE), "-o", str(built)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            first = next((l for l in done.stderr.splitlines() if "error" in l),
+                         done.stderr.strip()[:300])
+            return None, f"{compiler} could not compile {SOURCE.name}: {first}"
+        os.replace(built, target)
+    return target, ""
+
+
+def warn_unavailable(reason: str) -> None:
+    warnings.warn(f"products with a weight use IREE's own kernel, which computes whole tiles "
+                  f"of 16 rows (8 on AVX2), because anyshape's row-exact kernel is "
+                  f"unavailable: {reason}", KernelUnavailable, stacklevel=4)
+
+
+_PROBE = ("func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+          "  %0 = arith.addf %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n")
+_TARGET_START = '#hal.executable.target<"llvm-cpu"'
+
+
+@functools.lru_cache(maxsize=None)
+def executable_target(flags: tuple[str, ...]) -> str:
+    """The ``#hal.executable.target`` IREE builds the module's code for with
+    ``flags``, read back from a tiny module compiled a few phases in. The
+    kernel's executable must name exactly that target: IREE links executables
+    of one target into one variant, and a variant of another (a target of our
+    own) would be a second binary the runtime chooses instead of the module's,
+    whose dispatches it then lacks ("export not found in library")."""
+    from anyshape.mlir import iree_tool
+
+    with tempfile.TemporaryDirectory(prefix="anyshape-target-") as tmp:
+        probe = Path(tmp) / "probe.mlir"
+        probe.write_text(_PROBE)
+        done = subprocess.run([iree_tool("iree-compile"), str(probe), *flags,
+                               "--compile-to=preprocessing"], capture_output=True, text=True)
+    start = done.stdout.find(_TARGET_START)
+    if done.returncode != 0 or start < 0:
+        raise RuntimeError(f"iree-compile did not show the CPU target for {' '.join(flags)}: "
+                           f"{done.stderr.strip()[:500]}")
+    depth, at = 0, start
+    while True:  # to the '>' that closes the attribute (it nests #iree_cpu...<>)
+        char = done.stdout[at]
+        depth += char == "<"
+        depth -= char == ">"
+        at += 1
+        if depth == 0 and char == ">":
+            return done.stdout[start:at]
+
+
+def executable_text(object_path: Path, target: str) -> str:
+    """The executable whose entry points, ``linear_rows`` (with a bias) and
+    ``linear_rows_no_bias``, call the kernel.
+
+    Bindings: x (m x k), the packed weight, [the bias,] y (m x n); constants
+    m, n, k. Workgroups: runs of PANELS_PER_WORKGROUP panels by runs of
+    ROWS_PER_WORKGROUP rows (the workload: rows, panels)."""
+    path = str(object_path).replace("\\", "\\\\").replace('"', '\\"')
+    exports, functions = [], []
+    for ordinal, (name, bias) in enumerate(ENTRY_POINTS.items()):
+        read = "<storage_buffer, ReadOnly>"
+        bindings = [read, read] + ([read] if bias else []) + ["<storage_buffer>"]
+        layout = ("#hal.pipeline.layout<constants = 3, bindings = [" +
+                  ", ".join(f"#hal.pipeline.binding{b}" for b in bindings) + "]>")
+        sizes = ["%x_size", "%packed_size"] + (["%n"] if bias else []) + ["%y_size"]
+        lines, pointers, types = [], [], []
+        for i, size in enumerate(sizes):
+            lines.append(f"%b{i} = hal.interface.binding.subspan layout({layout}) binding({i}) "
+                         f"alignment(64) offset(%c0) : memref<?xf32>{{{size}}}")
+            lines.append(f"%p{i}, %o{i}, %s{i}, %t{i} = iree_codegen.extract_strided_metadata "
+                         f"%b{i} : memref<?xf32> -> memref<f32>, index, index, index")
+            pointers += [f"%p{i}", f"%o{i}"]
+            types += ["memref<f32>", "index"]
+        args = pointers + ["%m", "%n", "%k", "%gx", "%nx", "%gy", "%ny"]
+        types += ["index"] * 7
+        signature = ", ".join(types)
+        body = "\n        ".join(lines)
+        exports.append(f"""
+    hal.executable.export public @{name} ordinal({ordinal}) layout({layout})
+        count(%device: !hal.device, %rows: index, %panels: index) -> (index, index, index) {{
+      %x = affine.apply affine_map<()[s0] -> (s0 ceildiv {PANELS_PER_WORKGROUP})>()[%panels]
+      %y = affine.apply affine_map<()[s0] -> (s0 ceildiv {ROWS_PER_WORKGROUP})>()[%rows]
+      %c1 = arith.constant 1 : index
+      hal.return %x, %y, %c1 : index, index, index
+    }}""")
+        functions.append(f"""
+      func.func private @anyshape_{name}({signature})
+          attributes {{hal.import.static, llvm.bareptr = true}}
+      func.func @{name}() {{
+        %c0 = arith.constant 0 : index
+        %c16 = arith.constant 16 : index
+        %m32 = hal.interface.constant.load layout({layout}) ordinal(0) : i32
+        %n32 = hal.interface.constant.load layout({layout}) ordinal(1) : i32
+        %k32 = hal.interface.constant.load layout({layout}) ordinal(2) : i32
+        %m = arith.index_castui %m32 : i32 to index
+        %n = arith.index_castui %n32 : i32 to index
+        %k = arith.index_castui %k32 : i32 to index
+        %x_size = arith.muli %m, %k : index
+        %y_size = arith.muli %m, %n : index
+        %panel_count = arith.ceildivui %n, %c16 : index
+        %panel_floats = arith.muli %k, %c16 : index
+        %packed_size = arith.muli %panel_count, %panel_floats : index
+        %gx = hal.interface.workgroup.id[0] : index
+        %nx = hal.interface.workgroup.count[0] : index
+        %gy = hal.interface.workgroup.id[1] : index
+        %ny = hal.interface.workgroup.count[1] : index
+        {body}
+        func.call @anyshape_{name}({", ".join(args)}) : ({signature}) -> ()
+        return
+      }}""")
+    return f"""
+hal.executable private @{EXECUTABLE} {{
+  hal.executable.variant public @x86_64 target({target}) objects([
+      #hal.executable.object<{{path = "{path}"}}>]) {{{"".join(exports)}
+    builtin.module {{{"".join(functions)}
+    }}
+  }}
+}}
+"""
+
+
+# The product ops rewritten, with where each takes x, the weight and the bias,
+# and how it holds the weight: "nk" (n rows of k, linear's) or "kn" (mm's).
+_PRODUCTS = {"torch.aten.linear": (0, 1, 2, "nk"), "torch.aten.mm": (0, 1, None, "kn"),
+             "torch.aten.addmm": (1, 2, 0, "kn")}
+
+
+def _f32_shape(value):
+    shape = vtensor_shape(value.type)
+    if shape is None or shape[1] != "f32":
+        return None
+    return shape[0]
+
+
+def _is_constant_one(ir, value) -> bool:
+    op = value.owner
+    if isinstance(op, ir.Block) or op.name not in ("torch.constant.int", "torch.constant.float"):
+        return False
+    return float(str(op.attributes["value"]).split(":")[0]) == 1.0
+
+
+def _constant(ir, value, depth: int = 0) -> bool:
+    """``value`` is computed from the model's constants alone (a weight, or
+    weights joined, as the fused Q, K and V projection's ``cat``): IREE
+    hoists what is computed from it, the packing, into the initializers."""
+    op = value.owner
+    if isinstance(op, ir.Block) or depth > 8:
+        return False
+    if op.name == "torch.vtensor.literal" or op.name.startswith("torch.constant."):
+        return True
+    if not (op.name.startswith("torch.aten.") or op.name == "torch.prim.ListConstruct"):
+        return False
+    return all(_constant(ir, operand, depth + 1) for operand in op.operands)
+
+
+def _routable(ir, op):
+    """(x rows (None: dynamic), k, n, layout, has bias) when ``op`` is a
+    float32 product of 2-D x with a constant weight the kernel computes;
+    else None."""
+    x_at, w_at, bias_at, layout = _PRODUCTS[op.name]
+    x_shape, w_shape = _f32_shape(op.operands[x_at]), _f32_shape(op.operands[w_at])
+    out_shape = _f32_shape(op.results[0])
+    if x_shape is None or w_shape is None or out_shape is None or len(x_shape) != 2 \
+            or len(w_shape) != 2 or None in w_shape or x_shape[1] is None \
+            or not _constant(ir, op.operands[w_at]):
+        return None
+    n, k = w_shape if layout == "nk" else reversed(w_shape)
+    if x_shape[1] != k or out_shape != [x_shape[0], n]:
+        return None
+    has_bias = False
+    if bias_at is not None:
+        bias = op.operands[bias_at]
+        if str(bias.type) != "!torch.none":
+            if _f32_shape(bias) != [n]:
+                return None
+            has_bias = True
+    if op.name == "torch.aten.addmm" and not (_is_constant_one(ir, op.operands[3])
+                                              and _is_constant_one(ir, op.operands[4])):
+        return None
+    return x_shape[0], k, n, layout, has_bias
+
+
+def _function_text(name: str, rows, k: int, n: int, layout: str, has_bias: bool) -> str:
+    panels = -(-n // PANEL)
+    padded = panels * PANEL
+    m = "?" if rows is None else str(rows)
+    x_type, y_type = f"tensor<{m}x{k}xf32>", f"tensor<{m}x{n}xf32>"
+    dims = "{%m}" if rows is None else ""
+    if layout == "nk":
+        w_type, pad_high, wide = f"tensor<{n}x{k}xf32>", f"[{padded - n}, 0]", \
+            (f"[[0, 1], [2]] output_shape [{panels}, {PANEL}, {k}]",
+             f"tensor<{padded}x{k}xf32>", f"tensor<{panels}x{PANEL}x{k}xf32>", "[0, 2, 1]")
+    else:
+        w_type, pad_high, wide = f"tensor<{k}x{n}xf32>", f"[0, {padded - n}]", \
+            (f"[[0], [1, 2]] output_shape [{k}, {panels}, {PANEL}]",
+             f"tensor<{k}x{padded}xf32>", f"tensor<{k}x{panels}x{PANEL}xf32>", "[1, 0, 2]")
+    reassociation, padded_type, wide_type, permutation = wide
+    packed_type = f"tensor<{panels}x{k}x{PANEL}xf32>"
+    pad = (f"""%padded = tensor.pad %w low[0, 0] high{pad_high} {{
+    ^bb0(%i: index, %j: index):
+      tensor.yield %zero : f32
+    }} : {w_type} to {padded_type}""" if padded != n else
+           f"%padded = tensor.cast %w : {w_type} to {padded_type}")
+    bias_arg = f", %b: tensor<{n}xf32>" if has_bias else ""
+    bias_operand = ", %b" if has_bias else ""
+    bias_type = f", tensor<{n}xf32>" if has_bias else ""
+    entry = "linear_rows" if has_bias else "linear_rows_no_bias"
+    return f"""
+func.func private @{name}(%x: {x_type}, %w: {w_type}{bias_arg}) -> {y_type} {{
+  %c0 = arith.constant 0 : index
+  %m = tensor.dim %x, %c0 : {x_type}
+  %zero = arith.constant 0.0 : f32
+  {pad}
+  %wide = tensor.expand_shape %padded {reassociation} : {padded_type} into {wide_type}
+  %empty = tensor.empty() : {packed_type}
+  %packed = linalg.transpose ins(%wide : {wide_type}) outs(%empty : {packed_type}) permutation = {permutation}
+  %m32 = arith.index_cast %m : index to i32
+  %n32 = arith.constant {n} : i32
+  %k32 = arith.constant {k} : i32
+  %panels = arith.constant {panels} : index
+  %y = flow.dispatch @{EXECUTABLE}::@x86_64::@{entry}[%m, %panels](%m32, %n32, %k32, %x, %packed{bias_operand}) : (i32, i32, i32, {x_type}{dims}, {packed_type}{bias_type}) -> {y_type}{dims}
+  return %y : {y_type}
+}}
+"""
+
+
+def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Sequence[str],
+                  text_file: Path | None = None) -> int:
+    """Rewrite ``in_file`` (torch-dialect IR, the iree-input stage) into
+    ``out_file`` (bytecode; ``text_file`` as text when given), with every
+    product ``_routable`` finds computed by the kernel, for the module that
+    iree-compile builds with ``flags``. Returns how many."""
+    from anyshape.mlir import rewrite_with_iree_bindings
+
+    def rewrite(ir, module) -> int:
+        found = []
+
+        def visit(op):
+            if op.name in _PRODUCTS:
+                shape = _routable(ir, op)
+                if shape is not None:
+                    found.append((op, shape))
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(visit)
+        if not found:
+            return 0
+        functions: dict[tuple, str] = {}  # in order of first use: the same input, the same text
+        for op, shape in found:
+            rows, k, n, layout, has_bias = shape
+            name = functions.setdefault(
+                shape, f"anyshape_linear_rows_{'d' if rows is None else rows}x{k}x{n}_{layout}"
+                       f"{'_bias' if has_bias else ''}")
+            x_at, w_at, bias_at, _ = _PRODUCTS[op.name]
+            operands = [op.operands[x_at], op.operands[w_at]] + \
+                ([op.operands[bias_at]] if has_bias else [])
+            with ir.InsertionPoint(op), op.location:
+                builtins = [ir.Operation.create(
+                    "torch_c.to_builtin_tensor",
+                    results=[ir.Type.parse(builtin_tensor_text(v.type))],
+                    operands=[v]).result for v in operands]
+                y_type = ir.Type.parse(builtin_tensor_text(op.results[0].type))
+                call = ir.Operation.create(
+                    "func.call", results=[y_type], operands=builtins,
+                    attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
+                y = ir.Operation.create("torch_c.from_builtin_tensor",
+                                        results=[op.results[0].type],
+                                        operands=[call.result]).result
+            op.results[0].replace_all_uses_with(y)
+            op.erase()
+        text = executable_text(object_path, executable_target(tuple(flags))) + "".join(
+            _function_text(name, *shape) for shape, name in functions.items())
+        helpers = ir.Module.parse(f"module {{{text}}}")
+        for helper in list(helpers.body.operations):
+            module.body.append(helper)
+        return len(found)
+
+    return rewrite_with_iree_bindings(in_file, out_file, text_file, rewrite)

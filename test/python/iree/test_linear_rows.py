@@ -1,0 +1,232 @@
+"""anyshape's row-exact product kernel (``iree/linear_rows.py``, ``kernels/linear_rows.c``).
+
+IREE's own products compute whole tiles of 16 rows; the kernel computes the
+rows given, so every remainder of every tile it uses (12 rows on AVX-512, 6 on
+AVX2) and every run of rows a workgroup takes (48) is a separate code path.
+Each is checked against float64: the kernel's AVX-512, AVX2 and portable code
+run directly from a host build of the same source (each path forced in
+turn), and modules built by ``anyshape.compile`` against eager.
+"""
+
+import copy
+import ctypes
+import re
+import subprocess
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch.export import Dim
+
+import anyshape
+from anyshape.iree import linear_rows
+from anyshape.iree.cpu import host_flags
+from anyshape.iree.flags import make_target, with_product_kernel
+from anyshape.mlir import iree_tool
+
+KERNEL, UNAVAILABLE = linear_rows.kernel_object()
+needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"kernel unavailable: {UNAVAILABLE}")
+FLAGS = host_flags() or set()
+ISAS = {"portable": 1, "avx2": 2, "avx512": 3}
+HOST_HAS = {"portable": True, "avx2": {"avx2", "fma"} <= FLAGS, "avx512": "avx512f" in FLAGS}
+
+
+def _host_library(tmp_path, isa: str):
+    """The kernel's source built for this process (not IREE's embedded ELF),
+    with its run-time choice forced to ``isa``."""
+    library = tmp_path / f"linear_rows_{isa}.so"
+    subprocess.run([linear_rows._compiler(), "-O2", "-shared", "-fPIC",
+                    f"-DLINEAR_ROWS_FORCE_ISA={ISAS[isa]}", str(linear_rows.SOURCE),
+                    "-o", str(library)], check=True, capture_output=True)
+    kernel = ctypes.CDLL(str(library))
+    sizes = [ctypes.c_size_t] * 7
+    pointer = ctypes.c_void_p
+    kernel.anyshape_linear_rows.argtypes = [pointer, ctypes.c_size_t] * 4 + sizes
+    kernel.anyshape_linear_rows_no_bias.argtypes = [pointer, ctypes.c_size_t] * 3 + sizes
+    return kernel
+
+
+def _packed(weight: np.ndarray) -> np.ndarray:
+    """What linear_rows.py's helper computes in the module: panels of 16
+    output columns, [panel][k][column], padded with zeros."""
+    n, k = weight.shape
+    panels = -(-n // 16)
+    padded = np.zeros((panels * 16, k), np.float32)
+    padded[:n] = weight
+    return np.ascontiguousarray(padded.reshape(panels, 16, k).transpose(0, 2, 1))
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+def test_every_path_computes_every_row_count_exactly(tmp_path, isa):
+    """Rows 1 to 15 (every remainder of a 16-row tile, and of the kernel's 12-
+    and 6-row tiles), whole tiles, and more rows than one workgroup takes; n
+    with a partial last panel; k over one block with an odd count (x read in
+    place) and over two (1024: x's rows copied, as they share L1 sets). Split
+    over workgroups as IREE splits the dispatch (3 x 2 of them), and over one."""
+    if linear_rows._compiler() is None:
+        pytest.skip("no C compiler")
+    if not HOST_HAS[isa]:
+        pytest.skip(f"this host's CPU cannot run the {isa} path")
+    kernel = _host_library(tmp_path, isa)
+    rng = np.random.default_rng(0)
+    for k, n in [(301, 37), (1024, 40)]:
+        _check_row_counts(kernel, rng, isa, k, n)
+
+
+def _check_row_counts(kernel, rng, isa, k, n):
+    weight = rng.standard_normal((n, k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    packed = _packed(weight)
+    for m in [*range(1, 17), 24, 25, 36, 47, 48, 49, 97]:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        want = x.astype(np.float64) @ weight.T.astype(np.float64) + bias
+        for grid in [(1, 1), (3, -(-m // 48))]:
+            for with_bias in (True, False):
+                y = np.full((m, n), np.nan, np.float32)
+                nx, ny = grid
+                for gy in range(ny):
+                    for gx in range(nx):
+                        if with_bias:
+                            kernel.anyshape_linear_rows(
+                                x.ctypes.data, 0, packed.ctypes.data, 0, bias.ctypes.data, 0,
+                                y.ctypes.data, 0, m, n, k, gx, nx, gy, ny)
+                        else:
+                            kernel.anyshape_linear_rows_no_bias(
+                                x.ctypes.data, 0, packed.ctypes.data, 0, y.ctypes.data, 0,
+                                m, n, k, gx, nx, gy, ny)
+                expected = want if with_bias else want - bias
+                error = np.abs(y - expected).max()  # NaN (a row not written) fails too
+                assert error < 2e-4, (isa, k, m, grid, with_bias, error)
+
+
+class _Products(torch.nn.Module):
+    """Each form the rewrite takes: linear with and without a bias, GPT-2's
+    Conv1D (addmm with a [k, n] weight), mm; n not a multiple of 16, k over
+    two blocks of the kernel."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(64, 301)
+        self.down = torch.nn.Linear(301, 37, bias=False)
+        self.conv_weight = torch.nn.Parameter(torch.randn(37, 50) / 6)
+        self.conv_bias = torch.nn.Parameter(torch.randn(50))
+        self.mm_weight = torch.nn.Parameter(torch.randn(50, 16) / 7)
+
+    def forward(self, x):
+        h = self.down(torch.relu(self.up(x)))
+        rows = h.reshape(-1, h.shape[-1])
+        conv = torch.addmm(self.conv_bias, rows, self.conv_weight)
+        return torch.mm(torch.tanh(conv), self.mm_weight).reshape(*x.shape[:-1], 16)
+
+
+def _routed(module) -> int:
+    text = module.ir("iree-input")
+    return len(re.findall(r"flow\.dispatch @anyshape_row_products::", text))
+
+
+@pytest.fixture(scope="module")
+def products():
+    torch.manual_seed(0)
+    model = _Products().eval()
+    module = anyshape.compile(model, (torch.randn(2, 9, 64),),
+                              dynamic_shapes={"x": {0: Dim("batch"), 1: Dim("seq")}})
+    return model, module
+
+
+@needs_kernel
+def test_products_run_the_kernel_and_match_eager(products):
+    """Batch 1 at every length from 1 to 34 (each remainder of IREE's 16-row
+    and the kernel's 12-row tiles), longer lengths across workgroups of rows,
+    and batches of several rows."""
+    model, module = products
+    assert _routed(module) == 4
+    reference = copy.deepcopy(model).double()
+    shapes = [(1, length) for length in [*range(1, 35), 65, 333]] + [(3, 17), (4, 33), (7, 1)]
+    for batch, length in shapes:
+        x = torch.randn(batch, length, 64)
+        with torch.no_grad():
+            want = reference(x.double()).numpy()
+            eager = model(x).numpy()
+        got = np.asarray(module(x))
+        scale = np.abs(want).max()
+        error = np.abs(got - want).max() / scale
+        eager_error = np.abs(eager - want).max() / scale
+        assert error < max(4 * eager_error, 1e-6), (batch, length, error, eager_error)
+
+
+@needs_kernel
+def test_static_rows_run_the_kernel(tmp_path):
+    """Rows fixed at export (decode functions at a static batch)."""
+    torch.manual_seed(1)
+    model = torch.nn.Linear(96, 40).eval()
+    x = torch.randn(3, 96)
+    module = anyshape.compile(model, (x,))
+    assert _routed(module) == 1
+    with torch.no_grad():
+        want = model.double()(x.double()).numpy()
+    assert np.abs(np.asarray(module(x)) - want).max() < 1e-5
+
+
+def test_product_kernel_iree_keeps_iree_products():
+    torch.manual_seed(2)
+    model = torch.nn.Linear(32, 24).eval()
+    module = anyshape.compile(model, (torch.randn(5, 32),),
+                              backend=anyshape.BackendOptions(product_kernel="iree"))
+    assert _routed(module) == 0
+    with torch.no_grad():
+        x = torch.randn(5, 32)
+        assert np.abs(np.asarray(module(x)) - model(x).numpy()).max() < 1e-5
+
+
+def test_bad_product_kernels_are_named():
+    with pytest.raises(ValueError, match="product_kernel: expected one of anyshape, iree, "
+                                         "got 'mkl'"):
+        with_product_kernel(make_target("cpu"), "mkl")
+
+
+def test_without_a_c_compiler_iree_products_run_with_a_warning(monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    linear_rows.kernel_object.cache_clear()
+    try:
+        torch.manual_seed(3)
+        model = torch.nn.Linear(32, 24).eval()
+        with pytest.warns(linear_rows.KernelUnavailable,
+                          match="IREE's own kernel.*the C compiler /nonexistent/cc does not run"):
+            module = anyshape.compile(model, (torch.randn(5, 32),), cache=False)
+    finally:
+        monkeypatch.undo()
+        linear_rows.kernel_object.cache_clear()
+    assert _routed(module) == 0
+    with torch.no_grad():
+        x = torch.randn(5, 32)
+        assert np.abs(np.asarray(module(x)) - model(x).numpy()).max() < 1e-5
+
+
+@needs_kernel
+def test_inline_object_is_still_written_empty(tmp_path):
+    """Guards the ``executable_object_by_path`` workaround: IREE 3.13 links an
+    inline object (``data = ...``) as an empty file, so the kernel's symbol is
+    undefined. When this fails, IREE writes inline objects and the executable
+    can carry its object in the IR."""
+    flags = make_target("cpu", data_tiling=True).iree_flags()
+    target = linear_rows.executable_target(tuple(flags))
+    flags = [flag for flag in flags if not flag.startswith("--iree-input-type")]
+    executable = linear_rows.executable_text(KERNEL, target)
+    data = KERNEL.read_bytes()
+    inline = executable.replace(
+        f'path = "{KERNEL}"',
+        f'path = "linear_rows.o", data = dense<"0x{data.hex().upper()}"> : vector<{len(data)}xi8>')
+    assert inline != executable
+    function = linear_rows._function_text("f", None, 32, 24, "nk", True).replace(
+        "func.func private @f", "func.func @f")
+    source = tmp_path / "inline.mlir"
+    source.write_text(f"module {{{inline}{function}}}")
+    done = subprocess.run([iree_tool("iree-compile"), str(source), *flags,
+                           "-o", str(tmp_path / "inline.vmfb")], capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "undefined symbol: anyshape_linear_rows" in done.stderr
+    # The same executable naming the object by path compiles.
+    source.write_text(f"module {{{executable}{function}}}")
+    subprocess.run([iree_tool("iree-compile"), str(source), *flags,
+                    "-o", str(tmp_path / "path.vmfb")], check=True, capture_output=True)
