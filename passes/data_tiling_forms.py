@@ -141,10 +141,24 @@ def _constant_column_slice(value: ir.Value, axis: int):
     return piece.self_, bounds[1], bounds[2], bounds[3]
 
 
+def _constant(value: ir.Value, depth: int = 0) -> bool:
+    """``value`` is computed from the model's constants alone (a weight, or
+    weights joined by ``fuse_shared_input_linears``)."""
+    op = defining_op(value)
+    if op is None or depth > 8:
+        return False
+    if is_a(op, torch_ops.ValueTensorLiteralOp) or op.name.startswith("torch.constant."):
+        return True
+    if not (op.name.startswith("torch.aten.") or is_a(op, torch_ops.PrimListConstructOp)):
+        return False
+    return all(_constant(operand, depth + 1) for operand in op.operands)
+
+
 @dataclasses.dataclass
 class _Rewrites:
     analysis: ShapeAnalysis
     scalars: ScalarBuilder
+    kernel_products: bool = False  # DataTilingFormsPass.kernel_products
 
     def same_dims(self, a: ir.Value, b: ir.Value, axes) -> bool:
         sa, sb = vtensor_shape(a.type), vtensor_shape(b.type)
@@ -334,10 +348,14 @@ class _Rewrites:
         of a dynamic column count N (a weight that is an input): IREE 3.13's data
         tiling of ``[1, K] @ [K, N]`` returned the product padded to 8 columns
         where it had a second user, and softmax over it read the padding
-        (``linear_cross_entropy`` off by 0.05)."""
+        (``linear_cross_entropy`` off by 0.05). With ``kernel_products``, a
+        product with a constant weight stays: anyshape's kernel computes it."""
         name = op.name
         x, weight, bias = _projection_operands(op)
         x_shape, w_shape = vtensor_shape(x.type), vtensor_shape(weight.type)
+        if self.kernel_products and x_shape is not None and x_shape[1] == "f32" \
+                and len(x_shape[0]) == 2 and _constant(weight):
+            return False  # the kernel takes float32 rows (iree/linear_rows.py's _routable)
         result = vtensor_shape(op.results[0].type)
         if x_shape is None or w_shape is None or result is None:
             return False
@@ -650,12 +668,15 @@ class DataTilingFormsPass(ModulePass):
                    "as multiply-reduce, linears on flattened rows, padding masks as a "
                    "contraction step of the attention scores: forms IREE's data tiling "
                    "compiles well")
+    # Products with a constant weight run anyshape's kernel (iree/linear_rows.py),
+    # which computes any row count: those of a few rows stay products.
+    kernel_products: bool = False
 
     def apply(self, module_op):
         for func in functions(module_op):
             fuse_shared_input_linears(func.regions[0].blocks[0])
             analysis = ShapeAnalysis(func)
-            rewrites = _Rewrites(analysis, ScalarBuilder(analysis))
+            rewrites = _Rewrites(analysis, ScalarBuilder(analysis), self.kernel_products)
             apply_patterns(func, [(torch_ops.AtenUnflattenIntOp, rewrites.one_row_bmm),
                                   *[(view, rewrites.one_row_bmm) for view in _RESHAPES],
                                   (torch_ops.AtenSliceTensorOp, rewrites.selection_as_gather),

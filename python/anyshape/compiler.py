@@ -282,11 +282,13 @@ def with_padding_elimination(pass_names: list[str], signature: ModuleSignature) 
     return [*pass_names[:at], element, *pass_names[at:]]
 
 
-def with_data_tiling_forms(pass_names: list[str]) -> list[str]:
+def with_data_tiling_forms(pass_names: list[str], kernel_products: bool = False) -> list[str]:
     """``anyshape-data-tiling-forms`` right after ``anyshape-hoist-slices``
     (whose one-row work it rewrites), else right before ``anyshape-lower``
     (it reads the shape bindings lowering removes); unless already there, or
-    neither is."""
+    neither is. ``kernel_products``: anyshape's kernel computes the products
+    with a constant weight (iree/linear_rows.py), so the pass leaves those of
+    a few rows as products."""
     names = [split_pass_element(p)[0] for p in pass_names]
     if DATA_TILING_FORMS in names:
         return list(pass_names)
@@ -298,7 +300,8 @@ def with_data_tiling_forms(pass_names: list[str]) -> list[str]:
         at = names.index("anyshape-lower")
     else:
         return list(pass_names)
-    return [*pass_names[:at], DATA_TILING_FORMS, *pass_names[at:]]
+    forms = f"{DATA_TILING_FORMS}{{kernel-products=true}}" if kernel_products else DATA_TILING_FORMS
+    return [*pass_names[:at], forms, *pass_names[at:]]
 
 
 def compile_module(module: ir.Module, signature: ModuleSignature, target: Target,
@@ -392,7 +395,8 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter",
     dump_ir_dir, report = compilation.dump_ir_dir, compilation.report
     pass_names = compilation.pass_names
     if target.data_tiling:
-        pass_names = with_data_tiling_forms(list(pass_names))
+        kernel_products = routes_products(target) and kernel_object()[0] is not None
+        pass_names = with_data_tiling_forms(list(pass_names), kernel_products)
     for element in pass_names:
         name = split_pass_element(element)[0]
         report(f"running {element}")

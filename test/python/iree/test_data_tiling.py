@@ -11,6 +11,7 @@ from models import roberta_inputs, small_gpt2_last_token
 from torch.export import Dim
 
 import anyshape
+from anyshape.iree import linear_rows
 
 # What anyshape puts between a product and an operand IREE 3.13 must pack on
 # its own (iree/workarounds.py).
@@ -43,9 +44,19 @@ def test_forms_pass_runs_after_hoisting(tiled):
     assert fused.count("384") == 1, fused  # layer 1: Q, K, V (layer 2: K, V, 256 wide, as the FFN)
     assert not re.search(r"torch.aten.linear %\S+, %\S+, %\S+ : !torch.vtensor<\[\?,\?,", forms)
     # The projections of the one row per sequence the classifier reads (the
-    # last layer's query, its FFN, the head) are multiplies and sums.
-    assert re.search(r"torch.aten.mul.Tensor %\S+, %\S+ : !torch.vtensor<\[\?,1,128\],f32>, "
-                     r"!torch.vtensor<\[128,128\],f32> -> !torch.vtensor<\[\?,128,128\],f32>", forms)
+    # last layer's query, its FFN, the head) are multiplies and sums, or, where
+    # anyshape's kernel computes products with a constant weight (the
+    # default, kernel-products=true), products it takes.
+    few_rows = re.search(r"torch.aten.mul.Tensor %\S+, %\S+ : !torch.vtensor<\[\?,1,128\],f32>, "
+                         r"!torch.vtensor<\[128,128\],f32> -> !torch.vtensor<\[\?,128,128\],f32>",
+                         forms)
+    if linear_rows.kernel_object()[0] is None:
+        assert few_rows
+    else:
+        assert not few_rows
+        passes_output = tiled.ir(stages[stages.index("iree-input") - 1])
+        routed = re.findall(r"call @anyshape_linear_rows_(?:d|\d+)x\d+x\d+_", tiled.ir("iree-input"))
+        assert len(routed) == len(re.findall(r"torch.aten.(linear|mm|addmm) ", passes_output))
 
 
 @pytest.mark.parametrize("batch,length", [(1, 1), (1, 17), (3, 60), (2, MAX_LEN)])
