@@ -18,7 +18,9 @@ Systems: anyshape; HF eager ``generate`` (dynamic cache); HF ``generate``
 with a static cache and ``torch.compile``; CTranslate2 (float32, converted
 from the same weights); ONNX Runtime on optimum-onnx's with-past export
 (``--ort-python``: a Python whose environment has optimum-onnx, which pins
-transformers < 4.58; see bench/README.md).
+transformers < 4.58; see bench/README.md). ``anyshape-iree-products``, only
+when named in ``--systems``: anyshape with ``product_kernel="iree"`` (IREE's
+own products in place of anyshape's row-exact kernel).
 
 Per system and run: prefill ms (``max_new_tokens=1``), decode ms per token
 ((time for 128 new tokens - prefill) / 127), and decode tokens/s (all rows),
@@ -53,8 +55,10 @@ SEQ2SEQ_NEW_TOKENS = 64
 SEQ2SEQ_RUNS = {"b1-s17": [17], "b1-s333": [333], "b4-s17": [17] * 4, "b4-s333": [333] * 4}
 SEQ2SEQ_MODELS = ("t5-small", "bart-base")
 SYSTEMS = ("anyshape", "eager", "compile", "ct2", "ort")
+# Run only when named: anyshape with IREE's own products (product_kernel="iree").
+OPTIONAL_SYSTEMS = ("anyshape-iree-products",)
 # torch.compile with a static cache is the causal LMs' peer only.
-SEQ2SEQ_SYSTEMS = ("anyshape", "eager", "ct2", "ort")
+SEQ2SEQ_SYSTEMS = ("anyshape", "anyshape-iree-products", "eager", "ct2", "ort")
 
 
 def build(name: str):
@@ -165,10 +169,11 @@ def hf_static_compiled(model):
     return run
 
 
-def anyshape_generate(model):
+def anyshape_generate(model, product_kernel: str = "anyshape"):
     import anyshape
 
-    generator = anyshape.compile_generator(model)
+    generator = anyshape.compile_generator(
+        model, backend=anyshape.BackendOptions(product_kernel=product_kernel))
 
     def run(ids, mask, new):
         out = generator.generate(ids, attention_mask=mask, max_new_tokens=new,
@@ -286,9 +291,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(HERE / "results" / "generate"))
     args = parser.parse_args(argv)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = set(systems) - set(SYSTEMS)
+    known = SYSTEMS + OPTIONAL_SYSTEMS
+    unknown = set(systems) - set(known)
     if unknown:
-        parser.error(f"--systems: unknown {', '.join(sorted(unknown))} (known: {', '.join(SYSTEMS)})")
+        parser.error(f"--systems: unknown {', '.join(sorted(unknown))} (known: {', '.join(known)})")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bandwidth = read_bandwidth()
@@ -344,6 +350,8 @@ def main(argv=None) -> int:
 def _make(system: str, model, workdir: Path, args):
     if system == "anyshape":
         return anyshape_generate(model)
+    if system == "anyshape-iree-products":
+        return anyshape_generate(model, product_kernel="iree")
     if system == "eager":
         return hf_generate(model)
     if system == "compile":

@@ -75,6 +75,13 @@ WORKAROUNDS = (
 )
 
 
+# A static row count up to this many rows (a decode function's batch of 1, 4
+# or 8) gets IREE tiles of its own size, which waste no rows: those products
+# stay IREE's, which the decode functions were measured with. The kernel takes
+# dynamic row counts (padded to 16 by IREE) and static ones above 16.
+IREE_FITTED_ROWS = 16
+
+
 class KernelUnavailable(UserWarning):
     """anyshape's row-exact products could not be built here: IREE's own run instead."""
 
@@ -278,8 +285,8 @@ def _constant(ir, value, depth: int = 0) -> bool:
 
 def _routable(ir, op):
     """(x rows (None: dynamic), k, n, layout, has bias) when ``op`` is a
-    float32 product of 2-D x with a constant weight the kernel computes;
-    else None."""
+    float32 product of 2-D x with a constant weight the kernel computes (rows
+    dynamic or above ``IREE_FITTED_ROWS``); else None."""
     x_at, w_at, bias_at, layout = _PRODUCTS[op.name]
     x_shape, w_shape = _f32_shape(op.operands[x_at]), _f32_shape(op.operands[w_at])
     out_shape = _f32_shape(op.results[0])
@@ -289,6 +296,8 @@ def _routable(ir, op):
         return None
     n, k = w_shape if layout == "nk" else reversed(w_shape)
     if x_shape[1] != k or out_shape != [x_shape[0], n]:
+        return None
+    if x_shape[0] is not None and x_shape[0] <= IREE_FITTED_ROWS:
         return None
     has_bias = False
     if bias_at is not None:

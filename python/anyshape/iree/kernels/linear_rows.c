@@ -358,6 +358,21 @@ static void block(const linear_rows_t* a, size_t row0, size_t row1,
     return;
   }
   const size_t tile_rows = found == ISA_AVX512 ? TILE512_ROWS : TILE256_ROWS;
+  if (row1 - row0 <= tile_rows && !rows_share_l1_sets(a->k, row1 - row0)) {
+    // One tile of rows (a decode step's batch, a short prompt): each panel
+    // is read once, so blocks of k would only break the stream the
+    // prefetchers follow; x is read in place.
+    const float* xp = a->x + row0 * a->k;
+    size_t rows = row1 - row0;
+    if (found == ISA_AVX512) {
+      for (size_t p = panel0; p < panel1; p += 2)
+        tile512(a, xp, a->k, row0, rows, p, panel1 - p >= 2 ? 2 : 1, 0, a->k);
+    } else {
+      for (size_t p = panel0; p < panel1; ++p)
+        tile256(a, xp, a->k, row0, rows, p, 0, a->k);
+    }
+    return;
+  }
   const int copy = rows_share_l1_sets(a->k, tile_rows);
   float copied[TILE512_ROWS * X_STRIDE];
   for (size_t k0 = 0; k0 < a->k; k0 += K_BLOCK) {
