@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Sequence
 
 from anyshape.dialects import builtin_tensor_text, vtensor_shape
-from anyshape.mlir import iree_bindings
+from anyshape.mlir import rewrite_with_iree_bindings
 from anyshape.workarounds_index import Workaround
 
 SOURCE = Path(__file__).with_name("kernels") / "linear_rows.c"
@@ -362,8 +362,6 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
     ``out_file`` (bytecode; ``text_file`` as text when given), with every
     product ``_routable`` finds computed by the kernel, for the module that
     iree-compile builds with ``flags``. Returns how many."""
-    from anyshape.mlir import rewrite_with_iree_bindings
-
     def rewrite(ir, module) -> int:
         found = []
 

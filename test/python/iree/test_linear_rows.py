@@ -12,7 +12,6 @@ import copy
 import ctypes
 import re
 import subprocess
-import warnings
 
 import numpy as np
 import pytest
