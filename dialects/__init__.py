@@ -27,6 +27,22 @@ class AnyshapeDialect(ext.Dialect, name="anyshape"):
 DIMS_ATTR = "anyshape.dims"
 
 
+def computed_from_constants(value, depth: int = 0) -> bool:
+    """``value`` (torch-dialect IR, in torch-mlir's bindings or IREE's) is
+    computed from the model's constants alone: a ``torch.vtensor.literal``, or
+    torch ops on such (the fused Q, K and V projection's ``cat`` of weights).
+    IREE hoists what is computed from it into the module's initializers."""
+    op = value.owner
+    name = getattr(op, "name", None)  # a block argument's owner is its block
+    if name is None or depth > 8:
+        return False
+    if name == "torch.vtensor.literal" or name.startswith("torch.constant."):
+        return True
+    if not (name.startswith("torch.aten.") or name == "torch.prim.ListConstruct"):
+        return False
+    return all(computed_from_constants(operand, depth + 1) for operand in op.operands)
+
+
 _VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],(\w+)>")
 
 

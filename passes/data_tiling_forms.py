@@ -78,7 +78,7 @@ import math
 
 import sympy
 
-from anyshape.dialects import vtensor_shape
+from anyshape.dialects import computed_from_constants, vtensor_shape
 from anyshape.mlir import ir, torch_ops
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int_constant,
@@ -139,19 +139,6 @@ def _constant_column_slice(value: ir.Value, axis: int):
     if bounds[0] % len(shape[0]) != axis % len(shape[0]):
         return None
     return piece.self_, bounds[1], bounds[2], bounds[3]
-
-
-def _constant(value: ir.Value, depth: int = 0) -> bool:
-    """``value`` is computed from the model's constants alone (a weight, or
-    weights joined by ``fuse_shared_input_linears``)."""
-    op = defining_op(value)
-    if op is None or depth > 8:
-        return False
-    if is_a(op, torch_ops.ValueTensorLiteralOp) or op.name.startswith("torch.constant."):
-        return True
-    if not (op.name.startswith("torch.aten.") or is_a(op, torch_ops.PrimListConstructOp)):
-        return False
-    return all(_constant(operand, depth + 1) for operand in op.operands)
 
 
 @dataclasses.dataclass
@@ -354,7 +341,7 @@ class _Rewrites:
         x, weight, bias = _projection_operands(op)
         x_shape, w_shape = vtensor_shape(x.type), vtensor_shape(weight.type)
         if self.kernel_products and x_shape is not None and x_shape[1] == "f32" \
-                and len(x_shape[0]) == 2 and _constant(weight):
+                and len(x_shape[0]) == 2 and computed_from_constants(weight):
             return False  # the kernel takes float32 rows (iree/linear_rows.py's _routable)
         result = vtensor_shape(op.results[0].type)
         if x_shape is None or w_shape is None or result is None:

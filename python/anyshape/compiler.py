@@ -26,11 +26,11 @@ from anyshape.errors import CompileError, DataTilingFallback
 from anyshape.fallbacks import FALLBACKS, Build
 from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts, inject_dim_facts
-from anyshape.iree.flags import (PEELING_FLAG, Target, make_target, routes_products,
-                                 with_matmul_precision, with_product_kernel)
+from anyshape.iree.flags import (PEELING_FLAG, Target, make_target, with_matmul_precision,
+                                 with_product_kernel)
 from anyshape.iree.in_place_writes import write_inputs_in_place_file
 from anyshape.iree.invocation import compile_with_iree
-from anyshape.iree.linear_rows import kernel_object, route_linears, warn_unavailable
+from anyshape.iree.linear_rows import kernel_for, route_linears, warn_unavailable
 from anyshape.iree.parameters import ARCHIVE, externalize_weights
 from anyshape.iree.workarounds import separate_dynamic_operand_packing
 from anyshape.mlir import MLIRError, ir, module_to_bytecode, new_context, parse_module, versions
@@ -395,7 +395,7 @@ def _compile_stages(module: ir.Module, stages: "_StageWriter",
     dump_ir_dir, report = compilation.dump_ir_dir, compilation.report
     pass_names = compilation.pass_names
     if target.data_tiling:
-        kernel_products = routes_products(target) and kernel_object()[0] is not None
+        kernel_products = kernel_for(target)[0] is not None
         pass_names = with_data_tiling_forms(list(pass_names), kernel_products)
     for element in pass_names:
         name = split_pass_element(element)[0]
@@ -509,11 +509,9 @@ def _write_iree_input(compilation: _Compilation, stages: "_StageWriter", module:
     data_tiling = bool(compilation.target.data_tiling)
     facts = dim_facts and has_dim_facts(module)
     in_place = compilation.in_place
-    kernel = None
-    if routes_products(compilation.target):
-        kernel, unavailable = kernel_object()
-        if kernel is None:
-            warn_unavailable(unavailable)
+    kernel, unavailable = kernel_for(compilation.target)
+    if unavailable:
+        warn_unavailable(unavailable)
     if not facts and weights is None and not data_tiling and not in_place and kernel is None:
         return stages.write(IREE_INPUT_STAGE, module, same_as=source)
 

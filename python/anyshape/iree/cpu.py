@@ -61,22 +61,27 @@ class CpuTarget:
         return set(self.features) & set(CHECKED)
 
 
-@functools.lru_cache(maxsize=None)
-def resolve(requested: str) -> CpuTarget:
-    """The CPU and features IREE builds for when given ``requested``."""
+def compile_probe(flags) -> subprocess.CompletedProcess:
+    """A tiny module compiled with ``flags`` to the preprocessing phase, where
+    its text shows the executable target those flags build for."""
     from anyshape.mlir import iree_tool
 
-    if not isinstance(requested, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", requested):
-        raise ValueError(f"target_cpu: expected 'host', a CPU name such as 'znver3' or "
-                         f"'skylake-avx512', or a level such as 'x86-64-v3', got {requested!r}")
     with tempfile.TemporaryDirectory(prefix="anyshape-cpu-") as tmp:
         probe = Path(tmp) / "probe.mlir"
         probe.write_text(_PROBE)
-        done = subprocess.run(
-            [iree_tool("iree-compile"), str(probe), "--iree-hal-target-device=local",
-             "--iree-hal-local-target-device-backends=llvm-cpu",
-             f"--iree-llvmcpu-target-cpu={requested}", "--compile-to=preprocessing"],
-            capture_output=True, text=True)
+        return subprocess.run([iree_tool("iree-compile"), str(probe), *flags,
+                               "--compile-to=preprocessing"], capture_output=True, text=True)
+
+
+@functools.lru_cache(maxsize=None)
+def resolve(requested: str) -> CpuTarget:
+    """The CPU and features IREE builds for when given ``requested``."""
+    if not isinstance(requested, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", requested):
+        raise ValueError(f"target_cpu: expected 'host', a CPU name such as 'znver3' or "
+                         f"'skylake-avx512', or a level such as 'x86-64-v3', got {requested!r}")
+    done = compile_probe(["--iree-hal-target-device=local",
+                          "--iree-hal-local-target-device-backends=llvm-cpu",
+                          f"--iree-llvmcpu-target-cpu={requested}"])
     output = done.stdout + done.stderr
     if "is not a recognized processor" in output or done.returncode != 0:
         accepted = re.search(r"List of accepted CPUs: (.*)", output)

@@ -41,7 +41,9 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from anyshape.dialects import builtin_tensor_text, vtensor_shape
+from anyshape.dialects import builtin_tensor_text, computed_from_constants, vtensor_shape
+from anyshape.iree.cpu import compile_probe
+from anyshape.iree.flags import Target, routes_products
 from anyshape.mlir import rewrite_with_iree_bindings
 from anyshape.workarounds_index import Workaround
 
@@ -138,14 +140,21 @@ def kernel_object() -> tuple[Path | None, str]:
     return target, ""
 
 
+def kernel_for(target: Target) -> tuple[Path | None, str]:
+    """The kernel's object where ``target`` computes its products with it
+    (``routes_products``) and it can be built; else None, with why it could
+    not be built ("" where the target does not use it)."""
+    if not routes_products(target):
+        return None, ""
+    return kernel_object()
+
+
 def warn_unavailable(reason: str) -> None:
     warnings.warn(f"products with a weight use IREE's own kernel, which computes whole tiles "
                   f"of 16 rows (8 on AVX2), because anyshape's row-exact kernel is "
                   f"unavailable: {reason}", KernelUnavailable, stacklevel=4)
 
 
-_PROBE = ("func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
-          "  %0 = arith.addf %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n")
 _TARGET_START = '#hal.executable.target<"llvm-cpu"'
 
 
@@ -157,13 +166,7 @@ def executable_target(flags: tuple[str, ...]) -> str:
     of one target into one variant, and a variant of another (a target of our
     own) would be a second binary the runtime chooses instead of the module's,
     whose dispatches it then lacks ("export not found in library")."""
-    from anyshape.mlir import iree_tool
-
-    with tempfile.TemporaryDirectory(prefix="anyshape-target-") as tmp:
-        probe = Path(tmp) / "probe.mlir"
-        probe.write_text(_PROBE)
-        done = subprocess.run([iree_tool("iree-compile"), str(probe), *flags,
-                               "--compile-to=preprocessing"], capture_output=True, text=True)
+    done = compile_probe(flags)
     start = done.stdout.find(_TARGET_START)
     if done.returncode != 0 or start < 0:
         raise RuntimeError(f"iree-compile did not show the CPU target for {' '.join(flags)}: "
@@ -269,20 +272,6 @@ def _is_constant_one(ir, value) -> bool:
     return float(str(op.attributes["value"]).split(":")[0]) == 1.0
 
 
-def _constant(ir, value, depth: int = 0) -> bool:
-    """``value`` is computed from the model's constants alone (a weight, or
-    weights joined, as the fused Q, K and V projection's ``cat``): IREE
-    hoists what is computed from it, the packing, into the initializers."""
-    op = value.owner
-    if isinstance(op, ir.Block) or depth > 8:
-        return False
-    if op.name == "torch.vtensor.literal" or op.name.startswith("torch.constant."):
-        return True
-    if not (op.name.startswith("torch.aten.") or op.name == "torch.prim.ListConstruct"):
-        return False
-    return all(_constant(ir, operand, depth + 1) for operand in op.operands)
-
-
 def _routable(ir, op):
     """(x rows (None: dynamic), k, n, layout, has bias) when ``op`` is a
     float32 product of 2-D x with a constant weight the kernel computes (rows
@@ -292,7 +281,7 @@ def _routable(ir, op):
     out_shape = _f32_shape(op.results[0])
     if x_shape is None or w_shape is None or out_shape is None or len(x_shape) != 2 \
             or len(w_shape) != 2 or None in w_shape or x_shape[1] is None \
-            or not _constant(ir, op.operands[w_at]):
+            or not computed_from_constants(op.operands[w_at]):
         return None
     n, k = w_shape if layout == "nk" else reversed(w_shape)
     if x_shape[1] != k or out_shape != [x_shape[0], n]:
