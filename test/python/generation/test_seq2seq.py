@@ -5,7 +5,10 @@ decoder layers, 4 heads, vocabulary 256), with random weights scaled up so
 that greedy decoding does not repeat one token, each compiled once per
 session. BART keeps its config's decoder start and forced end tokens; T5 gets
 the decoder start token its checkpoints have (0). T5 is built with its
-weights in a ``params.irpa``, BART with them in the ``.vmfb``.
+weights in a ``params.irpa``, BART with them in the ``.vmfb``. MarianMT
+(sinusoidal positions, a final logits bias; its pad, start and end tokens
+moved into the small vocabulary) and mT5 (T5 with gated-GELU feed-forwards)
+are checked on the batch of source lengths.
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ _SMALL = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_
               decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
               max_position_embeddings=512, d_kv=16, d_ff=128, num_layers=2,
               num_decoder_layers=2, num_heads=4, vocab_size=VOCAB)
-_FAMILY = {"bart": dict(init_std=0.5), "t5": dict(initializer_factor=8.0, decoder_start_token_id=0)}
+_FAMILY = {"bart": dict(init_std=0.5), "t5": dict(initializer_factor=8.0, decoder_start_token_id=0),
+           "marian": dict(init_std=0.5, decoder_vocab_size=VOCAB, pad_token_id=1,
+                          decoder_start_token_id=1, eos_token_id=0, forced_eos_token_id=0),
+           "mt5": dict(initializer_factor=8.0, decoder_start_token_id=0)}
 _BACKEND = {"t5": dict(params="external")}
 
 _built: dict[str, tuple] = {}
@@ -68,10 +74,11 @@ def hf_generate(model, ids, mask=None, **kwargs):
 
 
 FAMILIES = ["bart", "t5"]
+MORE_FAMILIES = ["marian", "mt5"]
 
 
 @pytest.mark.builds_after_export
-@pytest.mark.parametrize("model_type", FAMILIES)
+@pytest.mark.parametrize("model_type", FAMILIES + MORE_FAMILIES)
 def test_greedy_is_hf_generate_on_a_batch_of_source_lengths(model_type):
     model, generator = built(model_type)
     ids, mask = sources(SOURCES, model.config.pad_token_id, seed=1)
