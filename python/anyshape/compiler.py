@@ -26,8 +26,8 @@ from anyshape.errors import CompileError, DataTilingFallback
 from anyshape.fallbacks import FALLBACKS, Build
 from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts, inject_dim_facts
-from anyshape.iree.flags import (PEELING_FLAG, Target, make_target, with_matmul_precision,
-                                 with_product_kernel)
+from anyshape.iree.flags import (PEELING_FLAG, Target, make_target, with_constants_for,
+                                 with_matmul_precision, with_product_kernel)
 from anyshape.iree.in_place_writes import write_inputs_in_place_file
 from anyshape.iree.invocation import compile_with_iree
 from anyshape.iree.linear_rows import kernel_for, route_linears, warn_unavailable
@@ -174,6 +174,7 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
         report("exporting with torch.export")
         program = export_program(model, args, kwargs, dynamic_shapes)
     entries = {name: prepare_program(entry_program) for name, entry_program in entries.items()}
+    compile_target = with_constants_for(compile_target, _tensor_dtypes(program, *entries.values()))
     exported = time.monotonic()
     report("importing into the torch dialect")
     signature = signature_from_program(program, dim_labels_from(program, dynamic_shapes))
@@ -229,6 +230,13 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
                                           if issubclass(w.category, DataTilingFallback)])
     report(f"done in {time.monotonic() - started:.0f}s")
     return module
+
+
+def _tensor_dtypes(*programs) -> set:
+    """The dtypes of the weights, buffers and constants of exported programs."""
+    return {tensor.dtype for program in programs
+            for tensor in (*program.state_dict.values(), *program.constants.values())
+            if hasattr(tensor, "dtype")}
 
 
 # bfloat16 is not offered: numpy has no bfloat16, and the runtime passes arrays

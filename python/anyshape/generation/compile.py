@@ -47,8 +47,8 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
     ``*ForConditionalGeneration``: ``seq2seq.py``; unmodified, with its
     weights) for ``generate`` at any prompt length, output length and batch.
 
-    ``dtype``: the dtype to run in (``torch.float16``; None keeps the
-    model's; ``torch.bfloat16`` does not compile yet, docs/generation.md).
+    ``dtype``: the dtype to run in (``torch.float16``, ``torch.bfloat16``;
+    None keeps the model's; docs/generation.md).
     ``backend``: an ``anyshape.BackendOptions`` (its ``in_place_writes`` is
     set: each step writes its keys and values into the cache buffers;
     ``outer_dim_concat`` is set to False);

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from anyshape.runtime.compiled_module import host_tensor, numpy_dtype
+
 GENERATOR_FILE = "generator.json"
 GENERATOR_FORMAT = "anyshape-generator"
 GENERATOR_SCHEMA = 2  # 2: the step writes its cache in place
@@ -259,7 +261,7 @@ class Generator:
         """Each layer's keys and values, zeros of ``capacity`` slots on the
         device, the first of which is the masked slot (``step.py``: the cache
         is never empty)."""
-        dtype = np.dtype(self.spec["cache_dtype"])
+        dtype = numpy_dtype(self.spec["cache_dtype"])
         return self.module.device_arrays([np.zeros((batch, heads, capacity, dim), dtype=dtype)
                                           for layer in self.spec["cache"] for heads, dim in layer])
 
@@ -278,7 +280,7 @@ class Generator:
         results = self.module.invoke([ids.numpy().astype(np.int64),
                                       positions.numpy().astype(np.int64), full_mask, *cache],
                                      entry=entry)
-        return torch.from_numpy(np.asarray(results[0].to_host())).to(torch.float32)
+        return host_tensor(np.asarray(results[0].to_host()), "").to(torch.float32)
 
     # -- persistence -------------------------------------------------------
     def save(self, directory) -> Path:
@@ -357,7 +359,7 @@ class Seq2SeqGenerator(Generator):
         results = self.module.invoke([ids.numpy().astype(np.int64),
                                       mask.numpy().astype(np.int64), source_mask, states,
                                       *own, *cross], entry=entry)
-        return torch.from_numpy(np.asarray(results[0].to_host())).to(torch.float32)
+        return host_tensor(np.asarray(results[0].to_host()), "").to(torch.float32)
 
 
 @contextlib.contextmanager

@@ -515,6 +515,16 @@ def padding_indices(name: str, mask: np.ndarray) -> list[np.ndarray]:
     return [tokens, slots]
 
 
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a torch dtype's name; bfloat16 is ml_dtypes', which
+    IREE reads and writes."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
 def host_tensor(array: np.ndarray, dtype: str) -> torch.Tensor:
     """A result as the torch dtype the signature says: IREE's buffers are
     signless (a uint8 result reads back as int8), and torch takes no numpy
