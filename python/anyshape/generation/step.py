@@ -54,6 +54,20 @@ def takes_two_d_mask(config) -> bool:
                                             and bool(getattr(config, "alibi", False)))
 
 
+def _takes_additive_mask(config) -> bool:
+    """Whether the model's attention adds a float mask to its scores (HF's
+    "eager" implementation, Gemma2's default: its scores are soft-capped)
+    rather than taking a boolean one (SDPA). A boolean mask added to the
+    scores would be silently wrong."""
+    implementation = getattr(config, "_attn_implementation", None) or "sdpa"
+    if implementation not in ("sdpa", "eager"):
+        raise NotImplementedError(
+            f"model: attention implementation {implementation!r}: compile_generator builds "
+            f"the attention masks of 'sdpa' and 'eager' only; load the model with "
+            f"attn_implementation='sdpa' or 'eager'")
+    return implementation == "eager"
+
+
 def probe_cache(model: torch.nn.Module) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """Each layer's key and value shapes without batch and length ([H_kv, D]
     each, as [heads, head dim]), read off an eager forward of two tokens: the
@@ -124,6 +138,7 @@ class CausalLMStep(torch.nn.Module):
         self.layer_types = tuple(getattr(config, "layer_types", None) or ())
         self.sliding_window = getattr(config, "sliding_window", None)
         self.two_d_mask = takes_two_d_mask(config)
+        self.additive_mask = _takes_additive_mask(config)
 
     def forward(self, input_ids, position_ids, attention_mask, *cache):
         from transformers import DynamicCache
@@ -150,7 +165,15 @@ class CausalLMStep(torch.nn.Module):
 
         def masked(window):
             allowed = causal if window is None else causal & (key[None, :] > query[:, None] - window)
-            return allowed[None, None] & real
+            allowed = allowed[None, None] & real
+            if not self.additive_mask:
+                return allowed
+            # Eager attention adds its mask to the scores, as HF's masking_utils
+            # makes it for that implementation: 0 where a key is seen, the
+            # dtype's lowest value where it is hidden.
+            dtype = next(self.model.parameters()).dtype
+            return torch.where(allowed, torch.tensor(0.0, dtype=dtype),
+                               torch.tensor(torch.finfo(dtype).min, dtype=dtype))
 
         if self.layer_types:
             windows = {"full_attention": None, "sliding_attention": self.sliding_window}

@@ -1,8 +1,8 @@
 """``anyshape.compile_generator``: unmodified HF causal LMs, token for token against HF's ``generate``.
 
 Each family is built from its default config, shrunk (hidden 64, 2 layers, 4
-heads, 2 key/value heads where it has them; Mistral and Phi-3 with a
-sliding window of 8 slots), with random weights, and compiled once per
+heads, 2 key/value heads where it has them; Mistral, Phi-3 and Gemma2 with
+a sliding window of 8 slots), with random weights, and compiled once per
 session (``built``). Greedy tokens must be HF's own, at batch 1
 and on a left-padded batch of mixed prompt lengths (a row with one real
 token among them), for 64 new tokens; GPT-2 and Llama also at prompts of 1,
@@ -66,10 +66,14 @@ _built: dict[tuple, tuple] = {}
 _build_warnings: dict[tuple, list[str]] = {}
 
 
-# Mistral's and Phi-3's configs have sliding windows longer than any sequence
-# here, which would never be reached: their family builds get a window of 8
-# slots, and the sliding-window tests below share those builds.
-FAMILY_OVERRIDES = {"mistral": {"sliding_window": 8}, "phi3": {"sliding_window": 8}}
+# Mistral's, Phi-3's and Gemma2's configs have sliding windows longer than any
+# sequence here, which would never be reached: their family builds get a
+# window of 8 slots, and the sliding-window tests below share those builds.
+# Gemma2 (not in the issue's list) is the family whose attention is HF's
+# "eager" (its scores are soft-capped), which adds a float mask to the scores:
+# given a boolean one it generated other tokens than HF's, silently.
+FAMILY_OVERRIDES = {"mistral": {"sliding_window": 8}, "phi3": {"sliding_window": 8},
+                    "gemma2": {"sliding_window": 8}}
 
 
 def built(model_type: str, **overrides):
@@ -87,7 +91,7 @@ def built(model_type: str, **overrides):
 
 
 FAMILIES = ["gpt2", "llama", "qwen2", "mistral", "phi3", "gemma", "gpt_neox", "opt", "bloom",
-            "falcon"]
+            "falcon", "gemma2"]
 
 
 @pytest.mark.builds_after_export
@@ -434,6 +438,17 @@ def test_bad_inputs_are_named(ids, mask, error, match):
 def test_a_model_that_is_not_a_causal_lm_is_refused():
     with pytest.raises(TypeError, match=r"model: expected a HuggingFace \*ForCausalLM"):
         anyshape.compile_generator(torch.nn.Linear(2, 2))
+
+
+def test_an_attention_implementation_without_known_masks_is_refused():
+    # compile_generator builds the masks itself, in the form SDPA (boolean) or
+    # eager attention (added to the scores) takes; another form is refused.
+    model = small_causal_lm("llama")
+    model.config._attn_implementation = "flex_attention"
+    with pytest.raises(NotImplementedError,
+                       match=r"model: attention implementation 'flex_attention': .* "
+                             r"attn_implementation='sdpa' or 'eager'"):
+        anyshape.compile_generator(model)
 
 
 def test_a_model_without_a_cache_is_refused():
