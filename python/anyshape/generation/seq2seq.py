@@ -23,8 +23,9 @@ padding (every row starts from the decoder start token), so no slot is
 masked and positions are the slots' indices, as HF's decoder counts them
 from the cache's length. The cross-attention cache is a layer HF finds
 already updated, so it reads the given keys and values and computes none.
-The encoder's mask reaches the cross-attention as a 4-D boolean mask, the
-decoder's causal mask likewise, each used by HF as given.
+The encoder's mask reaches the cross-attention as a 4-D mask, the decoder's
+causal mask likewise, each used by HF as given: boolean for SDPA, additive
+for eager attention (``step.attention_mask_for``).
 
 The decoder is fed one token a step, so beside ``main`` the step is exported
 again at a static batch of 1, 4 and 8 rows and one token, its lengths
@@ -39,7 +40,8 @@ import functools
 
 import torch
 
-from anyshape.generation.step import _filled_in_place_layer
+from anyshape.generation.step import (_filled_in_place_layer, attention_mask_for,
+                                      takes_additive_mask)
 
 # Example sizes for torch.export, each above 1 and each different (see
 # compile.py): the decoder's cache has ``past`` filled slots of ``capacity``.
@@ -88,6 +90,7 @@ class Seq2SeqDecoderStep(torch.nn.Module):
         super().__init__()
         self.model = model
         self.layers = layers
+        self.additive_mask = takes_additive_mask(model.config)
 
     def forward(self, decoder_input_ids, decoder_mask, attention_mask, states, *cache):
         from transformers import DynamicCache, EncoderDecoderCache
@@ -107,9 +110,10 @@ class Seq2SeqDecoderStep(torch.nn.Module):
             past.is_updated[i] = True
         query = torch.arange(new, device=decoder_mask.device) + (total - new)
         key = torch.arange(total, device=decoder_mask.device)
-        causal = (key[None, :] <= query[:, None])[None, None] & \
-            (decoder_mask[:, None, None, :] != 0)
-        source = attention_mask[:, None, None, :] != 0
+        causal = attention_mask_for(self.model, (key[None, :] <= query[:, None])[None, None] &
+                                    (decoder_mask[:, None, None, :] != 0), self.additive_mask)
+        source = attention_mask_for(self.model, attention_mask[:, None, None, :] != 0,
+                                    self.additive_mask)
         out = self.model(encoder_outputs=(states,), attention_mask=source,
                          decoder_input_ids=decoder_input_ids, decoder_attention_mask=causal,
                          past_key_values=past, use_cache=True)

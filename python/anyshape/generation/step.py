@@ -54,7 +54,7 @@ def takes_two_d_mask(config) -> bool:
                                             and bool(getattr(config, "alibi", False)))
 
 
-def _takes_additive_mask(config) -> bool:
+def takes_additive_mask(config) -> bool:
     """Whether the model's attention adds a float mask to its scores (HF's
     "eager" implementation, Gemma2's default: its scores are soft-capped)
     rather than taking a boolean one (SDPA). A boolean mask added to the
@@ -66,6 +66,18 @@ def _takes_additive_mask(config) -> bool:
             f"the attention masks of 'sdpa' and 'eager' only; load the model with "
             f"attn_implementation='sdpa' or 'eager'")
     return implementation == "eager"
+
+
+def attention_mask_for(model: torch.nn.Module, allowed: torch.Tensor, additive: bool):
+    """A 4-D mask of where keys are seen (``allowed``, boolean) as the model's
+    attention takes it: as it is for SDPA; for eager attention, which adds its
+    mask to the scores, 0 where a key is seen and the dtype's lowest value
+    where it is hidden, as HF's masking_utils makes it."""
+    if not additive:
+        return allowed
+    dtype = next(model.parameters()).dtype
+    return torch.where(allowed, torch.tensor(0.0, dtype=dtype),
+                       torch.tensor(torch.finfo(dtype).min, dtype=dtype))
 
 
 def probe_cache(model: torch.nn.Module) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -138,7 +150,7 @@ class CausalLMStep(torch.nn.Module):
         self.layer_types = tuple(getattr(config, "layer_types", None) or ())
         self.sliding_window = getattr(config, "sliding_window", None)
         self.two_d_mask = takes_two_d_mask(config)
-        self.additive_mask = _takes_additive_mask(config)
+        self.additive_mask = takes_additive_mask(config)
 
     def forward(self, input_ids, position_ids, attention_mask, *cache):
         from transformers import DynamicCache
@@ -165,15 +177,7 @@ class CausalLMStep(torch.nn.Module):
 
         def masked(window):
             allowed = causal if window is None else causal & (key[None, :] > query[:, None] - window)
-            allowed = allowed[None, None] & real
-            if not self.additive_mask:
-                return allowed
-            # Eager attention adds its mask to the scores, as HF's masking_utils
-            # makes it for that implementation: 0 where a key is seen, the
-            # dtype's lowest value where it is hidden.
-            dtype = next(self.model.parameters()).dtype
-            return torch.where(allowed, torch.tensor(0.0, dtype=dtype),
-                               torch.tensor(torch.finfo(dtype).min, dtype=dtype))
+            return attention_mask_for(self.model, allowed[None, None] & real, self.additive_mask)
 
         if self.layer_types:
             windows = {"full_attention": None, "sliding_attention": self.sliding_window}

@@ -37,22 +37,25 @@ _BACKEND = {"t5": dict(params="external")}
 _built: dict[str, tuple] = {}
 
 
-def built(model_type: str):
-    """(HF model, generator), compiled once per test session."""
-    if model_type not in _built:
+def built(model_type: str, attention: str | None = None):
+    """(HF model, generator), compiled once per test session; ``attention``:
+    the HF attention implementation, where not the family's default."""
+    key = model_type if attention is None else f"{model_type}:{attention}"
+    if key not in _built:
         from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
         config = AutoConfig.for_model(model_type)
-        for key, value in {**_SMALL, **_FAMILY[model_type]}.items():
-            if hasattr(config, key) or key == "decoder_start_token_id":
-                setattr(config, key, value)
+        for name, value in {**_SMALL, **_FAMILY[model_type]}.items():
+            if hasattr(config, name) or name == "decoder_start_token_id":
+                setattr(config, name, value)
         torch.manual_seed(0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model = AutoModelForSeq2SeqLM.from_config(config).eval()
+            model = AutoModelForSeq2SeqLM.from_config(
+                config, **({} if attention is None else {"attn_implementation": attention})).eval()
         backend = anyshape.BackendOptions(**_BACKEND.get(model_type, {}))
-        _built[model_type] = model, anyshape.compile_generator(model, backend=backend)
-    return _built[model_type]
+        _built[key] = model, anyshape.compile_generator(model, backend=backend)
+    return _built[key]
 
 
 def sources(lengths: list[int], pad: int, seed: int = 0):
@@ -89,6 +92,19 @@ def test_greedy_is_hf_generate_on_a_batch_of_source_lengths(model_type):
     rows = want[:, 1:].tolist()
     assert len({tuple(row) for row in rows}) == len(rows), want
     assert any(len(set(row)) > 3 for row in rows), want
+
+
+@pytest.mark.builds_after_export
+def test_eager_attention_is_hf_generate_on_a_batch_of_source_lengths():
+    # Eager attention adds its masks to the scores: BART built with it (as
+    # LED, LongT5 and FSMT are by default) once got the boolean masks SDPA
+    # takes, and generated other tokens than HF's, with no error.
+    model, generator = built("bart", attention="eager")
+    assert model.config._attn_implementation == "eager"
+    ids, mask = sources(SOURCES, model.config.pad_token_id, seed=1)
+    want = hf_generate(model, ids, mask, max_new_tokens=NEW_TOKENS, do_sample=False)
+    got = generator.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS)
+    assert torch.equal(got, want), f"{got}\nHF:\n{want}"
 
 
 @pytest.mark.builds_after_export
