@@ -280,7 +280,8 @@ class Generator:
         results = self.module.invoke([ids.numpy().astype(np.int64),
                                       positions.numpy().astype(np.int64), full_mask, *cache],
                                      entry=entry)
-        return host_tensor(np.asarray(results[0].to_host()), "").to(torch.float32)
+        return host_tensor(np.asarray(results[0].to_host()),
+                           self.spec["cache_dtype"]).to(torch.float32)
 
     # -- persistence -------------------------------------------------------
     def save(self, directory) -> Path:
@@ -359,7 +360,8 @@ class Seq2SeqGenerator(Generator):
         results = self.module.invoke([ids.numpy().astype(np.int64),
                                       mask.numpy().astype(np.int64), source_mask, states,
                                       *own, *cross], entry=entry)
-        return host_tensor(np.asarray(results[0].to_host()), "").to(torch.float32)
+        return host_tensor(np.asarray(results[0].to_host()),
+                           self.spec["cache_dtype"]).to(torch.float32)
 
 
 @contextlib.contextmanager
