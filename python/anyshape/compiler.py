@@ -27,10 +27,11 @@ from anyshape.fallbacks import FALLBACKS, Build
 from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts, inject_dim_facts
 from anyshape.iree.flags import (PEELING_FLAG, Target, make_target, with_constants_for,
-                                 with_matmul_precision, with_product_kernel)
+                                 routes_products, with_matmul_precision, with_product_kernel)
 from anyshape.iree.in_place_writes import write_inputs_in_place_file
 from anyshape.iree.invocation import compile_with_iree
 from anyshape.iree.linear_rows import kernel_for, route_linears, warn_unavailable
+from anyshape.iree.row_products import route_row_products
 from anyshape.iree.parameters import ARCHIVE, externalize_weights
 from anyshape.iree.workarounds import separate_dynamic_operand_packing
 from anyshape.mlir import MLIRError, ir, module_to_bytecode, new_context, parse_module, versions
@@ -520,14 +521,17 @@ def _write_iree_input(compilation: _Compilation, stages: "_StageWriter", module:
     kernel, unavailable = kernel_for(compilation.target)
     if unavailable:
         warn_unavailable(unavailable)
-    if not facts and weights is None and not data_tiling and not in_place and kernel is None:
+    row_products = routes_products(compilation.target)
+    if not facts and weights is None and not data_tiling and not in_place and kernel is None \
+            and not row_products:
         return stages.write(IREE_INPUT_STAGE, module, same_as=source)
 
     def produce(bytecode: Path, text: Path | None) -> None:
         current = source
         # Each rewrite reads the last one's file; the last writes the text.
         last = "in_place" if in_place else "weights" if weights is not None else \
-            "data_tiling" if data_tiling else "kernel" if kernel is not None else "facts"
+            "data_tiling" if data_tiling else "row_products" if row_products else \
+            "kernel" if kernel is not None else "facts"
         if facts:
             report("stating argument dim ranges for IREE")
             inject_dim_facts(current, bytecode, text if last == "facts" else None)
@@ -537,6 +541,10 @@ def _write_iree_input(compilation: _Compilation, stages: "_StageWriter", module:
                                   text if last == "kernel" else None)
             report(f"  {count} products with a weight run anyshape's row-exact kernel "
                    f"(iree/linear_rows.py)")
+            current = bytecode
+        if row_products:
+            count = route_row_products(current, bytecode, text if last == "row_products" else None)
+            report(f"  {count} products of a query row with the cache tiled for its rows (iree/row_products.py)")
             current = bytecode
         if data_tiling:
             count = separate_dynamic_operand_packing(current, bytecode,
