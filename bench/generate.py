@@ -24,7 +24,10 @@ own products in place of anyshape's row-exact kernel).
 
 Per system and run: prefill ms (``max_new_tokens=1``), decode ms per token
 ((time for 128 new tokens - prefill) / 127), and decode tokens/s (all rows),
-the median of ``--runs`` repetitions. Every system's tokens are compared
+the median of ``--runs`` repetitions (with ``--interleave``, every system is
+set up first and each run's repetitions are taken in turn, one per system:
+on a host whose speed drifts, systems run one after another are not
+comparable). Every system's tokens are compared
 with HF eager's. The bandwidth bound: the weight bytes each decode step
 reads divided by the memory read bandwidth measured in the same run.
 
@@ -261,23 +264,35 @@ def ort_generate(model, workdir: Path, python: str):
 
 # -- measuring -------------------------------------------------------------------------------
 
-def measure(run, ids, mask, runs: int, new_tokens: int = NEW_TOKENS) -> dict:
+def warm(run, ids, mask, new_tokens: int) -> None:
     # Warm up every shape measured (torch.compile compiles per static cache
     # length: the measured calls must not include it).
     run(ids, mask, 1)
     run(ids, mask, new_tokens)
-    prefill, total, tokens = [], [], None
-    for _ in range(runs):
-        start = time.perf_counter()
-        run(ids, mask, 1)
-        prefill.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        tokens = run(ids, mask, new_tokens)
-        total.append(time.perf_counter() - start)
-    p, t = statistics.median(prefill), statistics.median(total)
+
+
+def sample(run, ids, mask, new_tokens: int) -> tuple[float, float, torch.Tensor]:
+    """One prefill (``max_new_tokens=1``) and one whole generation: seconds each, and the tokens."""
+    start = time.perf_counter()
+    run(ids, mask, 1)
+    prefill = time.perf_counter() - start
+    start = time.perf_counter()
+    tokens = run(ids, mask, new_tokens)
+    return prefill, time.perf_counter() - start, tokens
+
+
+def summary(samples: list, batch: int, new_tokens: int) -> dict:
+    p = statistics.median(s[0] for s in samples)
+    t = statistics.median(s[1] for s in samples)
     decode = max(t - p, 1e-9) / (new_tokens - 1)
     return {"prefill_ms": p * 1e3, "decode_ms": decode * 1e3,
-            "tokens_per_s": ids.shape[0] / decode, "tokens": tokens}
+            "tokens_per_s": batch / decode, "tokens": samples[-1][2]}
+
+
+def measure(run, ids, mask, runs: int, new_tokens: int = NEW_TOKENS) -> dict:
+    warm(run, ids, mask, new_tokens)
+    return summary([sample(run, ids, mask, new_tokens) for _ in range(runs)], ids.shape[0],
+                   new_tokens)
 
 
 def main(argv=None) -> int:
@@ -289,6 +304,11 @@ def main(argv=None) -> int:
     parser.add_argument("--ort-python", default=None,
                         help="a Python with optimum-onnx and onnxruntime (for system ort)")
     parser.add_argument("--out", default=str(HERE / "results" / "generate"))
+    parser.add_argument("--interleave", action="store_true",
+                        help="set every system up first, then take each run's repetitions "
+                             "in turn (A, B, C, A, B, C, ...): on a host whose speed drifts "
+                             "within minutes, systems measured one after another are not "
+                             "comparable")
     args = parser.parse_args(argv)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     known = SYSTEMS + OPTIONAL_SYSTEMS
@@ -300,7 +320,8 @@ def main(argv=None) -> int:
     bandwidth = read_bandwidth()
     results = {"host": host_cpu(), "bandwidth_GBps": bandwidth / 1e9, "torch": torch.__version__,
                "command": "python bench/generate.py " + " ".join(argv or sys.argv[1:]),
-               "date": time.strftime("%Y-%m-%d %H:%M"), "models": {}}
+               "date": time.strftime("%Y-%m-%d %H:%M"), "interleaved": args.interleave,
+               "models": {}}
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         model = build(name)
         seq2seq = is_seq2seq(name)
@@ -315,36 +336,86 @@ def main(argv=None) -> int:
         runs = SEQ2SEQ_RUNS if seq2seq else RUNS
         make_inputs = sources if seq2seq else prompts
         with tempfile.TemporaryDirectory(prefix=f"bench-generate-{name}-") as tmp:
-            for system in systems:
-                if seq2seq and system not in SEQ2SEQ_SYSTEMS:
+            chosen = [s for s in systems if not seq2seq or s in SEQ2SEQ_SYSTEMS]
+            if args.interleave:
+                made = {system: _set_up(system, name, Path(tmp), args, info) for system in chosen}
+                made = {system: run for system, run in made.items() if run is not None}
+                for label, lengths in runs.items():
+                    _measure_in_turn(made, label, make_inputs(lengths, vocab), args.runs, name,
+                                     info)
+                    _write(results, out)
+                for run in made.values():
+                    _close(run)
+                continue
+            for system in chosen:
+                run = _set_up(system, name, Path(tmp), args, info)
+                if run is None:
                     continue
-                start = time.perf_counter()
-                try:
-                    run = _make(system, build(name), Path(tmp), args)
-                except Exception as error:  # noqa: BLE001  reported in the table
-                    info["errors"][system] = f"{type(error).__name__}: {str(error)[:300]}"
-                    print(f"{name} {system}: setup failed: {info['errors'][system]}", flush=True)
-                    continue
-                info["setup_s"][system] = time.perf_counter() - start
                 for label, lengths in runs.items():
                     ids, mask = make_inputs(lengths, vocab)
                     try:
                         measured = measure(run, ids, mask, args.runs, info["new_tokens"])
                     except Exception as error:  # noqa: BLE001
-                        info["errors"][f"{system} {label}"] = f"{type(error).__name__}: {str(error)[:300]}"
-                        print(f"{name} {system} {label}: {info['errors'][f'{system} {label}']}",
-                              flush=True)
+                        _failed(info, name, f"{system} {label}", error)
                         continue
-                    info["runs"].setdefault(label, {})[system] = measured
-                    print(f"{name} {label} {system}: prefill {measured['prefill_ms']:.1f} ms, "
-                          f"decode {measured['decode_ms']:.1f} ms/token, "
-                          f"{measured['tokens_per_s']:.1f} tokens/s", flush=True)
-                if hasattr(run, "worker"):
-                    run.worker.stdin.close()
-                    run.worker.wait()
+                    _record(info, name, label, system, measured)
+                _close(run)
                 _write(results, out)
     _write(results, out)
     return 0
+
+
+def _set_up(system: str, name: str, workdir: Path, args, info: dict):
+    """The system's ``run`` for model ``name``, its setup time recorded; None
+    (the error recorded) where its setup fails."""
+    start = time.perf_counter()
+    try:
+        run = _make(system, build(name), workdir, args)
+    except Exception as error:  # noqa: BLE001  reported in the table
+        _failed(info, name, system, error, "setup failed: ")
+        return None
+    info["setup_s"][system] = time.perf_counter() - start
+    return run
+
+
+def _measure_in_turn(made: dict, label: str, inputs, runs: int, name: str, info: dict) -> None:
+    """Every system warmed on ``inputs``, then ``runs`` rounds of one sample each, in turn."""
+    ids, mask = inputs
+    new_tokens = info["new_tokens"]
+    samples = {}
+    for system, run in made.items():
+        try:
+            warm(run, ids, mask, new_tokens)
+            samples[system] = []
+        except Exception as error:  # noqa: BLE001
+            _failed(info, name, f"{system} {label}", error)
+    for _ in range(runs):
+        for system in list(samples):
+            try:
+                samples[system].append(sample(made[system], ids, mask, new_tokens))
+            except Exception as error:  # noqa: BLE001
+                _failed(info, name, f"{system} {label}", error)
+                del samples[system]
+    for system, taken in samples.items():
+        _record(info, name, label, system, summary(taken, ids.shape[0], new_tokens))
+
+
+def _record(info: dict, name: str, label: str, system: str, measured: dict) -> None:
+    info["runs"].setdefault(label, {})[system] = measured
+    print(f"{name} {label} {system}: prefill {measured['prefill_ms']:.1f} ms, "
+          f"decode {measured['decode_ms']:.1f} ms/token, "
+          f"{measured['tokens_per_s']:.1f} tokens/s", flush=True)
+
+
+def _failed(info: dict, name: str, key: str, error: Exception, prefix: str = "") -> None:
+    info["errors"][key] = f"{type(error).__name__}: {str(error)[:300]}"
+    print(f"{name} {key}: {prefix}{info['errors'][key]}", flush=True)
+
+
+def _close(run) -> None:
+    if hasattr(run, "worker"):
+        run.worker.stdin.close()
+        run.worker.wait()
 
 
 def _make(system: str, model, workdir: Path, args):
@@ -378,7 +449,9 @@ def _write(results: dict, out: Path) -> None:
              f"torch {results['torch']}; measured read bandwidth "
              f"{results['bandwidth_GBps']:.1f} GB/s\n",
              "Greedy, float32; decode tokens/s counts every row; "
-             "the median of the runs. 'same tokens': the system's new tokens are HF eager's.\n"]
+             "the median of the runs. 'same tokens': the system's new tokens are HF eager's. "
+             + ("The systems' repetitions were taken in turn (--interleave).\n"
+                if results.get("interleaved") else "The systems ran one after another.\n")]
     for name, info in results["models"].items():
         bound = info["bound_tokens_per_s"]
         seq2seq = info.get("seq2seq", False)

@@ -1,0 +1,57 @@
+"""bench/generate.py's ``--interleave``: every system warmed, then one sample per system in turn."""
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+_BENCH = Path(__file__).resolve().parents[2] / "bench" / "generate.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_generate", _BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_interleaved_samples_alternate_between_systems_and_keep_each_ones_tokens():
+    bench = _bench()
+    calls = []
+
+    def system(name, token):
+        def run(ids, mask, new):
+            calls.append((name, new))
+            return torch.full((ids.shape[0], ids.shape[1] + new), token)
+        return run
+
+    made = {"a": system("a", 1), "b": system("b", 2)}
+    info = {"new_tokens": 4, "runs": {}, "errors": {}}
+    ids = torch.zeros(2, 3, dtype=torch.long)
+    bench._measure_in_turn(made, "b2", (ids, torch.ones_like(ids)), 3, "model", info)
+    warm = [("a", 1), ("a", 4), ("b", 1), ("b", 4)]
+    rounds = [("a", 1), ("a", 4), ("b", 1), ("b", 4)] * 3
+    assert calls == warm + rounds
+    assert set(info["runs"]["b2"]) == {"a", "b"}
+    assert int(info["runs"]["b2"]["b"]["tokens"][0, -1]) == 2
+    assert not info["errors"]
+
+
+def test_a_system_that_fails_mid_run_is_reported_and_the_others_go_on():
+    bench = _bench()
+    state = {"b": 0}
+
+    def good(ids, mask, new):
+        return ids
+
+    def flaky(ids, mask, new):
+        state["b"] += 1
+        if state["b"] > 3:
+            raise RuntimeError("out of memory")
+        return ids
+
+    info = {"new_tokens": 4, "runs": {}, "errors": {}}
+    ids = torch.zeros(1, 3, dtype=torch.long)
+    bench._measure_in_turn({"a": good, "b": flaky}, "b1", (ids, ids), 3, "model", info)
+    assert set(info["runs"]["b1"]) == {"a"}
+    assert info["errors"] == {"b b1": "RuntimeError: out of memory"}
