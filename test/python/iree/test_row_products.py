@@ -7,13 +7,18 @@ rewrite leaves alone what it does not describe: products with a constant,
 sums over another dim, float16, rows longer than a head's.
 """
 
+import re
+import subprocess
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.export import Dim
 
 import anyshape
+from anyshape.iree.cpu import host_flags
 from anyshape.iree.row_products import route_row_products
+from anyshape.mlir import iree_tool
 
 LENGTHS = (1, 7, 17, 333)
 
@@ -108,7 +113,8 @@ func.func @f(%q: !torch.vtensor<[1,4,{d},1],{t}>, %k: !torch.vtensor<[1,4,{s},{d
 """
 
 
-def _routed(tmp_path, **changes) -> int:
+def _scores(tmp_path, **changes):
+    """``_SCORES`` with ``changes``, written to a file."""
     fields = {"d": 64, "t": "f32", "s": "?", "keys": "%k", "dim": "%int2", **changes}
     fields.setdefault("out", f"!torch.vtensor<[1,4,1,{fields['s']}],{fields['t']}>")
     text = _SCORES.format(**fields)
@@ -116,7 +122,11 @@ def _routed(tmp_path, **changes) -> int:
         text = "\n".join(line for line in text.splitlines() if "%literal =" not in line)
     source = tmp_path / "in.mlir"
     source.write_text(text)
-    return route_row_products(source, tmp_path / "out.mlirbc")
+    return source
+
+
+def _routed(tmp_path, **changes) -> int:
+    return route_row_products(_scores(tmp_path, **changes), tmp_path / "out.mlirbc")
 
 
 def test_scores_as_data_tiling_forms_writes_them_are_routed(tmp_path):
@@ -143,3 +153,80 @@ def test_negative_float16_is_left_to_iree(tmp_path):
 def test_negative_a_row_longer_than_a_head_is_left_to_iree(tmp_path):
     """512 terms per output is a projection's K, not a head's row."""
     assert _routed(tmp_path, d=512) == 0
+
+
+_CPU_FLAGS = ["--iree-input-type=torch", "--iree-hal-target-device=local",
+              "--iree-hal-local-target-device-backends=llvm-cpu",
+              "--iree-llvmcpu-target-cpu=host", "--iree-opt-level=O2"]
+
+
+def _configurations(tmp_path, source) -> list[str]:
+    """The lowering configurations IREE gives the dispatches of ``source``."""
+    dump = tmp_path / "configurations"
+    subprocess.run([iree_tool("iree-compile"), str(source), *_CPU_FLAGS,
+                    f"--iree-hal-dump-executable-configurations-to={dump}", "-o",
+                    str(tmp_path / "out.vmfb")], check=True, capture_output=True)
+    return sorted(re.findall(r"lowering_config<([^>]*)>",
+                             "".join(p.read_text() for p in dump.iterdir())))
+
+
+def test_iree_still_tiles_a_query_row_against_its_keys_across_the_keys(tmp_path):
+    """Guards workaround matvec_rows_read_as_columns: left to IREE, one row's
+    scores against the keys are tiled more than one key per vector step."""
+    source = _scores(tmp_path)
+    [config] = [c for c in _configurations(tmp_path, source) if "vector_reduction" in c]
+    parallel = re.search(r"vector_common_parallel = \[([^\]]*)\]", config).group(1)
+    keys_per_step = int(parallel.split(",")[-2])
+    assert keys_per_step > 1, config
+
+
+def test_iree_still_drops_a_configuration_when_it_fuses(tmp_path):
+    """Guards workaround compilation_info_kept_apart: a configured sum whose
+    result an elementwise op reads, outside a dispatch region of its own,
+    ends up with IREE's configuration, not the one given."""
+    given = ("distribution = [1, 1, 128, 0], vector_common_parallel = [1, 1, 1, 0], "
+             "vector_reduction = [0, 0, 0, 64]")
+    text = f"""
+#ci = #iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<{given}>,
+  translation_info = #iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<DoubleTilingExpert>>>
+func.func @f(%q: tensor<1x4x64xf32>, %k: tensor<1x4x?x64xf32>, %m: tensor<?xf32>) -> tensor<1x4x?xf32> {{
+  %c2 = arith.constant 2 : index
+  %n = tensor.dim %k, %c2 : tensor<1x4x?x64xf32>
+  %zero = arith.constant 0.0 : f32
+  %empty = tensor.empty(%n) : tensor<1x4x?xf32>
+  %filled = linalg.fill ins(%zero : f32) outs(%empty : tensor<1x4x?xf32>) -> tensor<1x4x?xf32>
+  %sums = linalg.generic {{indexing_maps = [affine_map<(a, b, c, d) -> (a, b, d)>,
+      affine_map<(a, b, c, d) -> (a, b, c, d)>, affine_map<(a, b, c, d) -> (a, b, c)>],
+      iterator_types = ["parallel", "parallel", "parallel", "reduction"], compilation_info = #ci}}
+      ins(%q, %k : tensor<1x4x64xf32>, tensor<1x4x?x64xf32>) outs(%filled : tensor<1x4x?xf32>) {{
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %t = arith.mulf %x, %y : f32
+    %s = arith.addf %t, %acc : f32
+    linalg.yield %s : f32
+  }} -> tensor<1x4x?xf32>
+  %masked = linalg.generic {{indexing_maps = [affine_map<(a, b, c) -> (a, b, c)>,
+      affine_map<(a, b, c) -> (c)>, affine_map<(a, b, c) -> (a, b, c)>],
+      iterator_types = ["parallel", "parallel", "parallel"]}}
+      ins(%sums, %m : tensor<1x4x?xf32>, tensor<?xf32>) outs(%empty : tensor<1x4x?xf32>) {{
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  }} -> tensor<1x4x?xf32>
+  return %masked : tensor<1x4x?xf32>
+}}
+"""
+    fused = tmp_path / "fused" / "in.mlir"
+    apart = tmp_path / "apart" / "in.mlir"
+    for path in (fused, apart):
+        path.parent.mkdir()
+    fused.write_text(text)
+    # The same sum in a region of its own (as route_row_products writes it) keeps it.
+    region = re.sub(r"(  %sums = )(linalg.generic.*?\} -> tensor<1x4x\?xf32>)",
+                    lambda m: (m.group(1) + "flow.dispatch.region -> (tensor<1x4x?xf32>{%n}) {\n"
+                               "  %inner = " + m.group(2) + "\n  flow.return %inner : "
+                               "tensor<1x4x?xf32>\n  }"), text, flags=re.DOTALL)
+    assert region != text
+    apart.write_text(region)
+    assert given in _configurations(apart.parent, apart)
+    configurations = _configurations(fused.parent, fused)
+    assert configurations and given not in configurations, configurations
