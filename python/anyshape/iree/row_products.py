@@ -153,10 +153,10 @@ def _shared_heads(value):
     x = unsqueeze.operands[0]
     x_sizes = (vtensor_shape(x.type) or ([], None))[0]
     groups = sizes[2]
+    # Every other dim kept: -1, or x's own static size (a dynamic one only as -1).
+    kept = sizes[:2] + sizes[3:]
     if len(x_sizes) != 4 or groups < 1 or any(
-            size not in (-1, x_size) for size, x_size in zip(sizes[:2] + sizes[3:], x_sizes)
-            if x_size is not None) or any(size != -1 for size, x_size in zip(
-                sizes[:2] + sizes[3:], x_sizes) if x_size is None):
+            size not in (-1, x_size) for size, x_size in zip(kept, x_sizes)):
         return value, 1
     return x, groups
 
