@@ -3,6 +3,7 @@
 import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 
 _BENCH = Path(__file__).resolve().parents[2] / "bench" / "generate.py"
@@ -30,7 +31,8 @@ def test_interleaved_samples_alternate_between_systems_and_keep_each_ones_tokens
     ids = torch.zeros(2, 3, dtype=torch.long)
     bench._measure_in_turn(made, "b2", (ids, torch.ones_like(ids)), 3, "model", info)
     warm = [("a", 1), ("a", 4), ("b", 1), ("b", 4)]
-    rounds = [("a", 1), ("a", 4), ("b", 1), ("b", 4)] * 3
+    prefills = [("a", 1)] * bench.PREFILL_CALLS
+    rounds = (prefills + [("a", 4)] + [("b", 1)] * bench.PREFILL_CALLS + [("b", 4)]) * 3
     assert calls == warm + rounds
     assert set(info["runs"]["b2"]) == {"a", "b"}
     assert int(info["runs"]["b2"]["b"]["tokens"][0, -1]) == 2
@@ -55,3 +57,40 @@ def test_a_system_that_fails_mid_run_is_reported_and_the_others_go_on():
     bench._measure_in_turn({"a": good, "b": flaky}, "b1", (ids, ids), 3, "model", info)
     assert set(info["runs"]["b1"]) == {"a"}
     assert info["errors"] == {"b b1": "RuntimeError: out of memory"}
+
+
+def test_short_prefills_are_taken_several_times_and_the_median_counts(monkeypatch):
+    bench = _bench()
+    prefill_seconds = iter([0.3, 0.1, 0.2, 0.5, 0.4, 9.0])
+    clock = {"now": 0.0}
+    calls = []
+
+    def run(ids, mask, new):
+        calls.append(new)
+        clock["now"] += next(prefill_seconds) if new == 1 else 2.0
+        return ids
+
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock["now"])
+    ids = torch.zeros(1, 3, dtype=torch.long)
+    prefill, whole, _ = bench.sample(run, ids, ids, 4)
+    # 0.3 + 0.1 + 0.2 + 0.5 passes the one-second budget: four calls, median 0.25.
+    assert calls == [1, 1, 1, 1, 4]
+    assert prefill == pytest.approx(0.25)
+    assert whole == pytest.approx(2.0)
+
+
+def test_a_long_prefill_is_taken_once(monkeypatch):
+    bench = _bench()
+    clock = {"now": 0.0}
+    calls = []
+
+    def run(ids, mask, new):
+        calls.append(new)
+        clock["now"] += 6.0 if new == 1 else 30.0
+        return ids
+
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock["now"])
+    ids = torch.zeros(1, 3, dtype=torch.long)
+    prefill, _, _ = bench.sample(run, ids, ids, 4)
+    assert calls == [1, 4]
+    assert prefill == pytest.approx(6.0)
