@@ -14,7 +14,10 @@ rows given. This module
   weight into panels of 16 columns (a computation on a constant, which IREE
   hoists into the module's initializers: it runs once, at load) and
   dispatches the kernel, through an executable written here whose
-  entry points call it.
+  entry points call it. A product read only through column slices (the
+  fused Q, K and V; an encoder's cross-attention keys and values of every
+  layer) is computed part by part, so that no slice of the kernel's result
+  is left for IREE to copy (``_column_parts``).
 
 The object picks its AVX-512, AVX2 or portable code at run time from CPUID, so
 the module runs on any x86-64 host its other code runs on. Where no C
@@ -301,6 +304,55 @@ def _routable(ir, op):
     return x_shape[0], k, n, layout, has_bias
 
 
+def _constant_int(op_value):
+    op = op_value.owner
+    if isinstance(getattr(op, "name", None), str) and op.name == "torch.constant.int":
+        return int(str(op.attributes["value"]).split(":")[0])
+    return None
+
+
+def _column_parts(ir, ops, n: int):
+    """The column slices the results of ``ops`` (one product, written once per
+    slice that reads it) are read through, when they are read through nothing
+    else: [(start, end, slice op, the unflatten it reads or None)]; else None.
+
+    ``anyshape-data-tiling-forms`` computes the linears that share an input as
+    one on their concatenated weights and slices the columns after (Q, K and
+    V; a seq2seq encoder's cross-attention keys and values of every layer),
+    for IREE's products. Behind the kernel's dispatch IREE cannot fuse those
+    slices into their readers: each is a strided copy of its own
+    (``slow_memcpy``; BART-base's ``encode`` at 4 x 333 tokens, 35 ms of 915).
+    Computed part by part, each part's columns are a product of their own,
+    whole."""
+    parts = []
+    last = len(vtensor_shape(ops[0].results[0].type)[0]) - 1
+
+    def column_slice(user, dim_of_columns):
+        if user.name != "torch.aten.slice.Tensor" or len(user.operands) != 5:
+            return None
+        dim, start, end, step = (_constant_int(v) for v in user.operands[1:])
+        if dim not in (dim_of_columns, -1) or step != 1 or start is None or end is None:
+            return None
+        end = min(end, n)
+        return (start, end) if 0 <= start < end else None
+
+    for use in (use for op in ops for use in op.results[0].uses):
+        user = use.owner
+        if user.name == "torch.aten.unflatten.int" and _constant_int(user.operands[1]) == 0:
+            columns = len(vtensor_shape(user.results[0].type)[0]) - 1
+            for inner in user.results[0].uses:
+                bounds = column_slice(inner.owner, columns)
+                if bounds is None:
+                    return None
+                parts.append((*bounds, inner.owner, user))
+            continue
+        bounds = column_slice(user, last)
+        if bounds is None:
+            return None
+        parts.append((*bounds, user, None))
+    return parts if len(parts) > 1 else None
+
+
 def _function_text(name: str, rows, k: int, n: int, layout: str, has_bias: bool) -> str:
     panels = -(-n // PANEL)
     padded = panels * PANEL
@@ -365,28 +417,99 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
         if not found:
             return 0
         functions: dict[tuple, str] = {}  # in order of first use: the same input, the same text
-        for op, shape in found:
+
+        def product(op, shape, weight, bias, result_type):
             rows, k, n, layout, has_bias = shape
             name = functions.setdefault(
                 shape, f"anyshape_linear_rows_{'d' if rows is None else rows}x{k}x{n}_{layout}"
                        f"{'_bias' if has_bias else ''}")
-            x_at, w_at, bias_at, _ = _PRODUCTS[op.name]
-            operands = [op.operands[x_at], op.operands[w_at]] + \
-                ([op.operands[bias_at]] if has_bias else [])
-            with ir.InsertionPoint(op), op.location:
-                builtins = [ir.Operation.create(
-                    "torch_c.to_builtin_tensor",
-                    results=[ir.Type.parse(builtin_tensor_text(v.type))],
-                    operands=[v]).result for v in operands]
-                y_type = ir.Type.parse(builtin_tensor_text(op.results[0].type))
-                call = ir.Operation.create(
-                    "func.call", results=[y_type], operands=builtins,
-                    attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
-                y = ir.Operation.create("torch_c.from_builtin_tensor",
-                                        results=[op.results[0].type],
-                                        operands=[call.result]).result
-            op.results[0].replace_all_uses_with(y)
-            op.erase()
+            x_at = _PRODUCTS[op.name][0]
+            operands = [op.operands[x_at], weight] + ([bias] if has_bias else [])
+            builtins = [ir.Operation.create(
+                "torch_c.to_builtin_tensor",
+                results=[ir.Type.parse(builtin_tensor_text(v.type))],
+                operands=[v]).result for v in operands]
+            call = ir.Operation.create(
+                "func.call", results=[ir.Type.parse(builtin_tensor_text(result_type))],
+                operands=builtins, attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
+            return ir.Operation.create("torch_c.from_builtin_tensor", results=[result_type],
+                                       operands=[call.result]).result
+
+        def constant(value: int):
+            return ir.Operation.create(
+                "torch.constant.int", results=[ir.Type.parse("!torch.int")],
+                attributes={"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                        value)}).result
+
+        def columns_of(value, dim: int, start: int, end: int):
+            """Output columns [start, end) of a (constant) weight or bias."""
+            sizes, dtype = vtensor_shape(value.type)
+            sizes = list(sizes)
+            sizes[dim] = end - start
+            part_type = ir.Type.parse(
+                "!torch.vtensor<[" + ",".join(map(str, sizes)) + f"],{dtype}>")
+            return ir.Operation.create(
+                "torch.aten.slice.Tensor", results=[part_type],
+                operands=[value, constant(dim), constant(start), constant(end),
+                          constant(1)]).result
+
+        # The same product, written once per slice that reads it (GPT-2's
+        # fused Conv1D split in three), is one group: IREE would merge the
+        # products, but only after the slices were left apart. Kept in the
+        # order the walk found them; compared, not hashed.
+        groups: list[tuple[tuple, list]] = []
+        for op, shape in found:
+            same = next((ops for first_shape, ops in groups if first_shape == shape
+                         and ops[0].name == op.name
+                         and len(ops[0].operands) == len(op.operands)
+                         and all(a == b for a, b in zip(ops[0].operands, op.operands))), None)
+            if same is None:
+                groups.append((shape, [op]))
+            else:
+                same.append(op)
+        for shape, ops in groups:
+            rows, k, n, layout, has_bias = shape
+            op = ops[0]
+            _, w_at, bias_at, _ = _PRODUCTS[op.name]
+            weight = op.operands[w_at]
+            bias = op.operands[bias_at] if has_bias else None
+            parts = _column_parts(ir, ops, n)
+            if parts is None:
+                for each in ops:
+                    with ir.InsertionPoint(each), each.location:
+                        y = product(each, shape, weight, bias, each.results[0].type)
+                    each.results[0].replace_all_uses_with(y)
+                    each.erase()
+                continue
+            made = {}  # (start, end) -> the part's product, in order of first use
+            for start, end, column_slice, unflatten in parts:
+                if (start, end) not in made:
+                    with ir.InsertionPoint(op), op.location:
+                        sizes, dtype = vtensor_shape(op.results[0].type)
+                        part_type = ir.Type.parse(
+                            "!torch.vtensor<[" + ",".join("?" if d is None else str(d)
+                                                          for d in sizes[:-1]) +
+                            f",{end - start}],{dtype}>")
+                        made[(start, end)] = product(
+                            op, (rows, k, end - start, layout, has_bias),
+                            columns_of(weight, 0 if layout == "nk" else 1, start, end),
+                            columns_of(bias, 0, start, end) if has_bias else None, part_type)
+                part = made[(start, end)]
+                if unflatten is not None:
+                    with ir.InsertionPoint(column_slice), column_slice.location:
+                        part = ir.Operation.create(
+                            "torch.aten.unflatten.int", results=[column_slice.results[0].type],
+                            operands=[part, *unflatten.operands[1:]]).result
+                column_slice.results[0].replace_all_uses_with(part)
+                column_slice.erase()
+            unflattens = []
+            for *_, unflatten in parts:
+                if unflatten is not None and not any(unflatten == u for u in unflattens):
+                    unflattens.append(unflatten)
+            for unflatten in unflattens:
+                unflatten.erase()
+            for each in ops:
+                each.erase()
         text = executable_text(object_path, executable_target(tuple(flags))) + "".join(
             _function_text(name, *shape) for shape, name in functions.items())
         helpers = ir.Module.parse(f"module {{{text}}}")

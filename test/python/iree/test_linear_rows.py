@@ -172,6 +172,60 @@ def test_static_rows_above_a_tile_run_the_kernel():
         assert np.abs(np.asarray(module(x)) - want).max() < 1e-5
 
 
+class _ColumnParts(torch.nn.Module):
+    """Products read only through column slices: Q, K and V projections of one
+    input split into heads (which anyshape-data-tiling-forms computes as one
+    linear on their concatenated weights, sliced after) and a fused Conv1D
+    (addmm with a [k, 3n] weight) split in three; and, as ``negative_``, an
+    addmm whose result is sliced and also read whole."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(32, 32) for _ in range(3))
+        self.fused_weight = torch.nn.Parameter(torch.randn(32, 96) / 6)
+        self.fused_bias = torch.nn.Parameter(torch.randn(96))
+        self.read_whole = torch.nn.Parameter(torch.randn(32, 48) / 6)
+
+    def forward(self, x):
+        batch, length, _ = x.shape
+
+        def heads(t):
+            return t.view(batch, length, 4, 8).transpose(1, 2)
+
+        attended = torch.nn.functional.scaled_dot_product_attention(
+            heads(self.q(x)), heads(self.k(x)), heads(self.v(x)))
+        rows = attended.transpose(1, 2).reshape(batch * length, 32)
+        a, b, c = torch.addmm(self.fused_bias, rows, self.fused_weight).split(32, dim=1)
+        whole = torch.mm(a * b + c, self.read_whole)
+        return (whole[:, :16] + whole.sum(dim=1, keepdim=True)).reshape(batch, length, 16)
+
+
+@needs_kernel
+def test_products_read_through_column_slices_are_computed_part_by_part():
+    """/// Behind the kernel's dispatch IREE cannot fuse a column slice into its
+    reader: each would be a strided copy. Each part is its own product (3 + 3),
+    the product also read whole stays one, and the results are eager's."""
+    torch.manual_seed(4)
+    model = _ColumnParts().eval()
+    module = anyshape.compile(model, (torch.randn(2, 9, 32),),
+                              dynamic_shapes={"x": {0: Dim("batch"), 1: Dim("seq")}})
+    text = module.ir("iree-input")
+    assert _routed(module) == 7
+    assert len(re.findall(r"call @anyshape_linear_rows_dx32x32_nk_bias\(", text)) == 3
+    assert len(re.findall(r"call @anyshape_linear_rows_dx32x32_kn_bias\(", text)) == 3
+    assert len(re.findall(r"call @anyshape_linear_rows_dx32x48_kn\(", text)) == 1
+    reference = copy.deepcopy(model).double()
+    for batch, length in [(1, 1), (1, 7), (1, 17), (2, 33), (3, 5)]:
+        x = torch.randn(batch, length, 32)
+        with torch.no_grad():
+            want = reference(x.double()).numpy()
+            eager = model(x).numpy()
+        got = np.asarray(module(x))
+        scale = np.abs(want).max()
+        error, eager_error = (np.abs(v - want).max() / scale for v in (got, eager))
+        assert error < max(4 * eager_error, 1e-6), (batch, length, error, eager_error)
+
+
 def test_product_kernel_iree_keeps_iree_products():
     torch.manual_seed(2)
     model = torch.nn.Linear(32, 24).eval()
