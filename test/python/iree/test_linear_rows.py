@@ -142,17 +142,22 @@ def test_products_run_the_kernel_and_match_eager(products):
     and batches of several rows."""
     model, module = products
     assert _routed(module) == 4
-    reference = copy.deepcopy(model).double()
     shapes = [(1, length) for length in [*range(1, 35), 65, 333]] + [(3, 17), (4, 33), (7, 1)]
+    _assert_as_close_as_eager(model, module, shapes, 64)
+
+
+def _assert_as_close_as_eager(model, module, shapes, features: int) -> None:
+    """On x of each (batch, length), the module within 4x eager float32's
+    error against eager float64 (or 1e-6 of the largest value)."""
+    reference = copy.deepcopy(model).double()
     for batch, length in shapes:
-        x = torch.randn(batch, length, 64)
+        x = torch.randn(batch, length, features)
         with torch.no_grad():
             want = reference(x.double()).numpy()
             eager = model(x).numpy()
         got = np.asarray(module(x))
         scale = np.abs(want).max()
-        error = np.abs(got - want).max() / scale
-        eager_error = np.abs(eager - want).max() / scale
+        error, eager_error = (np.abs(v - want).max() / scale for v in (got, eager))
         assert error < max(4 * eager_error, 1e-6), (batch, length, error, eager_error)
 
 
@@ -214,16 +219,7 @@ def test_products_read_through_column_slices_are_computed_part_by_part():
     assert len(re.findall(r"call @anyshape_linear_rows_dx32x32_nk_bias\(", text)) == 3
     assert len(re.findall(r"call @anyshape_linear_rows_dx32x32_kn_bias\(", text)) == 3
     assert len(re.findall(r"call @anyshape_linear_rows_dx32x48_kn\(", text)) == 1
-    reference = copy.deepcopy(model).double()
-    for batch, length in [(1, 1), (1, 7), (1, 17), (2, 33), (3, 5)]:
-        x = torch.randn(batch, length, 32)
-        with torch.no_grad():
-            want = reference(x.double()).numpy()
-            eager = model(x).numpy()
-        got = np.asarray(module(x))
-        scale = np.abs(want).max()
-        error, eager_error = (np.abs(v - want).max() / scale for v in (got, eager))
-        assert error < max(4 * eager_error, 1e-6), (batch, length, error, eager_error)
+    _assert_as_close_as_eager(model, module, [(1, 1), (1, 7), (1, 17), (2, 33), (3, 5)], 32)
 
 
 def test_product_kernel_iree_keeps_iree_products():
