@@ -311,7 +311,7 @@ def _constant_int(op_value):
     return None
 
 
-def _column_parts(ir, ops, n: int):
+def _column_parts(ops, n: int):
     """The column slices the results of ``ops`` (one product, written once per
     slice that reads it) are read through, when they are read through nothing
     else: [(start, end, slice op, the unflatten it reads or None)]; else None.
@@ -473,7 +473,7 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
             _, w_at, bias_at, _ = _PRODUCTS[op.name]
             weight = op.operands[w_at]
             bias = op.operands[bias_at] if has_bias else None
-            parts = _column_parts(ir, ops, n)
+            parts = _column_parts(ops, n)
             if parts is None:
                 for each in ops:
                     with ir.InsertionPoint(each), each.location:
