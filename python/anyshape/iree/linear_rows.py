@@ -109,11 +109,12 @@ def _compiler() -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_object() -> tuple[Path | None, str]:
-    """(the kernel's object file, "") or (None, why it could not be built).
-    Kept in anyshape's cache under a name that hashes the source, the
-    compiler's identity and the flags; written under a temporary name and
-    renamed, so concurrent builds each see a whole file."""
+def kernel_object(source: Path = SOURCE) -> tuple[Path | None, str]:
+    """(the object file of the kernel ``source``, "") or (None, why it could
+    not be built). Kept in anyshape's cache under a name that hashes the
+    source, the headers beside it, the compiler's identity and the flags;
+    written under a temporary name and renamed, so concurrent builds each see
+    a whole file."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return None, f"the kernel is written for x86-64, this host is {platform.machine()}"
     compiler = _compiler()
@@ -125,20 +126,22 @@ def kernel_object() -> tuple[Path | None, str]:
     except (OSError, subprocess.SubprocessError) as error:
         return None, f"the C compiler {compiler} does not run: {error}"
     digest = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), version.encode(), " ".join(CFLAGS).encode()):
+    headers = sorted(source.parent.glob("*.h"))
+    for part in (source.read_bytes(), *(h.read_bytes() for h in headers), version.encode(),
+                 " ".join(CFLAGS).encode()):
         digest.update(part + b"\0")
-    target = _cache_dir() / f"linear_rows-{digest.hexdigest()[:24]}.o"
+    target = _cache_dir() / f"{source.stem}-{digest.hexdigest()[:24]}.o"
     if target.is_file():
         return target, ""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
         built = Path(tmp) / target.name
-        done = subprocess.run([compiler, *CFLAGS, "-c", str(SOURCE), "-o", str(built)],
+        done = subprocess.run([compiler, *CFLAGS, "-c", str(source), "-o", str(built)],
                               capture_output=True, text=True)
         if done.returncode != 0:
             first = next((l for l in done.stderr.splitlines() if "error" in l),
                          done.stderr.strip()[:300])
-            return None, f"{compiler} could not compile {SOURCE.name}: {first}"
+            return None, f"{compiler} could not compile {source.name}: {first}"
         os.replace(built, target)
     return target, ""
 

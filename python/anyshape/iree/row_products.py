@@ -37,6 +37,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from anyshape.dialects import builtin_tensor_text, computed_from_constants, vtensor_shape
+from anyshape.iree.torch_constants import constant_bool as _constant_bool
+from anyshape.iree.torch_constants import constant_float_bits as _constant_float
+from anyshape.iree.torch_constants import constant_int as _constant_int
+from anyshape.iree.torch_constants import int_list as _int_list
 from anyshape.mlir import rewrite_with_iree_bindings
 from anyshape.workarounds_index import Workaround
 
@@ -70,41 +74,6 @@ KEYS_PER_WORKGROUP = 128
 # attention row (a projection's K), and IREE's own tiling of it stands.
 MAX_ROW = 256
 _DTYPES = {"f32"}
-
-
-def _constant_int(value):
-    op = value.owner
-    if getattr(op, "name", None) != "torch.constant.int":
-        return None
-    return int(str(op.attributes["value"]).split(":")[0])
-
-
-def _int_list(value):
-    op = value.owner
-    if getattr(op, "name", None) != "torch.prim.ListConstruct":
-        return None
-    items = [_constant_int(v) for v in op.operands]
-    return None if None in items else items
-
-
-def _constant_bool(value):
-    op = value.owner
-    if getattr(op, "name", None) != "torch.constant.bool":
-        return None
-    return str(op.attributes["value"]) == "true"
-
-
-def _constant_float(value):
-    """A ``torch.constant.float`` as the float32 torch multiplies a float32
-    tensor by (the double rounded once), written as its bits; else None."""
-    import struct
-
-    op = value.owner
-    if getattr(op, "name", None) != "torch.constant.float":
-        return None
-    double = float(str(op.attributes["value"]).split(":")[0])
-    bits = struct.unpack("<I", struct.pack("<f", double))[0]
-    return f"0x{bits:08X}"
 
 
 def _keys_through_swap(value):

@@ -36,7 +36,7 @@ def _host_library(tmp_path, isa: str):
     with its run-time choice forced to ``isa``."""
     library = tmp_path / f"linear_rows_{isa}.so"
     subprocess.run([linear_rows._compiler(), "-O2", "-shared", "-fPIC",
-                    f"-DLINEAR_ROWS_FORCE_ISA={ISAS[isa]}", str(linear_rows.SOURCE),
+                    f"-DANYSHAPE_FORCE_ISA={ISAS[isa]}", str(linear_rows.SOURCE),
                     "-o", str(library)], check=True, capture_output=True)
     kernel = ctypes.CDLL(str(library))
     sizes = [ctypes.c_size_t] * 7

@@ -10,9 +10,8 @@
 // It is linked into IREE's embedded ELF executables (hal.executable.objects;
 // iree/linear_rows.py writes the dispatch that calls it), so it must not call
 // into any library, allocate, or use thread-local state: only registers, the
-// stack and the bindings. It is compiled for baseline x86-64; the AVX-512 and
-// AVX2 code carries its own target attributes and is chosen at run time from
-// CPUID, once per process.
+// stack and the bindings. Its AVX-512, AVX2 or portable code is chosen at run
+// time (isa.h).
 //
 // The weights come packed (iree/linear_rows.py, in the module's initializers)
 // as panels of 16 output columns: packed[p][k][j] = w[16 p + j][k], the last
@@ -26,6 +25,8 @@
 #include <stdint.h>
 
 #include <immintrin.h>
+
+#include "isa.h"
 
 #define PANEL 16
 // Blocks of k: a block of two panels (64 KiB) stays in L2 across the tiles
@@ -44,56 +45,6 @@ typedef struct {
   float* y;             // rows of y, `n` floats apart
   size_t m, n, k;
 } linear_rows_t;
-
-// --------------------------------------------------------------------------
-// Run-time choice of the instruction set.
-// --------------------------------------------------------------------------
-
-enum { ISA_UNKNOWN = 0, ISA_PORTABLE = 1, ISA_AVX2 = 2, ISA_AVX512 = 3 };
-
-static void cpuid(uint32_t leaf, uint32_t subleaf, uint32_t regs[4]) {
-  __asm__ volatile("cpuid"
-                   : "=a"(regs[0]), "=b"(regs[1]), "=c"(regs[2]), "=d"(regs[3])
-                   : "a"(leaf), "c"(subleaf));
-}
-
-static uint64_t xgetbv0(void) {
-  uint32_t lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return ((uint64_t)hi << 32) | lo;
-}
-
-static int detect_isa(void) {
-#ifdef LINEAR_ROWS_FORCE_ISA  // test_linear_rows.py runs each path on one host
-  return LINEAR_ROWS_FORCE_ISA;
-#endif
-  uint32_t r[4];
-  cpuid(0, 0, r);
-  if (r[0] < 7) return ISA_PORTABLE;
-  cpuid(1, 0, r);
-  int fma = (r[2] >> 12) & 1, osxsave = (r[2] >> 27) & 1, avx = (r[2] >> 28) & 1;
-  if (!(fma && osxsave && avx)) return ISA_PORTABLE;
-  uint64_t xcr0 = xgetbv0();
-  if ((xcr0 & 0x6) != 0x6) return ISA_PORTABLE;  // the OS keeps no ymm state
-  cpuid(7, 0, r);
-  int avx2 = (r[1] >> 5) & 1, avx512f = (r[1] >> 16) & 1;
-  if (avx512f && (xcr0 & 0xE6) == 0xE6) return ISA_AVX512;  // and zmm state
-  return avx2 ? ISA_AVX2 : ISA_PORTABLE;
-}
-
-// Set by whichever worker first finds it unset; every writer writes the same
-// value, so the race is benign. (In a VM, CPUID traps to the hypervisor:
-// once per dispatch would cost microseconds.)
-static volatile int chosen_isa = ISA_UNKNOWN;
-
-static int isa(void) {
-  int found = chosen_isa;
-  if (found == ISA_UNKNOWN) {
-    found = detect_isa();
-    chosen_isa = found;
-  }
-  return found;
-}
 
 // The first `n - col` of a panel's 16 columns (all 16 but in the last panel).
 static size_t panel_cols(const linear_rows_t* a, size_t panel) {

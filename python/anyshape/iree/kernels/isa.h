@@ -1,0 +1,58 @@
+// Run-time choice of the instruction set, shared by anyshape's kernels.
+//
+// Each kernel is compiled for baseline x86-64; its AVX-512 and AVX2 code
+// carries its own target attributes and is chosen here from CPUID, once per
+// process. Tests force a path with -DANYSHAPE_FORCE_ISA=<1|2|3>.
+
+#ifndef ANYSHAPE_KERNELS_ISA_H_
+#define ANYSHAPE_KERNELS_ISA_H_
+
+#include <stdint.h>
+
+enum { ISA_UNKNOWN = 0, ISA_PORTABLE = 1, ISA_AVX2 = 2, ISA_AVX512 = 3 };
+
+static void cpuid(uint32_t leaf, uint32_t subleaf, uint32_t regs[4]) {
+  __asm__ volatile("cpuid"
+                   : "=a"(regs[0]), "=b"(regs[1]), "=c"(regs[2]), "=d"(regs[3])
+                   : "a"(leaf), "c"(subleaf));
+}
+
+static uint64_t xgetbv0(void) {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((uint64_t)hi << 32) | lo;
+}
+
+static int detect_isa(void) {
+#ifdef ANYSHAPE_FORCE_ISA  // the tests run each path on one host
+  return ANYSHAPE_FORCE_ISA;
+#endif
+  uint32_t r[4];
+  cpuid(0, 0, r);
+  if (r[0] < 7) return ISA_PORTABLE;
+  cpuid(1, 0, r);
+  int fma = (r[2] >> 12) & 1, osxsave = (r[2] >> 27) & 1, avx = (r[2] >> 28) & 1;
+  if (!(fma && osxsave && avx)) return ISA_PORTABLE;
+  uint64_t xcr0 = xgetbv0();
+  if ((xcr0 & 0x6) != 0x6) return ISA_PORTABLE;  // the OS keeps no ymm state
+  cpuid(7, 0, r);
+  int avx2 = (r[1] >> 5) & 1, avx512f = (r[1] >> 16) & 1;
+  if (avx512f && (xcr0 & 0xE6) == 0xE6) return ISA_AVX512;  // and zmm state
+  return avx2 ? ISA_AVX2 : ISA_PORTABLE;
+}
+
+// Set by whichever worker first finds it unset; every writer writes the same
+// value, so the race is benign. (In a VM, CPUID traps to the hypervisor:
+// once per dispatch would cost microseconds.)
+static volatile int chosen_isa = ISA_UNKNOWN;
+
+static int isa(void) {
+  int found = chosen_isa;
+  if (found == ISA_UNKNOWN) {
+    found = detect_isa();
+    chosen_isa = found;
+  }
+  return found;
+}
+
+#endif  // ANYSHAPE_KERNELS_ISA_H_
