@@ -1,0 +1,236 @@
+"""anyshape's attention kernel (``iree/attention.py``, ``kernels/attention.c``).
+
+The kernel's AVX-512, AVX2 and portable code run directly from a host build
+of its source (each path forced in turn) against float64, over the remainders
+of its tiles (32 query rows, 12 or 6 keys), every bias mode and layout; and
+modules built by ``anyshape.compile`` route attention to it and match eager.
+"""
+
+import ctypes
+import re
+import shutil
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.export import Dim
+
+import anyshape
+from anyshape.iree import attention, linear_rows
+from anyshape.iree.cpu import host_flags
+
+KERNEL, UNAVAILABLE = linear_rows.kernel_object(attention.SOURCE)
+needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"kernel unavailable: {UNAVAILABLE}")
+FLAGS = host_flags() or set()
+ISAS = {"portable": 1, "avx2": 2, "avx512": 3}
+HOST_HAS = {"portable": True, "avx2": {"avx2", "fma"} <= FLAGS, "avx512": "avx512f" in FLAGS}
+
+
+def _host_library(tmp_path, isa: str):
+    """The kernel's source built for this process, its run-time choice forced to ``isa``."""
+    if linear_rows._compiler() is None:
+        pytest.skip("no C compiler")
+    if not HOST_HAS[isa]:
+        pytest.skip(f"this host's CPU cannot run the {isa} path")
+    library = tmp_path / f"attention_{isa}.so"
+    subprocess.run([linear_rows._compiler(), "-O2", "-shared", "-fPIC",
+                    f"-DANYSHAPE_FORCE_ISA={ISAS[isa]}", str(attention.SOURCE),
+                    "-o", str(library)], check=True, capture_output=True)
+    kernel = ctypes.CDLL(str(library))
+    pointer, size = ctypes.c_void_p, ctypes.c_size_t
+    kernel.anyshape_attention.argtypes = [pointer, size] * 5 + [size] * 8
+    kernel.anyshape_attention_no_bias.argtypes = [pointer, size] * 4 + [size] * 8
+    return kernel
+
+
+def _reference(q, k, v, bias, scale):
+    """float64 attention, rows whose scores are all -inf zero (torch's SDPA decomposition)."""
+    scores = np.einsum("bhld,bhsd->bhls", q.astype(np.float64), k.astype(np.float64)) * scale
+    if bias is not None:
+        scores = scores + bias.astype(np.float64)
+    top = scores.max(-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(scores - top)
+        p = np.where(np.isneginf(top), 0.0, e / e.sum(-1, keepdims=True))
+    return np.einsum("bhls,bhsd->bhld", p, v.astype(np.float64))
+
+
+def _run(kernel, q, k, v, bias, scale, layouts=(0, 0, 0), mode=0):
+    """The kernel over every workgroup, as IREE would dispatch it; [B, H, L, D]."""
+    batch, heads, length, dim = q.shape
+    keys = k.shape[2]
+    stored = [np.ascontiguousarray(x.transpose(0, 2, 1, 3) if layout else x)
+              for x, layout in zip((q, k, v), layouts)]
+    out = np.zeros((batch, length, heads, dim), np.float32)
+    code = layouts[0] | layouts[1] << 1 | layouts[2] << 2
+    scale_bits = struct.unpack("<I", struct.pack("<f", scale))[0]
+    operands = []
+    for x in stored:
+        operands += [x.ctypes.data, 0]
+    if bias is not None:
+        rows = mode & attention.BIAS_ROWS  # passed transposed, as route_attention passes it
+        kept = np.ascontiguousarray(bias.transpose(0, 1, 3, 2) if rows else bias, np.float32)
+        operands += [kept.ctypes.data, 0]
+        code |= mode << 3
+    operands += [out.ctypes.data, 0]
+    entry = kernel.anyshape_attention if bias is not None else kernel.anyshape_attention_no_bias
+    for gy in range(batch * heads):
+        for gx in range(-(-length // attention.ROWS_PER_WORKGROUP)):
+            entry(*operands, heads, length, keys, dim, scale_bits, code, gx, gy)
+    return out.transpose(0, 2, 1, 3)
+
+
+def _bias(kind: str, rng, batch, heads, length, keys):
+    """(bias, the kernel's mode for it)."""
+    if kind == "none":
+        return None, 0
+    if kind == "padding":  # [B, 1, 1, S]: 0 or -inf, the last sequence fully masked
+        bias = np.zeros((batch, 1, 1, keys), np.float32)
+        for b in range(batch):
+            bias[b, 0, 0, rng.integers(1, keys + 1):] = -np.inf
+        if batch > 1:
+            bias[-1] = -np.inf
+        return bias, attention.BIAS_BATCH
+    if kind == "per-row":  # T5's position bias with its mask: [B, H, L, S], finfo.min
+        bias = rng.standard_normal((batch, heads, length, keys)).astype(np.float32) * 3
+        bias[..., ::3] = np.finfo(np.float32).min
+        return bias, attention.BIAS_BATCH | attention.BIAS_HEADS | attention.BIAS_ROWS
+    shared = rng.standard_normal((1, heads, length, keys)).astype(np.float32)  # by batches
+    return shared, attention.BIAS_HEADS | attention.BIAS_ROWS
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+def test_every_path_matches_float64(tmp_path, isa):
+    """One query row and one key; query rows around a workgroup's 32 and key
+    counts around the tiles' 12 and 6; head dims 16 to 128; each bias mode, a
+    fully masked sequence among them; q, k and v as [B, H, N, D] and as
+    [B, N, H, D]."""
+    kernel = _host_library(tmp_path, isa)
+    rng = np.random.default_rng(0)
+    shapes = [(1, 1, 1, 1, 16), (2, 3, 7, 9, 16), (1, 2, 33, 17, 64), (2, 2, 65, 333, 64),
+              (1, 1, 40, 5, 128), (3, 2, 31, 13, 32)]
+    for batch, heads, length, keys, dim in shapes:
+        q, k, v = (rng.standard_normal((batch, heads, n, dim)).astype(np.float32)
+                   for n in (length, keys, keys))
+        for kind in ("none", "padding", "per-row", "shared"):
+            bias, mode = _bias(kind, rng, batch, heads, length, keys)
+            for layouts in ((0, 0, 0), (1, 1, 1), (1, 0, 1)):
+                scale = 1 / np.sqrt(dim) if kind != "per-row" else 1.0
+                got = _run(kernel, q, k, v, bias, scale, layouts, mode)
+                want = _reference(q, k, v, bias, scale)
+                np.testing.assert_allclose(got, want, atol=3e-5, rtol=0, err_msg=(
+                    f"{isa} B={batch} H={heads} L={length} S={keys} D={dim} {kind} {layouts}"))
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+def test_a_nan_score_makes_its_rows_nan(tmp_path, isa):
+    kernel = _host_library(tmp_path, isa)
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 2, 20, 16)).astype(np.float32) for _ in range(3))
+    k[0, 0, 3, 0] = np.nan  # every query row of head 0 reads it
+    out = _run(kernel, q, k, v, None, 0.25)
+    assert np.isnan(out[0, 0]).all() and not np.isnan(out[0, 1]).any()
+
+
+@needs_kernel
+@pytest.mark.skipif(shutil.which("nm") is None, reason="no nm")
+def test_object_needs_no_library():
+    """/// IREE's embedded ELF loader resolves no symbols: the object must call nothing."""
+    undefined = subprocess.run(["nm", "-u", str(KERNEL)], capture_output=True, text=True,
+                               check=True).stdout.split()
+    assert undefined == []
+
+
+HEADS, HEAD_DIM = 4, 16
+
+
+class _TwoAttentions(torch.nn.Module):
+    """An encoder's two attention forms: SDPA over a boolean padding mask
+    (the mask folded into the scores' product), then SDPA over an additive
+    bias per query row (T5's relative-position bias plus the mask)."""
+
+    def __init__(self):
+        super().__init__()
+        width = HEADS * HEAD_DIM
+        self.first, self.second = torch.nn.Linear(width, 3 * width), torch.nn.Linear(width, 3 * width)
+        self.relative = torch.nn.Embedding(64, HEADS)
+
+    def _attend(self, layer, x, mask):
+        batch, length, _ = x.shape
+        q, k, v = (t.view(batch, length, HEADS, HEAD_DIM).transpose(1, 2)
+                   for t in layer(x).chunk(3, dim=-1))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return out.transpose(1, 2).reshape(batch, length, HEADS * HEAD_DIM)
+
+    def forward(self, x, keep):
+        length = x.shape[1]
+        x = x + self._attend(self.first, x, keep[:, None, None, :])
+        positions = torch.arange(length)
+        buckets = (positions[None, :] - positions[:, None]).clamp(-31, 32) + 31
+        bias = self.relative(buckets).permute(2, 0, 1)[None]
+        bias = bias.masked_fill(~keep[:, None, None, :], torch.finfo(torch.float32).min)
+        return self._attend(self.second, x, bias)
+
+
+def _inputs(batch, length, seed):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, length, HEADS * HEAD_DIM, generator=generator)
+    keep = torch.ones(batch, length, dtype=torch.bool)
+    for row in range(1, batch):  # a different amount of padding per sequence
+        keep[row, max(1, length - row * length // batch):] = False
+    return x, keep
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    torch.manual_seed(0)
+    model = _TwoAttentions().eval()
+    batch, seq = Dim("batch"), Dim("seq")
+    module = anyshape.compile(model, _inputs(2, 9, 0),
+                              dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}))
+    return model, module
+
+
+@needs_kernel
+def test_both_forms_run_the_kernel(encoder):
+    _, module = encoder
+    text = module.ir("iree-input")
+    assert len(re.findall(r"call @anyshape_attention_\d+\(", text)) == 2
+    assert "flow.dispatch @anyshape_attention::@x86_64::@attention[" in text
+
+
+@needs_kernel
+@pytest.mark.parametrize("batch,length", [(1, 1), (1, 7), (2, 17), (3, 33), (2, 65)])
+def test_encoder_matches_eager(encoder, batch, length):
+    model, module = encoder
+    args = _inputs(batch, length, length)
+    torch.testing.assert_close(module(*args), model(*args), atol=2e-5, rtol=1e-5)
+
+
+@needs_kernel
+def test_fully_masked_sequence_is_eager(encoder):
+    model, module = encoder
+    x, keep = _inputs(3, 6, 1)
+    keep[1] = False
+    torch.testing.assert_close(module(x, keep), model(x, keep), atol=2e-5, rtol=1e-5)
+
+
+@needs_kernel
+def test_negative_head_dim_not_a_multiple_of_16_stays_iree():
+    """/// The vector paths step through D a vector at a time: D = 8 keeps IREE's form."""
+    torch.manual_seed(1)
+    layer = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval()
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return layer(x, x, x, need_weights=False)[0]
+
+    model = Model().eval()
+    module = anyshape.compile(model, (torch.randn(2, 9, 16),),
+                              dynamic_shapes={"x": {0: Dim("batch"), 1: Dim("seq")}})
+    assert "anyshape_attention" not in module.ir("iree-input")
+    x = torch.randn(3, 13, 16)
+    torch.testing.assert_close(module(x), model(x), atol=2e-5, rtol=1e-5)
