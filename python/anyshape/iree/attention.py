@@ -40,9 +40,11 @@ import struct
 from pathlib import Path
 from typing import Sequence
 
-from anyshape.dialects import builtin_tensor_text, vtensor_shape
-from anyshape.iree.linear_rows import executable_target
-from anyshape.iree.torch_constants import constant_bool, constant_float, constant_int, int_list
+from anyshape.dialects import vtensor_shape
+from anyshape.iree.linear_rows import (binding_pointers, entry_function, executable_target,
+                                        kernel_executable, pipeline_layout)
+from anyshape.iree.torch_constants import (constant_bool, constant_float, constant_int, int_list,
+                                           call_with_builtin_tensors, matches, new_constant_int)
 from anyshape.mlir import rewrite_with_iree_bindings
 
 SOURCE = Path(__file__).with_name("kernels") / "attention.c"
@@ -260,56 +262,28 @@ def executable_text(object_path: Path, target: str) -> str:
     the output; constants: heads, L, S, D, the scale's bits, the layouts,
     then each binding's size in floats. Workgroups: runs of
     ROWS_PER_WORKGROUP query rows by batch x heads (the workload)."""
-    path = str(object_path).replace("\\", "\\\\").replace('"', '\\"')
     exports, functions = [], []
     for ordinal, (name, bias) in enumerate((("attention", True), ("attention_no_bias", False))):
-        read = "<storage_buffer, ReadOnly>"
-        bindings = [read] * (4 if bias else 3) + ["<storage_buffer>"]
+        bindings = [True] * (4 if bias else 3) + [False]
         count = 6 + len(bindings)
-        layout = (f"#hal.pipeline.layout<constants = {count}, bindings = [" +
-                  ", ".join(f"#hal.pipeline.binding{b}" for b in bindings) + "]>")
+        layout = pipeline_layout(count, bindings)
         loads = []
         for i in range(count):
             loads.append(f"%k{i}_32 = hal.interface.constant.load layout({layout}) ordinal({i}) : i32")
             loads.append(f"%k{i} = arith.index_castui %k{i}_32 : i32 to index")
-        lines, pointers, types = [], [], []
-        for i in range(len(bindings)):
-            lines.append(f"%b{i} = hal.interface.binding.subspan layout({layout}) binding({i}) "
-                         f"alignment(64) offset(%c0) : memref<?xf32>{{%k{6 + i}}}")
-            lines.append(f"%p{i}, %o{i}, %s{i}, %t{i} = iree_codegen.extract_strided_metadata "
-                         f"%b{i} : memref<?xf32> -> memref<f32>, index, index, index")
-            pointers += [f"%p{i}", f"%o{i}"]
-            types += ["memref<f32>", "index"]
+        lines, pointers, types = binding_pointers(layout, [f"%k{6 + i}" for i in range(len(bindings))])
         args = pointers + [f"%k{i}" for i in range(6)] + ["%gx", "%gy"]
         types += ["index"] * 8
-        signature = ", ".join(types)
-        body = "\n        ".join(loads + lines)
         exports.append(f"""
     hal.executable.export public @{name} ordinal({ordinal}) layout({layout})
         count(%device: !hal.device, %runs: index, %heads: index) -> (index, index, index) {{
       %c1 = arith.constant 1 : index
       hal.return %runs, %heads, %c1 : index, index, index
     }}""")
-        functions.append(f"""
-      func.func private @anyshape_{name}({signature})
-          attributes {{hal.import.static, llvm.bareptr = true}}
-      func.func @{name}() {{
-        %c0 = arith.constant 0 : index
-        %gx = hal.interface.workgroup.id[0] : index
-        %gy = hal.interface.workgroup.id[1] : index
-        {body}
-        func.call @anyshape_{name}({", ".join(args)}) : ({signature}) -> ()
-        return
-      }}""")
-    return f"""
-hal.executable private @{EXECUTABLE} {{
-  hal.executable.variant public @x86_64 target({target}) objects([
-      #hal.executable.object<{{path = "{path}"}}>]) {{{"".join(exports)}
-    builtin.module {{{"".join(functions)}
-    }}
-  }}
-}}
-"""
+        workgroup = ["%gx = hal.interface.workgroup.id[0] : index",
+                     "%gy = hal.interface.workgroup.id[1] : index"]
+        functions.append(entry_function(name, types, workgroup + loads + lines, args))
+    return kernel_executable(EXECUTABLE, object_path, target, exports, functions)
 
 
 def _tensor(sizes) -> str:
@@ -389,24 +363,12 @@ def route_attention(in_file: Path, out_file: Path, object_path: Path, flags: Seq
     attention ``_match`` finds computed by the kernel, for the module that
     iree-compile builds with ``flags``. Returns how many."""
     def rewrite(ir, module) -> int:
-        found = []
-
-        def visit(op):
-            if op.name == "torch.aten.where.self":
-                match = _match(op)
-                if match is not None:
-                    found.append((op, match))
-            return ir.WalkResult.ADVANCE
-
-        module.operation.walk(visit)
+        found = matches(ir, module, ("torch.aten.where.self",), _match)
         if not found:
             return 0
 
         def constant(value: int):
-            return ir.Operation.create(
-                "torch.constant.int", results=[ir.Type.parse("!torch.int")],
-                attributes={"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
-                                                        value)}).result
+            return new_constant_int(ir, value)
 
         def int_list_value(items):
             return ir.Operation.create(
@@ -447,16 +409,7 @@ def route_attention(in_file: Path, out_file: Path, object_path: Path, flags: Seq
                 functions.append(_function_text(name, operands, bias_sizes, result_sizes,
                                                 match.heads, match.head_dim, match.scale,
                                                 layouts))
-                builtins = [ir.Operation.create(
-                    "torch_c.to_builtin_tensor",
-                    results=[ir.Type.parse(builtin_tensor_text(v.type))],
-                    operands=[v]).result for v in values]
-                call = ir.Operation.create(
-                    "func.call", results=[ir.Type.parse(_tensor(result_sizes))],
-                    operands=builtins, attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
-                rows = ir.Operation.create("torch_c.from_builtin_tensor",
-                                           results=[vtensor(result_sizes)],
-                                           operands=[call.result]).result
+                rows = call_with_builtin_tensors(ir, name, values, vtensor(result_sizes))
                 heads_first = permuted(rows, [0, 2, 1, 3])
                 flat = ir.Operation.create(
                     "torch.aten.flatten.using_ints", results=[guard.results[0].type],

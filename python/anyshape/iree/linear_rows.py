@@ -44,9 +44,10 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from anyshape.dialects import builtin_tensor_text, computed_from_constants, vtensor_shape
+from anyshape.dialects import computed_from_constants, vtensor_shape
 from anyshape.iree.cpu import compile_probe
 from anyshape.iree.flags import Target, routes_products
+from anyshape.iree.torch_constants import call_with_builtin_tensors, matches, new_constant_int
 from anyshape.mlir import rewrite_with_iree_bindings
 from anyshape.workarounds_index import Workaround
 
@@ -187,6 +188,64 @@ def executable_target(flags: tuple[str, ...]) -> str:
             return done.stdout[start:at]
 
 
+def pipeline_layout(constants: int, bindings: Sequence[bool]) -> str:
+    """A ``#hal.pipeline.layout`` of ``constants`` push constants and one
+    storage buffer per binding (True: read only)."""
+    kinds = ["<storage_buffer, ReadOnly>" if read_only else "<storage_buffer>"
+             for read_only in bindings]
+    return (f"#hal.pipeline.layout<constants = {constants}, bindings = [" +
+            ", ".join(f"#hal.pipeline.binding{kind}" for kind in kinds) + "]>")
+
+
+def binding_pointers(layout: str, sizes: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+    """(lines, arguments, their types): each binding of ``layout`` (``sizes``:
+    its size in floats, an SSA name) as the base pointer and offset an
+    ``llvm.bareptr`` function takes."""
+    lines, arguments, types = [], [], []
+    for i, size in enumerate(sizes):
+        lines.append(f"%b{i} = hal.interface.binding.subspan layout({layout}) binding({i}) "
+                     f"alignment(64) offset(%c0) : memref<?xf32>{{{size}}}")
+        lines.append(f"%p{i}, %o{i}, %s{i}, %t{i} = iree_codegen.extract_strided_metadata "
+                     f"%b{i} : memref<?xf32> -> memref<f32>, index, index, index")
+        arguments += [f"%p{i}", f"%o{i}"]
+        types += ["memref<f32>", "index"]
+    return lines, arguments, types
+
+
+def entry_function(name: str, types: Sequence[str], lines: Sequence[str],
+                   arguments: Sequence[str]) -> str:
+    """The executable's function ``name`` (each workgroup runs it): ``lines``
+    (with ``%c0`` defined), then a call of the kernel's ``anyshape_<name>``
+    on ``arguments`` of ``types``, declared for ``llvm.bareptr``."""
+    signature = ", ".join(types)
+    body = "\n        ".join(lines)
+    return f"""
+      func.func private @anyshape_{name}({signature})
+          attributes {{hal.import.static, llvm.bareptr = true}}
+      func.func @{name}() {{
+        %c0 = arith.constant 0 : index
+        {body}
+        func.call @anyshape_{name}({", ".join(arguments)}) : ({signature}) -> ()
+        return
+      }}"""
+
+
+def kernel_executable(executable: str, object_path: Path, target: str,
+                      exports: Sequence[str], functions: Sequence[str]) -> str:
+    """A ``hal.executable`` for ``target`` whose code links the object at
+    ``object_path`` (named by path: ``executable_object_by_path``)."""
+    path = str(object_path).replace("\\", "\\\\").replace('"', '\\"')
+    return f"""
+hal.executable private @{executable} {{
+  hal.executable.variant public @x86_64 target({target}) objects([
+      #hal.executable.object<{{path = "{path}"}}>]) {{{"".join(exports)}
+    builtin.module {{{"".join(functions)}
+    }}
+  }}
+}}
+"""
+
+
 def executable_text(object_path: Path, target: str) -> str:
     """The executable whose entry points, ``linear_rows`` (with a bias) and
     ``linear_rows_no_bias``, call the kernel.
@@ -194,26 +253,13 @@ def executable_text(object_path: Path, target: str) -> str:
     Bindings: x (m x k), the packed weight, [the bias,] y (m x n); constants
     m, n, k. Workgroups: runs of PANELS_PER_WORKGROUP panels by runs of
     ROWS_PER_WORKGROUP rows (the workload: rows, panels)."""
-    path = str(object_path).replace("\\", "\\\\").replace('"', '\\"')
     exports, functions = [], []
     for ordinal, (name, bias) in enumerate(ENTRY_POINTS.items()):
-        read = "<storage_buffer, ReadOnly>"
-        bindings = [read, read] + ([read] if bias else []) + ["<storage_buffer>"]
-        layout = ("#hal.pipeline.layout<constants = 3, bindings = [" +
-                  ", ".join(f"#hal.pipeline.binding{b}" for b in bindings) + "]>")
+        layout = pipeline_layout(3, [True, True] + ([True] if bias else []) + [False])
         sizes = ["%x_size", "%packed_size"] + (["%n"] if bias else []) + ["%y_size"]
-        lines, pointers, types = [], [], []
-        for i, size in enumerate(sizes):
-            lines.append(f"%b{i} = hal.interface.binding.subspan layout({layout}) binding({i}) "
-                         f"alignment(64) offset(%c0) : memref<?xf32>{{{size}}}")
-            lines.append(f"%p{i}, %o{i}, %s{i}, %t{i} = iree_codegen.extract_strided_metadata "
-                         f"%b{i} : memref<?xf32> -> memref<f32>, index, index, index")
-            pointers += [f"%p{i}", f"%o{i}"]
-            types += ["memref<f32>", "index"]
+        lines, pointers, types = binding_pointers(layout, sizes)
         args = pointers + ["%m", "%n", "%k", "%gx", "%nx", "%gy", "%ny"]
         types += ["index"] * 7
-        signature = ", ".join(types)
-        body = "\n        ".join(lines)
         exports.append(f"""
     hal.executable.export public @{name} ordinal({ordinal}) layout({layout})
         count(%device: !hal.device, %rows: index, %panels: index) -> (index, index, index) {{
@@ -222,40 +268,22 @@ def executable_text(object_path: Path, target: str) -> str:
       %c1 = arith.constant 1 : index
       hal.return %x, %y, %c1 : index, index, index
     }}""")
-        functions.append(f"""
-      func.func private @anyshape_{name}({signature})
-          attributes {{hal.import.static, llvm.bareptr = true}}
-      func.func @{name}() {{
-        %c0 = arith.constant 0 : index
-        %c16 = arith.constant 16 : index
-        %m32 = hal.interface.constant.load layout({layout}) ordinal(0) : i32
-        %n32 = hal.interface.constant.load layout({layout}) ordinal(1) : i32
-        %k32 = hal.interface.constant.load layout({layout}) ordinal(2) : i32
-        %m = arith.index_castui %m32 : i32 to index
-        %n = arith.index_castui %n32 : i32 to index
-        %k = arith.index_castui %k32 : i32 to index
-        %x_size = arith.muli %m, %k : index
-        %y_size = arith.muli %m, %n : index
-        %panel_count = arith.ceildivui %n, %c16 : index
-        %panel_floats = arith.muli %k, %c16 : index
-        %packed_size = arith.muli %panel_count, %panel_floats : index
-        %gx = hal.interface.workgroup.id[0] : index
-        %nx = hal.interface.workgroup.count[0] : index
-        %gy = hal.interface.workgroup.id[1] : index
-        %ny = hal.interface.workgroup.count[1] : index
-        {body}
-        func.call @anyshape_{name}({", ".join(args)}) : ({signature}) -> ()
-        return
-      }}""")
-    return f"""
-hal.executable private @{EXECUTABLE} {{
-  hal.executable.variant public @x86_64 target({target}) objects([
-      #hal.executable.object<{{path = "{path}"}}>]) {{{"".join(exports)}
-    builtin.module {{{"".join(functions)}
-    }}
-  }}
-}}
-"""
+        sizes_lines = [
+            "%c16 = arith.constant 16 : index",
+            *(f"%{d}32 = hal.interface.constant.load layout({layout}) ordinal({i}) : i32"
+              for i, d in enumerate("mnk")),
+            *(f"%{d} = arith.index_castui %{d}32 : i32 to index" for d in "mnk"),
+            "%x_size = arith.muli %m, %k : index",
+            "%y_size = arith.muli %m, %n : index",
+            "%panel_count = arith.ceildivui %n, %c16 : index",
+            "%panel_floats = arith.muli %k, %c16 : index",
+            "%packed_size = arith.muli %panel_count, %panel_floats : index",
+            "%gx = hal.interface.workgroup.id[0] : index",
+            "%nx = hal.interface.workgroup.count[0] : index",
+            "%gy = hal.interface.workgroup.id[1] : index",
+            "%ny = hal.interface.workgroup.count[1] : index"]
+        functions.append(entry_function(name, types, sizes_lines + lines, args))
+    return kernel_executable(EXECUTABLE, object_path, target, exports, functions)
 
 
 # The product ops rewritten, with where each takes x, the weight and the bias,
@@ -407,16 +435,7 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
     product ``_routable`` finds computed by the kernel, for the module that
     iree-compile builds with ``flags``. Returns how many."""
     def rewrite(ir, module) -> int:
-        found = []
-
-        def visit(op):
-            if op.name in _PRODUCTS:
-                shape = _routable(ir, op)
-                if shape is not None:
-                    found.append((op, shape))
-            return ir.WalkResult.ADVANCE
-
-        module.operation.walk(visit)
+        found = matches(ir, module, _PRODUCTS, lambda op: _routable(ir, op))
         if not found:
             return 0
         functions: dict[tuple, str] = {}  # in order of first use: the same input, the same text
@@ -428,21 +447,10 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
                        f"{'_bias' if has_bias else ''}")
             x_at = _PRODUCTS[op.name][0]
             operands = [op.operands[x_at], weight] + ([bias] if has_bias else [])
-            builtins = [ir.Operation.create(
-                "torch_c.to_builtin_tensor",
-                results=[ir.Type.parse(builtin_tensor_text(v.type))],
-                operands=[v]).result for v in operands]
-            call = ir.Operation.create(
-                "func.call", results=[ir.Type.parse(builtin_tensor_text(result_type))],
-                operands=builtins, attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
-            return ir.Operation.create("torch_c.from_builtin_tensor", results=[result_type],
-                                       operands=[call.result]).result
+            return call_with_builtin_tensors(ir, name, operands, result_type)
 
         def constant(value: int):
-            return ir.Operation.create(
-                "torch.constant.int", results=[ir.Type.parse("!torch.int")],
-                attributes={"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
-                                                        value)}).result
+            return new_constant_int(ir, value)
 
         def columns_of(value, dim: int, start: int, end: int):
             """Output columns [start, end) of a (constant) weight or bias."""

@@ -41,6 +41,7 @@ from anyshape.iree.torch_constants import constant_bool as _constant_bool
 from anyshape.iree.torch_constants import constant_float_bits as _constant_float
 from anyshape.iree.torch_constants import constant_int as _constant_int
 from anyshape.iree.torch_constants import int_list as _int_list
+from anyshape.iree.torch_constants import matches
 from anyshape.mlir import rewrite_with_iree_bindings
 from anyshape.workarounds_index import Workaround
 
@@ -295,15 +296,7 @@ def route_row_products(in_file: Path, out_file: Path, text_file: Path | None = N
     ``out_file`` (bytecode; ``text_file`` as text when given) with every sum
     ``_match`` finds computed under its configuration. Returns how many."""
     def rewrite(ir, module) -> int:
-        found = []
-
-        def visit(op):
-            match = _match(op) if op.name == "torch.aten.sum.dim_IntList" else None
-            if match is not None:
-                found.append((op, match))
-            return ir.WalkResult.ADVANCE
-
-        module.operation.walk(visit)
+        found = matches(ir, module, ("torch.aten.sum.dim_IntList",), _match)
         functions: dict[tuple, str] = {}  # in order of first use: the same input, the same text
         for op, (form, a, b, scale, groups) in found:
             key = (form, tuple(vtensor_shape(b.type)[0]), scale, groups)

@@ -112,6 +112,22 @@ static void rows_portable(const attention_t* a, size_t b, size_t h, size_t l0, s
 // The vector paths: attention_body.h instantiated for AVX-512 and AVX2.
 // --------------------------------------------------------------------------
 
+// exp(x)'s range reduction and polynomial, as both vector paths compute it:
+// r = x - n ln2 (ln2 in two parts), then p = e^r for |r| <= ln2 / 2 by a
+// degree-6 polynomial (the portable path's, term for term).
+#define EXP_POLYNOMIAL(p, r, n, x, SET1, FMADD, FNMADD) \
+  do {                                                  \
+    r = FNMADD(n, SET1(0.693145751953125f), x);         \
+    r = FNMADD(n, SET1(1.428606765330187e-06f), r);     \
+    p = SET1(1.0f / 720);                               \
+    p = FMADD(p, r, SET1(1.0f / 120));                  \
+    p = FMADD(p, r, SET1(1.0f / 24));                   \
+    p = FMADD(p, r, SET1(1.0f / 6));                    \
+    p = FMADD(p, r, SET1(0.5f));                        \
+    p = FMADD(p, r, SET1(1.0f));                        \
+    p = FMADD(p, r, SET1(1.0f));                        \
+  } while (0)
+
 #define FN512 __attribute__((target("avx512f,fma")))
 
 FN512 static inline __m512 exp512(__m512 x) {
@@ -120,15 +136,8 @@ FN512 static inline __m512 exp512(__m512 x) {
   x = _mm512_max_ps(low, x);  // a NaN x stays NaN (max returns its second operand)
   __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  __m512 r, p;
+  EXP_POLYNOMIAL(p, r, n, x, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_fnmadd_ps);
   return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_scalef_ps(p, n));
 }
 
@@ -168,15 +177,8 @@ FN256 static inline __m256 exp256(__m256 x) {
   x = _mm256_max_ps(low, x);  // a NaN x stays NaN
   __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 720);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  __m256 r, p;
+  EXP_POLYNOMIAL(p, r, n, x, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_fnmadd_ps);
   // n >= -126 after the clamp: 2^n is a normal float.
   __m256i bits = _mm256_slli_epi32(
       _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
