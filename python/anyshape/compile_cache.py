@@ -50,6 +50,11 @@ def cache_root() -> Path:
     return Path(base) / "anyshape"
 
 
+# The files whose bytes decide what a compile emits: the kernels' C sources
+# and headers too, since a module links the kernels' code into itself.
+SOURCE_SUFFIXES = (".py", ".json", ".mlir", ".pdll", ".c", ".h")
+
+
 @functools.lru_cache(maxsize=1)
 def source_digest() -> str:
     """SHA-256 of anyshape's own files (the package, its passes and dialects)."""
@@ -62,7 +67,7 @@ def source_digest() -> str:
                     for m in (anyshape, anyshape.passes, anyshape.dialects)})
     for root in roots:
         for path in sorted(root.rglob("*")):
-            if path.is_file() and path.suffix in (".py", ".json", ".mlir", ".pdll", ".c") \
+            if path.is_file() and path.suffix in SOURCE_SUFFIXES \
                     and "__pycache__" not in path.parts:
                 digest.update(str(path.relative_to(root)).encode() + b"\0")
                 digest.update(path.read_bytes() + b"\0")

@@ -173,3 +173,13 @@ def test_a_hit_warns_as_its_compile_did(cache_dir):
         assert len(fallbacks) == 1 and fallbacks[0].filename == __file__, \
             (attempt, [(str(w.message)[:80], w.filename) for w in caught])
         assert from_cache(compiled) == (attempt == 1)
+
+
+def test_the_source_digest_reads_every_kernel_file():
+    """/// A module links the kernels' code into itself: a changed kernel source
+    or header must change the key, or a cached artifact keeps the old code."""
+    from anyshape.iree import linear_rows
+
+    kernels = [p for p in linear_rows.SOURCE.parent.iterdir() if p.is_file()]
+    assert {p.suffix for p in kernels} >= {".c", ".h"}
+    assert all(p.suffix in compile_cache.SOURCE_SUFFIXES for p in kernels)
