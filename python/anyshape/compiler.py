@@ -31,7 +31,7 @@ from anyshape.iree.flags import (PEELING_FLAG, Target, make_target, with_constan
 from anyshape.iree.in_place_writes import write_inputs_in_place_file
 from anyshape.iree.invocation import compile_with_iree
 from anyshape.iree import attention
-from anyshape.iree.linear_rows import kernel_for, kernel_object, route_linears, warn_unavailable
+from anyshape.iree.linear_rows import kernel_for, route_linears, warn_unavailable
 from anyshape.iree.row_products import route_row_products
 from anyshape.iree.parameters import ARCHIVE, externalize_weights
 from anyshape.iree.workarounds import separate_dynamic_operand_packing
@@ -538,9 +538,7 @@ def _write_iree_input(compilation: _Compilation, stages: "_StageWriter", module:
             inject_dim_facts(current, bytecode, text if last == "facts" else None)
             current = bytecode
         if kernel is not None:
-            attention_kernel, unbuilt = kernel_object(attention.SOURCE)
-            if unbuilt:
-                warn_unavailable(unbuilt)
+            attention_kernel = attention.kernel()
             count = route_linears(current, bytecode, kernel, compilation.target.iree_flags(),
                                   text if last == "kernel" and attention_kernel is None else None)
             report(f"  {count} products with a weight run anyshape's row-exact kernel "

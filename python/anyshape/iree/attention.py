@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import math
 import struct
+import warnings
 from pathlib import Path
 from typing import Sequence
 
 from anyshape.dialects import vtensor_shape
-from anyshape.iree.linear_rows import (binding_pointers, entry_function, executable_target,
-                                        kernel_executable, pipeline_layout)
+from anyshape.iree.linear_rows import (KernelUnavailable, binding_pointers, entry_function,
+                                        executable_target, kernel_executable, kernel_object,
+                                        pipeline_layout)
 from anyshape.iree.torch_constants import (constant_bool, constant_float, constant_int, int_list,
                                            call_with_builtin_tensors, matches, new_constant_int)
 from anyshape.mlir import rewrite_with_iree_bindings
@@ -53,6 +55,16 @@ ROWS_PER_WORKGROUP = 32  # attention.c's WG_ROWS
 MAX_HEAD_DIM = 128  # attention.c's MAX_D
 # attention.c's bias modes: where the bias varies.
 BIAS_BATCH, BIAS_HEADS, BIAS_ROWS = 1, 2, 4
+
+
+def kernel() -> Path | None:
+    """The attention kernel's object file; None, with a ``KernelUnavailable``
+    warning that says why, where it cannot be built."""
+    built, why = kernel_object(SOURCE)
+    if built is None:
+        warnings.warn(f"attention over a whole sequence keeps IREE's form, because anyshape's "
+                      f"attention kernel is unavailable: {why}", KernelUnavailable, stacklevel=4)
+    return built
 
 
 def _owner(value, name: str):

@@ -234,3 +234,10 @@ def test_negative_head_dim_not_a_multiple_of_16_stays_iree():
     assert "anyshape_attention" not in module.ir("iree-input")
     x = torch.randn(3, 13, 16)
     torch.testing.assert_close(module(x), model(x), atol=2e-5, rtol=1e-5)
+
+
+def test_an_unbuilt_kernel_says_why(monkeypatch):
+    """/// Where the kernel cannot be built, attention keeps IREE's form, and a warning says why."""
+    monkeypatch.setattr(attention, "kernel_object", lambda source: (None, "no C compiler here"))
+    with pytest.warns(linear_rows.KernelUnavailable, match="attention.*no C compiler here"):
+        assert attention.kernel() is None
