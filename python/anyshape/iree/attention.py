@@ -35,6 +35,7 @@ no libm); ``test_attention.py`` compares each code path with float64.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 import warnings
@@ -116,14 +117,18 @@ def _scaled(value):
     return (op.operands[0], factor) if factor is not None else (None, None)
 
 
+@dataclasses.dataclass
 class _Attention:
-    """What the call takes: q, k and v as stored with their layouts (0:
+    """What the call takes: q, k and v as stored, each with its layout (0:
     [B, H, N, D]; 1: [B, N, H, D]), the bias and its mode, the scale."""
-
-    def __init__(self, q, k, v, bias, bias_mode: int, scale: float, heads: int, head_dim: int):
-        self.q, self.k, self.v = q, k, v
-        self.bias, self.bias_mode = bias, bias_mode
-        self.scale, self.heads, self.head_dim = scale, heads, head_dim
+    q: tuple
+    k: tuple
+    v: tuple
+    bias: object
+    bias_mode: int
+    scale: float
+    heads: int
+    head_dim: int
 
 
 def _stored(x):
