@@ -162,6 +162,83 @@ util.func public @untie(%arg0: tensor<?xf32>, %arg1: index) -> tensor<?xf32> {
   util.return %0 : tensor<?xf32>
 }
 
+/// Repeats in two dispatches read one copy, made right after the value's
+/// definition and ahead of both dispatches: a barrier between two dispatches
+/// would end IREE's execution region there, and each region is a command
+/// buffer of its own with its own submission and fences.
+// FLOW-LABEL: util.func public @untie_shares_copies
+// FLOW-SAME: (%[[T:[^:]*]]: tensor<?xf32>, %[[N:[^:]*]]: index)
+// FLOW: %[[M:.+]] = arith.addi %[[N]], %[[N]] : index
+// FLOW-NEXT: %[[M2:.+]] = util.optimization_barrier %[[M]] : index
+// FLOW-NEXT: %[[A:.+]] = flow.dispatch @ex_elementwise::@elementwise[%[[M]], %[[M2]]](%[[M]], %[[T]], %[[M]])
+// FLOW-NOT: util.optimization_barrier
+// FLOW: flow.dispatch @ex_elementwise::@elementwise[%[[M]], %[[M2]]](%[[M]], %[[A]], %[[M]])
+util.func public @untie_shares_copies(%arg0: tensor<?xf32>, %arg1: index) -> tensor<?xf32> {
+  %m = arith.addi %arg1, %arg1 : index
+  %0 = flow.dispatch @ex_elementwise::@elementwise[%m, %m](%m, %arg0, %m) : (index, tensor<?xf32>{%m}, index) -> tensor<?xf32>{%m}
+  %1 = flow.dispatch @ex_elementwise::@elementwise[%m, %m](%m, %0, %m) : (index, tensor<?xf32>{%m}, index) -> tensor<?xf32>{%m}
+  util.return %1 : tensor<?xf32>
+}
+
+/// A size computed between two dispatches (pure index arithmetic) moves up
+/// with its constant to where its operands are defined, and its copy with it,
+/// so that no barrier is left between the dispatches.
+// FLOW-LABEL: util.func public @untie_moves_size_arithmetic_up
+// FLOW-SAME: (%[[T:[^:]*]]: tensor<?xf32>, %[[N:[^:]*]]: index)
+// FLOW: %[[C:.+]] = arith.constant 768 : index
+// FLOW-NEXT: %[[M:.+]] = arith.muli %[[N]], %[[C]] : index
+// FLOW-NEXT: %[[M2:.+]] = util.optimization_barrier %[[M]] : index
+// FLOW-NEXT: %[[N2:.+]] = util.optimization_barrier %[[N]] : index
+// FLOW-NEXT: %[[A:.+]] = flow.dispatch @ex_elementwise::@elementwise[%[[N]], %[[N2]]]
+// FLOW-NEXT: flow.dispatch @ex_elementwise::@elementwise[%[[M]], %[[M2]]](%[[M]], %[[A]], %[[M]])
+util.func public @untie_moves_size_arithmetic_up(%arg0: tensor<?xf32>, %arg1: index) -> tensor<?xf32> {
+  %0 = flow.dispatch @ex_elementwise::@elementwise[%arg1, %arg1](%arg1, %arg0, %arg1) : (index, tensor<?xf32>{%arg1}, index) -> tensor<?xf32>{%arg1}
+  %c768 = arith.constant 768 : index
+  %m = arith.muli %arg1, %c768 : index
+  %1 = flow.dispatch @ex_elementwise::@elementwise[%m, %m](%m, %0, %m) : (index, tensor<?xf32>{%m}, index) -> tensor<?xf32>{%m}
+  util.return %1 : tensor<?xf32>
+}
+
+/// A size that is not arithmetic (read from a tensor) stays where it is
+/// computed; its copy follows it there.
+// FLOW-LABEL: util.func public @negative_untie_moves_no_tensor_read
+// FLOW-SAME: (%[[T:[^:]*]]: tensor<?xf32>, %[[N:[^:]*]]: index)
+// FLOW: flow.dispatch @ex_elementwise::@elementwise[%[[N]],
+// FLOW: %[[D:.+]] = tensor.dim
+// FLOW-NEXT: %[[D2:.+]] = util.optimization_barrier %[[D]] : index
+// FLOW-NEXT: flow.dispatch @ex_elementwise::@elementwise[%[[D]], %[[D2]]]
+util.func public @negative_untie_moves_no_tensor_read(%arg0: tensor<?xf32>, %arg1: index) -> tensor<?xf32> {
+  %0 = flow.dispatch @ex_elementwise::@elementwise[%arg1, %arg1](%arg1, %arg0, %arg1) : (index, tensor<?xf32>{%arg1}, index) -> tensor<?xf32>{%arg1}
+  %c0 = arith.constant 0 : index
+  %d = tensor.dim %0, %c0 : tensor<?xf32>
+  %1 = flow.dispatch @ex_elementwise::@elementwise[%d, %d](%d, %0, %d) : (index, tensor<?xf32>{%d}, index) -> tensor<?xf32>{%d}
+  util.return %1 : tensor<?xf32>
+}
+
+/// A value repeated three times gets two copies, in order, at the start of
+/// the block that defines it (here the function's arguments).
+// FLOW-LABEL: util.func public @untie_third_repeat
+// FLOW-SAME: (%[[T:[^:]*]]: tensor<?xf32>, %[[N:[^:]*]]: index)
+// FLOW-NEXT: %[[N2:.+]] = util.optimization_barrier %[[N]] : index
+// FLOW-NEXT: %[[N3:.+]] = util.optimization_barrier %[[N]] : index
+// FLOW-NEXT: flow.dispatch @ex_three_sizes::@three_sizes[%[[N]], %[[N2]], %[[N3]]]
+util.func public @untie_third_repeat(%arg0: tensor<?xf32>, %arg1: index) -> tensor<?xf32> {
+  %0 = flow.dispatch @ex_three_sizes::@three_sizes[%arg1, %arg1, %arg1](%arg1, %arg0, %arg1) : (index, tensor<?xf32>{%arg1}, index) -> tensor<?xf32>{%arg1}
+  util.return %0 : tensor<?xf32>
+}
+
+flow.executable private @ex_three_sizes {
+  flow.executable.export public @three_sizes workgroups(%arg0: index, %arg1: index, %arg2: index) -> (index, index, index) {
+    %x, %y, %z = iree_tensor_ext.dispatch.workgroup_count_from_slice(%arg0, %arg1, %arg2)
+    flow.return %x, %y, %z : index, index, index
+  }
+  builtin.module {
+    func.func @three_sizes(%arg0: index, %arg1: !iree_tensor_ext.dispatch.tensor<readonly:tensor<?xf32>>, %arg2: index, %arg3: !iree_tensor_ext.dispatch.tensor<writeonly:tensor<?xf32>>) {
+      return
+    }
+  }
+}
+
 /// Distinct workload values stay as they are.
 // FLOW-LABEL: util.func public @negative_untie_distinct
 // FLOW-NOT: util.optimization_barrier

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from anyshape.dialects import builtin_tensor_text, vtensor_shape
 from anyshape.iree.distinct_fills import give_in_place_writes_their_own_fills
+from anyshape.iree.distinct_workloads import untie_repeated_workloads
 from anyshape.iree.in_place_writes import drop_aliased_values_from_barriers
 from anyshape.mlir import iree_bindings
 from anyshape.passes.torch_ir.ops import ELEMENTWISE
@@ -176,22 +177,7 @@ def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool,
     with ir.Context():
         module = ir.Module.parse(Path(flow_file).read_bytes())
         f64, f32 = ir.F64Type.get(), ir.F32Type.get()
-        untied = narrowed = 0
-
-        def untie(op):
-            nonlocal untied
-            workload_size = ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])[0]
-            seen = []
-            for i in range(workload_size):
-                value = op.operands[i]
-                if any(value == other for other in seen):
-                    with ir.InsertionPoint(op), op.location:
-                        distinct = ir.Operation.create("util.optimization_barrier",
-                                                       results=[value.type], operands=[value])
-                    op.operands[i] = distinct.result
-                    untied += 1
-                else:
-                    seen.append(value)
+        narrowed = 0
 
         def narrow(op):
             nonlocal narrowed
@@ -243,13 +229,12 @@ def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool,
         def visit(op):
             if op.name in _INTEGER_DIVISIONS and _in_loop_body(ir, op):
                 divides.append(op)
-            if op.name == "flow.dispatch":
-                untie(op)
-            elif f64_math_in_f32 and op.name in rewrites and len(op.results) == 1 and \
+            if f64_math_in_f32 and op.name in rewrites and len(op.results) == 1 and \
                     op.results[0].type == f64:
                 found.append(op)
             return ir.WalkResult.ADVANCE
 
+        untied = untie_repeated_workloads(ir, module)
         module.operation.walk(visit)
         filled = give_in_place_writes_their_own_fills(ir, module)
         unbarriered = drop_aliased_values_from_barriers(ir, module)
@@ -384,7 +369,8 @@ WORKAROUNDS = (
                     '(test_feed_forward_barrier_is_still_needed then fails)'),
     Workaround(
         name='untie_repeated_workload', stage='iree-input',
-        where='rewrite_flow (untie), run from iree.invocation.compile_with_iree (two iree-compile'
+        where='distinct_workloads.untie_repeated_workloads, run by rewrite_flow from'
+              ' iree.invocation.compile_with_iree (two iree-compile'
               ' runs around the flow phase)',
         upstream="IREE 3.13's FoldUniformOperands stream pass folds a repeated dynamic workload "
                  'value but renumbers its ordinal to 0, so inside the executable the second L of '
