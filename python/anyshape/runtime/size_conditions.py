@@ -11,6 +11,7 @@ torch nor the compilers: the runtime uses it.
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 import re
 
@@ -98,6 +99,13 @@ def holds(condition: str, values: dict[str, int]) -> bool | None:
         raise ValueError(node)
 
     try:
-        return bool(value(ast.parse(condition, mode="eval")))
+        return bool(value(_parsed(condition)))
     except (ValueError, KeyError, SyntaxError, ArithmeticError, TypeError):
         return None
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(condition: str) -> ast.Expression:
+    """A module's conditions are checked on every call: parsed once (tens of
+    microseconds each, against a call of a few milliseconds at batch 1)."""
+    return ast.parse(condition, mode="eval")
