@@ -29,10 +29,14 @@
 #include "isa.h"
 
 #define PANEL 16
-// Blocks of k: a block of two panels (64 KiB) stays in L2 across the tiles
-// of rows, and a tile's x in L1 (512 measured a few percent ahead of 256
-// and 384 at 333 rows on Zen 4, level at 17).
-#define K_BLOCK 512
+// Blocks of k: a block of a workgroup's panels stays in L2 across its tiles
+// of rows. Longer blocks stream the weights in longer runs and store and
+// reload the partial sums less often: on Zen 4 (2 threads, roberta-base's
+// products) 1024 ran 2-10 % ahead of 512 at every row count from 4 to 333,
+// with the AVX-512 and the AVX2 code alike, and 2048 or whole rows of k were
+// level with it. A tile's copy of x (below) is then 12 x 1040 floats, 49 KiB
+// of the worker's stack.
+#define K_BLOCK 1024
 // A tile's rows of x are copied for each block of k, X_STRIDE floats apart:
 // rows of x a multiple of 4 KiB apart (k = 1024, 3072, ...) would share a set
 // of L1 and evict each other, 17 cache lines apart they do not.
