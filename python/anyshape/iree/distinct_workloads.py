@@ -22,6 +22,8 @@ the inputs' dims sit ahead of every dispatch.
 
 from __future__ import annotations
 
+from anyshape.iree.torch_constants import matches
+
 # Pure ops on sizes that may move up within their block: they read only
 # their operands, and a block runs all of its ops or none.
 _MOVABLE_PREFIXES = ("arith.", "affine.apply", "affine.min", "affine.max")
@@ -31,14 +33,7 @@ _BARRIER = "util.optimization_barrier"
 def untie_repeated_workloads(ir, module) -> int:
     """Rewrite every ``flow.dispatch`` in ``module`` (flow-phase IR) whose
     workload repeats a value; the number of workload operands replaced."""
-    dispatches = []
-
-    def visit(op):
-        if op.name == "flow.dispatch":
-            dispatches.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    dispatches = [op for op, _ in matches(ir, module, ("flow.dispatch",), lambda op: True)]
     copies: list[tuple[object, list]] = []  # (value, its copies), in the order first met
     untied = 0
     for dispatch in dispatches:

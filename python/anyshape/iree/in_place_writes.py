@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from anyshape.iree.torch_constants import matches
 from anyshape.mlir import iree_bindings, rewrite_with_iree_bindings
 from anyshape.workarounds_index import Workaround
 
@@ -118,14 +119,7 @@ def drop_aliased_values_from_barriers(ir, module) -> int:
     docstring). An alias nothing else in the barrier depends on stays, with
     its copy: without it the fence could signal before the write is done.
     Returns how many values were taken out."""
-    barriers = []
-
-    def collect(op):
-        if op.name == "hal.tensor.barrier":
-            barriers.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(collect)
+    barriers = [op for op, _ in matches(ir, module, ("hal.tensor.barrier",), lambda op: True)]
     dropped = 0
     for barrier in barriers:
         sources = list(barrier.operands)[:-1]  # the last operand is the signal fence
