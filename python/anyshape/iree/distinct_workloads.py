@@ -57,17 +57,16 @@ def _copy(ir, copies, value, nth):
         copies.append((value, made))
         if not isinstance(value.owner, ir.Block):
             _move_up(ir, value.owner)
+    owner = value.owner
+    defined_by_op = not isinstance(owner, ir.Block)
     while len(made) < nth:
-        owner = value.owner
-        if isinstance(owner, ir.Block):
-            anchor = owner.operations[0]
-        else:
-            anchor = owner
-        with ir.InsertionPoint(anchor), value.location:
+        # Created before the block's first op or the definition, then moved
+        # after the definition or the last copy (no insertion point "after").
+        with ir.InsertionPoint(owner if defined_by_op else owner.operations[0]), value.location:
             barrier = ir.Operation.create(_BARRIER, results=[value.type], operands=[value])
         if made:
             barrier.move_after(made[-1].owner)
-        elif not isinstance(owner, ir.Block):
+        elif defined_by_op:
             barrier.move_after(owner)
         made.append(barrier.result)
     return made[nth - 1]

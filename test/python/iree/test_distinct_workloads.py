@@ -3,7 +3,6 @@ results, and the call left as one execution region of IREE's streams."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 
 import pytest
@@ -73,5 +72,4 @@ def test_the_call_stays_one_execution_region(compiled, tmp_path):
                     "--compile-to=stream", str(untied), "-o", str(stream)], check=True)
     text = stream.read_text()
     assert _execution_regions_of_main(text) == 1
-    barriers = [m.start() for m in re.finditer(r"util\.optimization_barrier", text)]
-    assert barriers  # the copies survive to the stream phase
+    assert "util.optimization_barrier" in text  # the copies survive to the stream phase
