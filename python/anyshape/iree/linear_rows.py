@@ -57,8 +57,14 @@ EXECUTABLE = "anyshape_row_products"
 ENTRY_POINTS = {"linear_rows": True, "linear_rows_no_bias": False}
 PANEL = 16
 # The kernel's runs of rows and of panels per workgroup (linear_rows.c's
-# ``workgroup`` takes what the counts below give it).
-ROWS_PER_WORKGROUP = 48
+# ``workgroup`` takes what the counts below give it). Each workgroup reads its
+# panels out of memory (or L3) once, so every run of rows reads the weights
+# again, and a run of a few rows costs what streaming the panels costs: with
+# 48 rows roberta-base's products took 20 % longer at 49 rows than at 48
+# (Xeon, 2 threads, a C harness); with 192 they took 4-6 % longer, and 97 or
+# 145 rows about what 96 or 144 took. The cost: up to 192 rows a product of
+# 768 columns has 6 workgroups, which leaves a host of more cores part idle.
+ROWS_PER_WORKGROUP = 192
 PANELS_PER_WORKGROUP = 8
 # Freestanding code for IREE's embedded ELF: no library calls, no stack
 # protector (it reads a TLS canary), nothing the embedded loader cannot relocate.

@@ -2,7 +2,7 @@
 
 IREE's own products compute whole tiles of 16 rows; the kernel computes the
 rows given, so every remainder of every tile it uses (12 rows on AVX-512, 6 on
-AVX2) and every run of rows a workgroup takes (48) is a separate code path.
+AVX2) and every run of rows a workgroup takes is a separate code path.
 Each is checked against float64: the kernel's AVX-512, AVX2 and portable code
 run directly from a host build of the same source (each path forced in
 turn), and modules built by ``anyshape.compile`` against eager.
@@ -79,7 +79,7 @@ def _check_row_counts(kernel, rng, isa, k, n):
     weight = rng.standard_normal((n, k)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     packed = _packed(weight)
-    for m in [*range(1, 17), 24, 25, 36, 47, 48, 49, 97]:
+    for m in [*range(1, 17), 24, 25, 36, 47, 48, 49, 97, 193]:
         x = rng.standard_normal((m, k)).astype(np.float32)
         want = x.astype(np.float64) @ weight.T.astype(np.float64) + bias
         # float32's bound for a sum of k products (k unit roundoffs of the
@@ -87,7 +87,10 @@ def _check_row_counts(kernel, rng, isa, k, n):
         # off by far more.
         magnitude = np.abs(x).astype(np.float64) @ np.abs(weight).T.astype(np.float64)
         bound = 2 * (k + 1) * 2.0 ** -24 * (magnitude + np.abs(bias))
-        for grid in [(1, 1), (3, -(-m // 48))]:
+        # One workgroup; runs of 48 rows (tiles of 12 split across workgroups);
+        # the module's runs (linear_rows.ROWS_PER_WORKGROUP).
+        runs = -(-m // linear_rows.ROWS_PER_WORKGROUP)
+        for grid in [(1, 1), (3, -(-m // 48)), (3, runs)]:
             for with_bias in (True, False):
                 y = np.full((m, n), np.nan, np.float32)
                 nx, ny = grid
