@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 PYTEST_WORKERS ?= auto
 XDIST := -n $(PYTEST_WORKERS) --maxprocesses=4 --dist loadscope
 
-.PHONY: test check check-pytest check-fuzz lit pytest docs demo bench bench-sweep bench-served bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
+.PHONY: test check check-pytest check-fuzz lit pytest docs demo bench bench-sweep bench-steps bench-served bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
 
 # PIP_CONSTRAINT, not only -c: it also pins what pip installs to build anyshape
 # itself (setuptools, in pip's isolated build environment).
@@ -95,6 +95,14 @@ bench: $(BENCH_STAMP)
 SWEEP_ARGS ?=
 bench-sweep: $(BENCH_STAMP)
 	$(PY) bench/sweep.py $(SWEEP_ARGS)
+
+# Not a test: the step from L to L + 1, each pair of lengths timed in alternation,
+# anyshape against onnxruntime (L 1 to 40 by default, about 4 minutes). Writes
+# bench/results/steps/steps.{md,json}.
+#   make bench-steps STEPS_ARGS='--tiny --lengths 1 12 --rounds 6 --out /tmp/steps-tiny'
+STEPS_ARGS ?=
+bench-steps: $(BENCH_STAMP)
+	$(PY) bench/steps.py $(STEPS_ARGS)
 
 # Not a test: 300 requests of long-tailed lengths, one at a time and in padded
 # groups of 8, requests/s per system (about 10 minutes). Writes bench/results/served.{md,json}.
