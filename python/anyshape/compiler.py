@@ -41,7 +41,7 @@ from anyshape.passes import DEFAULT_PIPELINE
 from anyshape.passes.eliminate_padding.pass_ import dense_twin
 from anyshape.pipeline import (diagnostics_of, make_anyshape_pass, opt_command_flag, run_pipeline,
                                split_pass_element)
-from anyshape.runtime.compiled_module import CompiledModule, check_threads
+from anyshape.runtime.compiled_module import CompiledModule, available_cores, check_threads
 from anyshape.runtime.signature import ModuleSignature
 from anyshape.stages import (IMPORT_STAGE, IREE_COMPILE_STAGE, IREE_INPUT_STAGE,
                              discard_reproducer, keep_reproducer)
@@ -154,6 +154,9 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
                              f"padding={padding!r}; use one or the other")
         compile_target = dataclasses.replace(compile_target, in_place_writes=True)
     check_threads(threads)
+    if compile_target.name == "cpu":
+        compile_target = dataclasses.replace(compile_target,
+                                             workers=threads or available_cores())
     if params not in ("inline", "external"):
         raise ValueError(f"params: expected 'inline' or 'external', got {params!r}")
     if dtype is not None:
@@ -540,7 +543,8 @@ def _write_iree_input(compilation: _Compilation, stages: "_StageWriter", module:
         if kernel is not None:
             attention_kernel = attention.kernel()
             count = route_linears(current, bytecode, kernel, compilation.target.iree_flags(),
-                                  text if last == "kernel" and attention_kernel is None else None)
+                                  text if last == "kernel" and attention_kernel is None else None,
+                                  workers=compilation.target.workers or 1)
             report(f"  {count} products with a weight run anyshape's row-exact kernel "
                    f"(iree/linear_rows.py)")
             current = bytecode

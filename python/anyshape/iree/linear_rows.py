@@ -62,10 +62,13 @@ PANEL = 16
 # again, and a run of a few rows costs what streaming the panels costs: with
 # 48 rows roberta-base's products took 20 % longer at 49 rows than at 48
 # (Xeon, 2 threads, a C harness); with 192 they took 4-6 % longer, and 97 or
-# 145 rows about what 96 or 144 took. The cost: up to 192 rows a product of
-# 768 columns has 6 workgroups, which leaves a host of more cores part idle.
+# 145 rows about what 96 or 144 took. A host of more cores would be left part
+# idle (up to 192 rows a product of 768 columns has 6 workgroups), so the rows
+# are split further where there are fewer runs of panels than workers: into
+# as many runs as gives each worker one, in whole tiles (executable_text).
 ROWS_PER_WORKGROUP = 192
 PANELS_PER_WORKGROUP = 8
+TILE_ROWS = 12  # linear_rows.c's TILE512_ROWS: its runs of rows are whole tiles
 # Freestanding code for IREE's embedded ELF: no library calls, no stack
 # protector (it reads a TLS canary), nothing the embedded loader cannot relocate.
 CFLAGS = ("-O3", "-std=c11", "-ffreestanding", "-fno-builtin", "-fPIC", "-fno-plt",
@@ -252,13 +255,17 @@ hal.executable private @{executable} {{
 """
 
 
-def executable_text(object_path: Path, target: str) -> str:
+def executable_text(object_path: Path, target: str, workers: int = 1) -> str:
     """The executable whose entry points, ``linear_rows`` (with a bias) and
     ``linear_rows_no_bias``, call the kernel.
 
     Bindings: x (m x k), the packed weight, [the bias,] y (m x n); constants
-    m, n, k. Workgroups: runs of PANELS_PER_WORKGROUP panels by runs of
-    ROWS_PER_WORKGROUP rows (the workload: rows, panels)."""
+    m, n, k. Workgroups (the workload: rows, panels): runs of
+    PANELS_PER_WORKGROUP panels by runs of up to ROWS_PER_WORKGROUP rows,
+    and more runs of rows, up to one per tile, where there are fewer runs of
+    panels than ``workers``."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers: expected a positive int, got {workers!r}")
     exports, functions = [], []
     for ordinal, (name, bias) in enumerate(ENTRY_POINTS.items()):
         layout = pipeline_layout(3, [True, True] + ([True] if bias else []) + [False])
@@ -269,9 +276,15 @@ def executable_text(object_path: Path, target: str) -> str:
         exports.append(f"""
     hal.executable.export public @{name} ordinal({ordinal}) layout({layout})
         count(%device: !hal.device, %rows: index, %panels: index) -> (index, index, index) {{
-      %x = affine.apply affine_map<()[s0] -> (s0 ceildiv {PANELS_PER_WORKGROUP})>()[%panels]
-      %y = affine.apply affine_map<()[s0] -> (s0 ceildiv {ROWS_PER_WORKGROUP})>()[%rows]
       %c1 = arith.constant 1 : index
+      %x = affine.apply affine_map<()[s0] -> (s0 ceildiv {PANELS_PER_WORKGROUP})>()[%panels]
+      %runs = affine.apply affine_map<()[s0] -> (s0 ceildiv {ROWS_PER_WORKGROUP})>()[%rows]
+      %tiles = affine.apply affine_map<()[s0] -> (s0 ceildiv {TILE_ROWS})>()[%rows]
+      %workers = arith.constant {workers} : index
+      %x_at_least_1 = arith.maxui %x, %c1 : index
+      %runs_for_workers = arith.ceildivui %workers, %x_at_least_1 : index
+      %spread = arith.minui %tiles, %runs_for_workers : index
+      %y = arith.maxui %runs, %spread : index
       hal.return %x, %y, %c1 : index, index, index
     }}""")
         sizes_lines = [
@@ -435,11 +448,12 @@ func.func private @{name}(%x: {x_type}, %w: {w_type}{bias_arg}) -> {y_type} {{
 
 
 def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Sequence[str],
-                  text_file: Path | None = None) -> int:
+                  text_file: Path | None = None, workers: int = 1) -> int:
     """Rewrite ``in_file`` (torch-dialect IR, the iree-input stage) into
     ``out_file`` (bytecode; ``text_file`` as text when given), with every
     product ``_routable`` finds computed by the kernel, for the module that
-    iree-compile builds with ``flags``. Returns how many."""
+    iree-compile builds with ``flags`` and runs on ``workers`` threads.
+    Returns how many."""
     def rewrite(ir, module) -> int:
         found = matches(ir, module, _PRODUCTS, lambda op: _routable(ir, op))
         if not found:
@@ -527,7 +541,7 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
                 unflatten.erase()
             for each in ops:
                 each.erase()
-        text = executable_text(object_path, executable_target(tuple(flags))) + "".join(
+        text = executable_text(object_path, executable_target(tuple(flags)), workers) + "".join(
             _function_text(name, *shape) for shape, name in functions.items())
         helpers = ir.Module.parse(f"module {{{text}}}")
         for helper in list(helpers.body.operations):

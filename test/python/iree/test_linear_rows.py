@@ -10,8 +10,11 @@ turn), and modules built by ``anyshape.compile`` against eager.
 
 import copy
 import ctypes
+import json
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -266,6 +269,63 @@ def test_without_a_c_compiler_iree_products_run_with_a_warning(monkeypatch):
     with torch.no_grad():
         x = torch.randn(5, 32)
         assert np.abs(np.asarray(module(x)) - model(x).numpy()).max() < 1e-5
+
+
+# (workers, n) -> {m: the runs of rows the dispatch is given}. Up to 192 rows
+# are one run, each run reading the weights once; where there are fewer runs
+# of 8 panels than workers, the rows are spread over more runs, up to one per
+# tile of 12, so that no worker waits.
+_ROW_RUNS = {
+    (1, 37): {13: 1, 192: 1, 193: 2},
+    (5, 37): {1: 1, 13: 2, 49: 5, 100: 5},       # one run of panels
+    (5, 301): {13: 2, 49: 2},                    # 3 runs of panels: 2 of rows fill 5
+    (16, 768): {12: 1, 25: 3, 128: 3, 400: 3},   # roberta-base's 768 columns on 16 cores
+}
+
+
+@needs_kernel
+@pytest.mark.parametrize("workers, n", list(_ROW_RUNS))
+def test_rows_are_split_for_the_workers(tmp_path, workers, n):
+    """The dispatch's workgroup count, as IREE's profiler records it, splits
+    the rows as the module's worker count asks, and every row is computed."""
+    flags = make_target("cpu", data_tiling=True).iree_flags()
+    target = linear_rows.executable_target(tuple(flags))
+    flags = [flag for flag in flags if not flag.startswith("--iree-input-type")]
+    function = linear_rows._function_text("f", None, 32, n, "nk", True).replace(
+        "func.func private @f", "func.func @f")
+    source = tmp_path / "split.mlir"
+    source.write_text(f"module {{{linear_rows.executable_text(KERNEL, target, workers)}{function}}}")
+    vmfb = tmp_path / "split.vmfb"
+    subprocess.run([iree_tool("iree-compile"), str(source), *flags, "-o", str(vmfb)],
+                   check=True, capture_output=True)
+    tools = Path(sys.executable).parent  # iree-base-runtime's tools
+    rng = np.random.default_rng(workers)
+    weight = rng.standard_normal((n, 32)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    np.save(tmp_path / "w.npy", weight)
+    np.save(tmp_path / "b.npy", bias)
+    panel_runs = {37: 1, 301: 3, 768: 6}[n]  # runs of 8 panels of 16 columns
+    for m, row_runs in _ROW_RUNS[(workers, n)].items():
+        x = rng.standard_normal((m, 32)).astype(np.float32)
+        np.save(tmp_path / "x.npy", x)
+        profile = tmp_path / f"{m}.ireeprof"
+        subprocess.run([str(tools / "iree-run-module"), "--device=local-task",
+                        f"--module={vmfb}", "--function=f", f"--input=@{tmp_path / 'x.npy'}",
+                        f"--input=@{tmp_path / 'w.npy'}", f"--input=@{tmp_path / 'b.npy'}",
+                        f"--output=@{tmp_path / 'y.npy'}", "--device_profiling_mode=host-execution",
+                        f"--device_profiling_output={profile}"], check=True, capture_output=True)
+        want = x.astype(np.float64) @ weight.T.astype(np.float64) + bias
+        assert np.abs(np.load(tmp_path / "y.npy") - want).max() < 1e-4, (workers, n, m)
+        listing = subprocess.run([str(tools / "iree-profile"), "dispatch", "--format=jsonl",
+                                  str(profile)], check=True, capture_output=True, text=True)
+        dispatch = next(json.loads(line) for line in listing.stdout.splitlines()
+                        if '"key":"linear_rows"' in line)
+        assert dispatch["last_workgroup_count"] == [panel_runs, row_runs, 1], (workers, n, m)
+
+
+def test_workers_must_be_positive():
+    with pytest.raises(ValueError, match="workers: expected a positive int, got 0"):
+        linear_rows.executable_text(Path("k.o"), "#target", 0)
 
 
 @needs_kernel
