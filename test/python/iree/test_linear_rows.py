@@ -271,6 +271,14 @@ def test_without_a_c_compiler_iree_products_run_with_a_warning(monkeypatch):
         assert np.abs(np.asarray(module(x)) - model(x).numpy()).max() < 1e-5
 
 
+def _compile_flags_and_target():
+    """iree-compile's flags for a module of the kernel's executable and a
+    function that dispatches it (no torch input), and the executable's target."""
+    flags = make_target("cpu", data_tiling=True).iree_flags()
+    target = linear_rows.executable_target(tuple(flags))
+    return [flag for flag in flags if not flag.startswith("--iree-input-type")], target
+
+
 # (workers, n) -> {m: the runs of rows the dispatch is given}. Up to 192 rows
 # are one run, each run reading the weights once; where there are fewer runs
 # of 8 panels than workers, the rows are spread over more runs, up to one per
@@ -288,9 +296,7 @@ _ROW_RUNS = {
 def test_rows_are_split_for_the_workers(tmp_path, workers, n):
     """The dispatch's workgroup count, as IREE's profiler records it, splits
     the rows as the module's worker count asks, and every row is computed."""
-    flags = make_target("cpu", data_tiling=True).iree_flags()
-    target = linear_rows.executable_target(tuple(flags))
-    flags = [flag for flag in flags if not flag.startswith("--iree-input-type")]
+    flags, target = _compile_flags_and_target()
     function = linear_rows._function_text("f", None, 32, n, "nk", True).replace(
         "func.func private @f", "func.func @f")
     source = tmp_path / "split.mlir"
@@ -334,9 +340,7 @@ def test_inline_object_is_still_written_empty(tmp_path):
     inline object (``data = ...``) as an empty file, so the kernel's symbol is
     undefined. When this fails, IREE writes inline objects and the executable
     can carry its object in the IR."""
-    flags = make_target("cpu", data_tiling=True).iree_flags()
-    target = linear_rows.executable_target(tuple(flags))
-    flags = [flag for flag in flags if not flag.startswith("--iree-input-type")]
+    flags, target = _compile_flags_and_target()
     executable = linear_rows.executable_text(KERNEL, target)
     data = KERNEL.read_bytes()
     inline = executable.replace(
