@@ -3,19 +3,18 @@
 ``sweep.py`` times every system at one L, then moves to the next: on a shared
 host whose speed drifts by tens of percent within a minute, the drift between
 two neighbouring lengths can be larger than the step it is asked to show
-(in one sweep onnxruntime "stepped" +99 % from 139 to 140). Here each pair
-(L, L + 1) is timed as L, L + 1, L + 1, L, ... for every system in turn, so
-the two calls of a ratio are milliseconds apart. A step is the median over
-``--rounds`` of T(L + 1) / T(L) - 1, each ratio from two adjacent calls.
-Each system's pair follows an untimed call of its own (a call right after
-another system's is slower: that system's threads still spin and its
-weights fill the caches). Half the rounds call L first, half L + 1 first,
-and the step is the geometric mean of the two halves' medians, so that what
-a call leaves for the next one cancels out.
+(in one sweep onnxruntime "stepped" +99 % from 139 to 140). Here each round
+times, for every system in turn, an untimed call and then L and L + 1 back to
+back, so the two calls of a ratio T(L + 1) / T(L) are milliseconds apart.
+The untimed call is there because a call right after another system's is
+slower (that system's threads still spin, its weights fill the caches). Half
+the rounds call L first, half L + 1 first; the step is the geometric mean of
+the two halves' medians, minus 1, so that what a call leaves for the next one
+cancels out.
 
-The report also gives 1 / L, the step of a cost that grows in proportion to
-the rows: once a product is bound by arithmetic rather than by reading its
-weights, each extra row adds 1 / L of its work, whatever the kernel.
+The report also gives 1 / L, the step of a cost in proportion to the rows: a
+product bound by arithmetic rather than by reading its weights grows by 1 / L
+of its work per row (a model's fixed costs make its own step smaller).
 
     python bench/steps.py [--model roberta] [--lengths 1 2 ... 40] [--batch 1]
         [--systems anyshape onnxruntime] [--rounds 16] [--out bench/results/steps]
@@ -81,7 +80,8 @@ def time_call(runner, ids, mask) -> float:
 
 
 def measure_pair(runners: dict, model, batch: int, length: int, rounds: int) -> dict:
-    """Per system: the step's median and spread over rounds, and each length's fastest call."""
+    """Per system: the step, its median in each order of the pair, and each length's
+    fastest call."""
     import torch
 
     shapes = (length, length + 1)
@@ -166,10 +166,6 @@ def main(argv=None) -> int:
     def log(text):
         print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
-    def record_compile(system, built_for, result, note=""):
-        if result.get("error"):
-            log(f"{SYSTEMS[system]}: build failed: {result['error']}")
-
     started = time.perf_counter()
     rows = []
     with tempfile.TemporaryDirectory(prefix="anyshape-steps-") as temp:
@@ -177,7 +173,7 @@ def main(argv=None) -> int:
         model, max_len, base_task = compare.model_setup(args.model, args, workdir)
         lengths = [n for n in args.lengths if n + 1 <= max_len]
         runners, failed, _ = compare.build_systems(
-            args.model, model, args, workdir, base_task, record_compile, log,
+            args.model, model, args, workdir, base_task, lambda *_, **__: None, log,
             (args.batch, max(2, lengths[0])))
         if failed:
             raise SystemExit("; ".join(f"{SYSTEMS[s]}: {e}" for s, e in failed.items()))
