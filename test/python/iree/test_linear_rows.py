@@ -1,8 +1,8 @@
 """anyshape's row-exact product kernel (``iree/linear_rows.py``, ``kernels/linear_rows.c``).
 
 IREE's own products compute whole tiles of 16 rows; the kernel computes the
-rows given, so every remainder of every tile it uses (12 rows on AVX-512, 6 on
-AVX2) and every run of rows a workgroup takes is a separate code path.
+rows given, so every remainder of every tile it uses (up to 15 rows on AVX-512,
+6 on AVX2) and every run of rows a workgroup takes is a separate code path.
 Each is checked against float64: the kernel's AVX-512, AVX2 and portable code
 run directly from a host build of the same source (each path forced in
 turn), and modules built by ``anyshape.compile`` against eager.
@@ -61,8 +61,10 @@ def _packed(weight: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
 def test_every_path_computes_every_row_count_exactly(tmp_path, isa):
-    """Rows 1 to 15 (every remainder of a 16-row tile, and of the kernel's 12-
-    and 6-row tiles), whole tiles, and more rows than one workgroup takes; n
+    """Rows 1 to 31 (every remainder of a 16-row tile, and of the kernel's 12-
+    and 6-row tiles; one tile of up to 15 rows, two tiles taking chunks of k
+    in turn for 16 to 28, tiles of 12 past that), whole tiles, and more rows
+    than one workgroup takes; n
     with a partial last panel; k within one block with an odd count (301: x
     read in place), one whole block (1024: x's rows copied, as they share L1
     sets), and three blocks, the last one short (2560: each block resumes
@@ -82,7 +84,7 @@ def _check_row_counts(kernel, rng, isa, k, n):
     weight = rng.standard_normal((n, k)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     packed = _packed(weight)
-    for m in [*range(1, 17), 24, 25, 36, 47, 48, 49, 97, 193]:
+    for m in [*range(1, 32), 36, 47, 48, 49, 97, 193]:
         x = rng.standard_normal((m, k)).astype(np.float32)
         want = x.astype(np.float64) @ weight.T.astype(np.float64) + bias
         # float32's bound for a sum of k products (k unit roundoffs of the

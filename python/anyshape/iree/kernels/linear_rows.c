@@ -18,8 +18,10 @@
 // panel padded with zeros. A tile's step over k loads one row of 16 from each
 // of its panels and broadcasts one value of x per row.
 //
-// Sums over k run in order, one FMA per k, as IREE's own kernel does: a block
-// of k stores its partial sums into y and the next block resumes from them.
+// Sums over k run in order, one FMA per k, as IREE's own kernel does, but in
+// tiles of fewer than 8 accumulators, which take alternate k in 2 or 4 sets
+// (the FMA's latency); a block of k stores its partial sums into y and the
+// next block resumes from them.
 
 #include <stddef.h>
 #include <stdint.h>
@@ -34,8 +36,8 @@
 // reload the partial sums less often: on Zen 4 (2 threads, roberta-base's
 // products) 1024 ran 2-10 % ahead of 512 at every row count from 4 to 333,
 // with the AVX-512 and the AVX2 code alike, and 2048 or whole rows of k were
-// level with it. A tile's copy of x (below) is then 12 x 1040 floats, 49 KiB
-// of the worker's stack.
+// level with it. A tile's copy of x (below) is then up to 15 x 1040 floats,
+// 61 KiB of the worker's stack.
 #define K_BLOCK 1024
 // A tile's rows of x are copied for each block of k, X_STRIDE floats apart:
 // rows of x a multiple of 4 KiB apart (k = 1024, 3072, ...) would share a set
@@ -49,6 +51,29 @@
 // from 103 to 90; 16 or 256 steps ahead gained less. On Zen 4 prefetching 8
 // to 64 steps ahead was level with none.
 #define PREFETCH_STEPS 64
+// Rows past one tile (issue 40's steps from L to L + 1): while a product
+// streams its weights from memory, a tile's FMAs wait on them much of the
+// time, so the rows of one tile cost little more than one row. The widest
+// tile (15 rows by 2 panels: 30 accumulators and 2 rows of weights, all 32
+// zmm registers) therefore takes up to 15 rows in one pass. More rows need a
+// second tile, whose FMAs run after the first tile's pass, not under it: a
+// second pass over the whole k out of L2 cost 2 ms for one row of
+// roberta-base's products on a Xeon (2 threads), 12 % of the call. So up to
+// TWO_TILES_MAX rows the two tiles take each CHUNK of k of a panel pair in
+// turn, the second while it is in L1; past that, tiles of 12 over blocks of
+// K_BLOCK (below) were level or ahead. In a C harness of roberta-base's 72
+// products (Xeon, 2 threads, best of 3 in 3 rounds), two tiles against
+// tiles of 12: 16 rows 20.3 against 20.4-22.4 ms, 26 rows 25.0-25.6 against
+// 26.5-27.1, 28 rows 26.3-27.0 against 26.0-26.7, 30 rows 27.7-28.7 against
+// 26.7-28.2.
+#define WIDE512_ROWS 15
+#define TWO_TILES_MAX 26
+#define CHUNK 256
+// The two tiles' blocks of k: their rows of x (copied where they share L1
+// sets) are up to 26 x 528 floats, 54 KiB of the worker's stack (IREE's
+// workers have 128 KiB).
+#define PAIR_K_BLOCK 512
+#define PAIR_X_STRIDE (PAIR_K_BLOCK + 16)
 
 typedef struct {
   const float* x;       // rows of x, `k` floats apart
@@ -83,16 +108,17 @@ static int rows_share_l1_sets(size_t k, size_t tile_rows) {
   return (tile_rows + period - 1) / period > 4;
 }
 
-static void copy_rows(const linear_rows_t* a, float* xp, size_t row,
-                      size_t rows, size_t k0, size_t k1) {
+// x's rows [row, row + rows) over k in [k0, k1), `stride` floats apart.
+static void copy_rows(const linear_rows_t* a, float* xp, size_t stride,
+                      size_t row, size_t rows, size_t k0, size_t k1) {
   for (size_t r = 0; r < rows; ++r) {
     const float* x = a->x + (row + r) * a->k;
-    for (size_t kk = k0; kk < k1; ++kk) xp[r * X_STRIDE + kk - k0] = x[kk];
+    for (size_t kk = k0; kk < k1; ++kk) xp[r * stride + kk - k0] = x[kk];
   }
 }
 
 // --------------------------------------------------------------------------
-// AVX-512: tiles of up to 12 rows by 2 panels (24 accumulators).
+// AVX-512: tiles of up to 15 rows by 2 panels (30 accumulators).
 // --------------------------------------------------------------------------
 
 #define AVX512_FN __attribute__((target("avx512f,fma")))
@@ -106,13 +132,15 @@ AVX512_FN static inline __mmask16 mask16(size_t cols) {
 // [k0, k1); `xp` holds the rows' x for that block (copy_rows). The first
 // block starts from zero, later ones from the partial sums in y, and the
 // last adds the bias. With few accumulators (MR * NP < 8) two sets take even
-// and odd k, so that enough FMA chains overlap to hide the FMA's latency.
+// and odd k, or four sets for 1 or 2 accumulators, so that enough FMA chains
+// overlap to hide the FMA's latency (a remainder tile reads its panels from
+// L1, two-tile path below, where only the FMA's latency bounds it).
 #define DEFINE_TILE512(MR, NP)                                                 \
   AVX512_FN static void tile512_##MR##x##NP(const linear_rows_t* a,            \
                                             const float* xp, size_t xs, size_t row,\
                                             size_t panel, size_t k0,           \
                                             size_t k1) {                       \
-    enum { SETS = (MR) * (NP) < 8 ? 2 : 1 };                                   \
+    enum { SETS = (MR) * (NP) <= 2 ? 4 : (MR) * (NP) < 8 ? 2 : 1 };            \
     const size_t k = a->k, steps = k1 - k0;                                    \
     const float* w = a->packed + panel * k * PANEL + k0 * PANEL;               \
     __mmask16 mask[NP];                                                        \
@@ -161,7 +189,7 @@ AVX512_FN static inline __mmask16 mask16(size_t cols) {
                         : _mm512_setzero_ps();                                 \
       for (int r = 0; r < (MR); ++r) {                                         \
         __m512 sum = acc[0][r][p];                                             \
-        if (SETS == 2) sum = _mm512_add_ps(sum, acc[SETS - 1][r][p]);          \
+        for (int s = 1; s < SETS; ++s) sum = _mm512_add_ps(sum, acc[s][r][p]); \
         if (last) sum = _mm512_add_ps(sum, bias);                              \
         _mm512_mask_storeu_ps(a->y + (row + r) * a->n + col, mask[p], sum);    \
       }                                                                        \
@@ -172,7 +200,8 @@ AVX512_FN static inline __mmask16 mask16(size_t cols) {
   DEFINE_TILE512(1, NP) DEFINE_TILE512(2, NP) DEFINE_TILE512(3, NP) \
   DEFINE_TILE512(4, NP) DEFINE_TILE512(5, NP) DEFINE_TILE512(6, NP) \
   DEFINE_TILE512(7, NP) DEFINE_TILE512(8, NP) DEFINE_TILE512(9, NP) \
-  DEFINE_TILE512(10, NP) DEFINE_TILE512(11, NP) DEFINE_TILE512(12, NP)
+  DEFINE_TILE512(10, NP) DEFINE_TILE512(11, NP) DEFINE_TILE512(12, NP) \
+  DEFINE_TILE512(13, NP) DEFINE_TILE512(14, NP) DEFINE_TILE512(15, NP)
 ROWS512(1)
 ROWS512(2)
 
@@ -189,6 +218,7 @@ AVX512_FN static void tile512(const linear_rows_t* a, const float* xp, size_t xs
   switch (rows) {
     CASE512(1) CASE512(2) CASE512(3) CASE512(4) CASE512(5) CASE512(6)
     CASE512(7) CASE512(8) CASE512(9) CASE512(10) CASE512(11) CASE512(12)
+    CASE512(13) CASE512(14) CASE512(15)
   }
 #undef CASE512
 }
@@ -318,30 +348,67 @@ static void row_portable(const linear_rows_t* a, size_t row, size_t panel) {
 // One workgroup: rows [row0, row1) by panels [panel0, panel1).
 // --------------------------------------------------------------------------
 
-static void block(const linear_rows_t* a, size_t row0, size_t row1,
-                  size_t panel0, size_t panel1) {
-  const int found = isa();
-  if (found == ISA_PORTABLE) {
-    for (size_t p = panel0; p < panel1; ++p)
-      for (size_t row = row0; row < row1; ++row) row_portable(a, row, p);
-    return;
-  }
-  const size_t tile_rows = found == ISA_AVX512 ? TILE512_ROWS : TILE256_ROWS;
-  if (row1 - row0 <= tile_rows && !rows_share_l1_sets(a->k, row1 - row0)) {
-    // One tile of rows (a decode step's batch, a short prompt): each panel
-    // is read once, so blocks of k would only break the stream the
-    // prefetchers follow; x is read in place.
+// Each path keeps its copy of x on its own frame (noinline): inlined into one
+// function, their frames would add up past the worker's stack.
+#define NOINLINE __attribute__((noinline))
+
+// One AVX-512 tile of up to WIDE512_ROWS rows (a decode step's batch, a
+// short prompt): each panel is read once. Where the rows do not share L1
+// sets, x is read in place over the whole k, as blocks of k would only
+// break the stream the prefetchers follow.
+NOINLINE AVX512_FN static void one_tile512(const linear_rows_t* a, size_t row0,
+                                           size_t rows, size_t panel0,
+                                           size_t panel1) {
+  if (!rows_share_l1_sets(a->k, rows)) {
     const float* xp = a->x + row0 * a->k;
-    size_t rows = row1 - row0;
-    if (found == ISA_AVX512) {
-      for (size_t p = panel0; p < panel1; p += 2)
-        tile512(a, xp, a->k, row0, rows, p, panel1 - p >= 2 ? 2 : 1, 0, a->k);
-    } else {
-      for (size_t p = panel0; p < panel1; ++p)
-        tile256(a, xp, a->k, row0, rows, p, 0, a->k);
-    }
+    for (size_t p = panel0; p < panel1; p += 2)
+      tile512(a, xp, a->k, row0, rows, p, panel1 - p >= 2 ? 2 : 1, 0, a->k);
     return;
   }
+  float copied[WIDE512_ROWS * X_STRIDE];
+  for (size_t k0 = 0; k0 < a->k; k0 += K_BLOCK) {
+    size_t k1 = a->k - k0 > K_BLOCK ? k0 + K_BLOCK : a->k;
+    copy_rows(a, copied, X_STRIDE, row0, rows, k0, k1);
+    for (size_t p = panel0; p < panel1; p += 2)
+      tile512(a, copied, X_STRIDE, row0, rows, p, panel1 - p >= 2 ? 2 : 1, k0, k1);
+  }
+}
+
+// Two AVX-512 tiles, the first of WIDE512_ROWS rows and the second of the
+// rest, take each CHUNK of k of a panel pair in turn: the first reads it
+// from memory (or L2), the second from L1.
+NOINLINE AVX512_FN static void two_tiles512(const linear_rows_t* a, size_t row0,
+                                            size_t rows, size_t panel0,
+                                            size_t panel1) {
+  float copied[TWO_TILES_MAX * PAIR_X_STRIDE];
+  const int copy = rows_share_l1_sets(a->k, rows);
+  const size_t first = WIDE512_ROWS, second = rows - first;
+  for (size_t k0 = 0; k0 < a->k; k0 += PAIR_K_BLOCK) {
+    size_t k1 = a->k - k0 > PAIR_K_BLOCK ? k0 + PAIR_K_BLOCK : a->k;
+    const float* xp = a->x + row0 * a->k + k0;
+    size_t xs = a->k;
+    if (copy) {
+      copy_rows(a, copied, PAIR_X_STRIDE, row0, rows, k0, k1);
+      xp = copied;
+      xs = PAIR_X_STRIDE;
+    }
+    for (size_t p = panel0; p < panel1; p += 2) {
+      int np = panel1 - p >= 2 ? 2 : 1;
+      for (size_t c0 = k0; c0 < k1; c0 += CHUNK) {
+        size_t c1 = k1 - c0 > CHUNK ? c0 + CHUNK : k1;
+        tile512(a, xp + (c0 - k0), xs, row0, first, p, np, c0, c1);
+        tile512(a, xp + first * xs + (c0 - k0), xs, row0 + first, second, p, np,
+                c0, c1);
+      }
+    }
+  }
+}
+
+// Tiles of `tile_rows` rows over blocks of K_BLOCK k: each block of the
+// workgroup's panels stays in L2 while the tiles of rows take it in turn.
+NOINLINE static void tiles(const linear_rows_t* a, int found, size_t row0,
+                           size_t row1, size_t panel0, size_t panel1) {
+  const size_t tile_rows = found == ISA_AVX512 ? TILE512_ROWS : TILE256_ROWS;
   const int copy = rows_share_l1_sets(a->k, tile_rows);
   float copied[TILE512_ROWS * X_STRIDE];
   for (size_t k0 = 0; k0 < a->k; k0 += K_BLOCK) {
@@ -351,7 +418,7 @@ static void block(const linear_rows_t* a, size_t row0, size_t row1,
       const float* xp = a->x + row * a->k + k0;
       size_t xs = a->k;
       if (copy) {
-        copy_rows(a, copied, row, rows, k0, k1);
+        copy_rows(a, copied, X_STRIDE, row, rows, k0, k1);
         xp = copied;
         xs = X_STRIDE;
       }
@@ -364,6 +431,34 @@ static void block(const linear_rows_t* a, size_t row0, size_t row1,
       }
     }
   }
+}
+
+static void block(const linear_rows_t* a, size_t row0, size_t row1,
+                  size_t panel0, size_t panel1) {
+  const int found = isa();
+  const size_t rows = row1 - row0;
+  if (found == ISA_PORTABLE) {
+    for (size_t p = panel0; p < panel1; ++p)
+      for (size_t row = row0; row < row1; ++row) row_portable(a, row, p);
+    return;
+  }
+  if (found == ISA_AVX512) {
+    if (rows <= WIDE512_ROWS) {
+      one_tile512(a, row0, rows, panel0, panel1);
+      return;
+    }
+    if (rows <= TWO_TILES_MAX) {
+      two_tiles512(a, row0, rows, panel0, panel1);
+      return;
+    }
+  } else if (rows <= TILE256_ROWS && !rows_share_l1_sets(a->k, rows)) {
+    // As one_tile512.
+    const float* xp = a->x + row0 * a->k;
+    for (size_t p = panel0; p < panel1; ++p)
+      tile256(a, xp, a->k, row0, rows, p, 0, a->k);
+    return;
+  }
+  tiles(a, found, row0, row1, panel0, panel1);
 }
 
 // Workgroup (gx, gy) of (nx, ny) takes the gx-th of nx runs of panels and the
