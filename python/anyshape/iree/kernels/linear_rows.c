@@ -65,12 +65,17 @@
 // products (Xeon, 2 threads, best of 3 in 3 rounds), two tiles against
 // tiles of 12: 16 rows 20.3 against 20.4-22.4 ms, 26 rows 25.0-25.6 against
 // 26.5-27.1, 28 rows 26.3-27.0 against 26.0-26.7, 30 rows 27.7-28.7 against
-// 26.7-28.2.
+// 26.7-28.2. In the compiled model (bench/steps.py) the switch to tiles of
+// 12 stepped +7.3 % from 26 to 27 rows, and +3.3 % from 28 to 29.
+// Measured and not kept: chunks of 64, 128 or 512 k; the second tile not
+// asking for lines ahead; whole rows of k where x is not copied; tiles of 16
+// and 17 rows (GCC keeps 2 or 4 of their accumulators on the stack), which
+// move the step from 15 -> 16 to 16 -> 17 or 17 -> 18 and keep its size.
 #define WIDE512_ROWS 15
-#define TWO_TILES_MAX 26
+#define TWO_TILES_MAX 28
 #define CHUNK 256
 // The two tiles' blocks of k: their rows of x (copied where they share L1
-// sets) are up to 26 x 528 floats, 54 KiB of the worker's stack (IREE's
+// sets) are up to 28 x 528 floats, 58 KiB of the worker's stack (IREE's
 // workers have 128 KiB).
 #define PAIR_K_BLOCK 512
 #define PAIR_X_STRIDE (PAIR_K_BLOCK + 16)
