@@ -68,7 +68,7 @@ PANEL = 16
 # as many runs as gives each worker one, in whole tiles (executable_text).
 ROWS_PER_WORKGROUP = 192
 PANELS_PER_WORKGROUP = 8
-TILE_ROWS = 12  # linear_rows.c's TILE512_ROWS: its runs of rows are whole tiles
+TILE_ROWS = 12  # linear_rows.c's TILE512_ROWS: a workgroup's run of rows is a multiple of it
 # Freestanding code for IREE's embedded ELF: no library calls, no stack
 # protector (it reads a TLS canary), nothing the embedded loader cannot relocate.
 CFLAGS = ("-O3", "-std=c11", "-ffreestanding", "-fno-builtin", "-fPIC", "-fno-plt",

@@ -72,6 +72,7 @@
 // and 17 rows (GCC keeps 2 or 4 of their accumulators on the stack), which
 // move the step from 15 -> 16 to 16 -> 17 or 17 -> 18 and keep its size.
 #define WIDE512_ROWS 15
+#define TILES512_ROWS 14  // the most rows of a tile past TWO_TILES_MAX (tiles)
 #define TWO_TILES_MAX 28
 #define CHUNK 256
 // The two tiles' blocks of k: their rows of x (copied where they share L1
@@ -127,6 +128,8 @@ static void copy_rows(const linear_rows_t* a, float* xp, size_t stride,
 // --------------------------------------------------------------------------
 
 #define AVX512_FN __attribute__((target("avx512f,fma")))
+// A workgroup's run of rows is a multiple of this but the last
+// (workgroup(), and linear_rows.py's TILE_ROWS for the count region).
 #define TILE512_ROWS 12
 
 AVX512_FN static inline __mmask16 mask16(size_t cols) {
@@ -409,17 +412,28 @@ NOINLINE AVX512_FN static void two_tiles512(const linear_rows_t* a, size_t row0,
   }
 }
 
-// Tiles of `tile_rows` rows over blocks of K_BLOCK k: each block of the
-// workgroup's panels stays in L2 while the tiles of rows take it in turn.
+// Tiles of rows over blocks of K_BLOCK k: each block of the workgroup's
+// panels stays in L2 while the tiles of rows take it in turn. On AVX-512 the
+// rows are dealt out evenly to tiles of at most TILES512_ROWS: a last tile
+// of one to three rows read the block out of L2 with too few FMAs to keep
+// up, a pass costing 3-5 % of the call from 36 to 37 rows, 48 to 49 and 60
+// to 61 with tiles of 12 (C harness, each pair timed in alternation); dealt
+// out to tiles of up to 14 these steps were +0.1 to +1.8 %, and 29 to 512
+// rows took 0.92-1.0x the time. Tiles of up to 15 were 2-6 % slower from
+// 192 rows on.
 NOINLINE static void tiles(const linear_rows_t* a, int found, size_t row0,
                            size_t row1, size_t panel0, size_t panel1) {
-  const size_t tile_rows = found == ISA_AVX512 ? TILE512_ROWS : TILE256_ROWS;
+  const size_t tile_rows = found == ISA_AVX512 ? TILES512_ROWS : TILE256_ROWS;
+  const size_t count = (row1 - row0 + tile_rows - 1) / tile_rows;
+  const size_t even = (row1 - row0) / count, more = (row1 - row0) % count;
   const int copy = rows_share_l1_sets(a->k, tile_rows);
-  float copied[TILE512_ROWS * X_STRIDE];
+  float copied[TILES512_ROWS * X_STRIDE];
   for (size_t k0 = 0; k0 < a->k; k0 += K_BLOCK) {
     size_t k1 = a->k - k0 > K_BLOCK ? k0 + K_BLOCK : a->k;
-    for (size_t row = row0; row < row1; row += tile_rows) {
-      size_t rows = row1 - row < tile_rows ? row1 - row : tile_rows;
+    size_t rows = 0;
+    for (size_t row = row0, t = 0; row < row1; row += rows, ++t) {
+      rows = found == ISA_AVX512 ? even + (t < more)
+                                 : (row1 - row < tile_rows ? row1 - row : tile_rows);
       const float* xp = a->x + row * a->k + k0;
       size_t xs = a->k;
       if (copy) {
