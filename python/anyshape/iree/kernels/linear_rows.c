@@ -123,6 +123,21 @@ static void copy_rows(const linear_rows_t* a, float* xp, size_t stride,
   }
 }
 
+// x's rows [row, row + rows) for k in [k0, k1): in place (`k` floats apart),
+// or where `copy`, copied into `copied` `stride` floats apart; `*xs` gets the
+// stride of the rows returned.
+static const float* rows_of_x(const linear_rows_t* a, int copy, float* copied,
+                              size_t stride, size_t row, size_t rows,
+                              size_t k0, size_t k1, size_t* xs) {
+  if (!copy) {
+    *xs = a->k;
+    return a->x + row * a->k + k0;
+  }
+  copy_rows(a, copied, stride, row, rows, k0, k1);
+  *xs = stride;
+  return copied;
+}
+
 // --------------------------------------------------------------------------
 // AVX-512: tiles of up to 15 rows by 2 panels (30 accumulators).
 // --------------------------------------------------------------------------
@@ -393,13 +408,9 @@ NOINLINE AVX512_FN static void two_tiles512(const linear_rows_t* a, size_t row0,
   const size_t first = WIDE512_ROWS, second = rows - first;
   for (size_t k0 = 0; k0 < a->k; k0 += PAIR_K_BLOCK) {
     size_t k1 = a->k - k0 > PAIR_K_BLOCK ? k0 + PAIR_K_BLOCK : a->k;
-    const float* xp = a->x + row0 * a->k + k0;
-    size_t xs = a->k;
-    if (copy) {
-      copy_rows(a, copied, PAIR_X_STRIDE, row0, rows, k0, k1);
-      xp = copied;
-      xs = PAIR_X_STRIDE;
-    }
+    size_t xs;
+    const float* xp =
+        rows_of_x(a, copy, copied, PAIR_X_STRIDE, row0, rows, k0, k1, &xs);
     for (size_t p = panel0; p < panel1; p += 2) {
       int np = panel1 - p >= 2 ? 2 : 1;
       for (size_t c0 = k0; c0 < k1; c0 += CHUNK) {
@@ -434,13 +445,8 @@ NOINLINE static void tiles(const linear_rows_t* a, int found, size_t row0,
     for (size_t row = row0, t = 0; row < row1; row += rows, ++t) {
       rows = found == ISA_AVX512 ? even + (t < more)
                                  : (row1 - row < tile_rows ? row1 - row : tile_rows);
-      const float* xp = a->x + row * a->k + k0;
-      size_t xs = a->k;
-      if (copy) {
-        copy_rows(a, copied, X_STRIDE, row, rows, k0, k1);
-        xp = copied;
-        xs = X_STRIDE;
-      }
+      size_t xs;
+      const float* xp = rows_of_x(a, copy, copied, X_STRIDE, row, rows, k0, k1, &xs);
       if (found == ISA_AVX512) {
         for (size_t p = panel0; p < panel1; p += 2)
           tile512(a, xp, xs, row, rows, p, panel1 - p >= 2 ? 2 : 1, k0, k1);
