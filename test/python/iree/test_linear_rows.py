@@ -361,3 +361,62 @@ def test_inline_object_is_still_written_empty(tmp_path):
     source.write_text(f"module {{{executable}{function}}}")
     subprocess.run([iree_tool("iree-compile"), str(source), *flags,
                     "-o", str(tmp_path / "path.vmfb")], check=True, capture_output=True)
+
+
+# What a worker's stack holds: the python runtime's workers overran theirs
+# when linear_rows.c's frames reached 62 KiB (their default is less than
+# --task_worker_stack_size=73728, which ran right), and the logits of a
+# DistilBERT classifier came out 1e-3 off, silently.
+FRAME_BUDGET = 40 * 1024
+SMALL_WORKER_STACK = 48 * 1024
+
+
+@pytest.mark.parametrize("kernel", ["linear_rows", "attention"])
+def test_the_kernels_frames_fit_the_workers_stack(tmp_path, kernel):
+    """Every function of each kernel, built as the module builds it, keeps
+    its frame under FRAME_BUDGET (GCC's -fstack-usage)."""
+    compiler = linear_rows._compiler()
+    if compiler is None:
+        pytest.skip("no C compiler")
+    source = linear_rows.SOURCE.with_name(f"{kernel}.c")
+    subprocess.run([compiler, *linear_rows.CFLAGS, "-fstack-usage", "-c", str(source),
+                    "-o", str(tmp_path / "k.o")], check=True, capture_output=True, cwd=tmp_path)
+    frames = {}
+    for line in (tmp_path / "k.su").read_text().splitlines():
+        where, size, _ = line.split("\t")
+        frames[where] = int(size)
+    assert frames and max(frames.values()) <= FRAME_BUDGET, sorted(frames.items(), key=lambda f: -f[1])[:3]
+
+
+_RUN_ON_SMALL_STACKS = """
+import sys
+import numpy as np
+import iree.runtime
+iree.runtime.flags.parse_flags(f"--task_worker_stack_size={sys.argv[2]}")
+import anyshape
+module = anyshape.load(sys.argv[1])
+for name in sys.argv[3:]:
+    np.save(name + ".out.npy", np.asarray(module(np.load(name + ".npy"))))
+"""
+
+
+@needs_kernel
+def test_products_run_on_workers_with_small_stacks(products, tmp_path):
+    """The module runs right on workers of SMALL_WORKER_STACK, in a process
+    of its own (a frame past a worker's stack ends it at the guard page, or
+    overwrites what lies beyond). One tile, two tiles and tiles of rows."""
+    model, module = products
+    module.save(tmp_path / "module")
+    shapes = {"one": (1, 15), "two": (3, 7), "tiles": (2, 17), "rows": (1, 333)}
+    inputs = {name: torch.randn(*shape, 64) for name, shape in shapes.items()}
+    for name, x in inputs.items():
+        np.save(tmp_path / f"{name}.npy", x.numpy())
+    done = subprocess.run([sys.executable, "-c", _RUN_ON_SMALL_STACKS, str(tmp_path / "module"),
+                           str(SMALL_WORKER_STACK), *(str(tmp_path / n) for n in shapes)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name, x in inputs.items():
+        with torch.no_grad():
+            want = model(x).numpy()
+        got = np.load(tmp_path / f"{name}.out.npy")
+        assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max()), name

@@ -36,13 +36,19 @@
 // reload the partial sums less often: on Zen 4 (2 threads, roberta-base's
 // products) 1024 ran 2-10 % ahead of 512 at every row count from 4 to 333,
 // with the AVX-512 and the AVX2 code alike, and 2048 or whole rows of k were
-// level with it. A tile's copy of x (below) is then up to 15 x 1040 floats,
-// 61 KiB of the worker's stack.
+// level with it.
 #define K_BLOCK 1024
-// A tile's rows of x are copied for each block of k, X_STRIDE floats apart:
-// rows of x a multiple of 4 KiB apart (k = 1024, 3072, ...) would share a set
-// of L1 and evict each other, 17 cache lines apart they do not.
-#define X_STRIDE (K_BLOCK + 16)
+// Rows of x a multiple of 4 KiB apart (k = 1024, 3072, ...) would share a
+// set of L1 and evict each other; a tile's rows are then copied, COPY_K of k
+// at a time, COPY_STRIDE floats (17 cache lines) apart, and the tile takes
+// those COPY_K in one call. The copies live on the worker's stack, and IREE's
+// workers have little of it: with copies of 1024 k (up to 62 KiB of frame)
+// the python runtime's workers overran theirs and a DistilBERT classifier's
+// logits came out 1e-3 off, silently, where `--task_worker_stack_size=73728`
+// or more gave 3e-7 (test_the_kernel_fits_the_workers_stack). With copies of
+// 256 k every frame is under 32 KiB.
+#define COPY_K 256
+#define COPY_STRIDE (COPY_K + 16)
 // Each step over k reads one cache line of each panel; the line read
 // PREFETCH_STEPS steps later is asked for now. The hardware prefetchers alone
 // let a tile wait on the weights' first read from memory with its FMAs idle:
@@ -75,11 +81,6 @@
 #define TILES512_ROWS 14  // the most rows of a tile past TWO_TILES_MAX (tiles)
 #define TWO_TILES_MAX 28
 #define CHUNK 256
-// The two tiles' blocks of k: their rows of x (copied where they share L1
-// sets) are up to 28 x 528 floats, 58 KiB of the worker's stack (IREE's
-// workers have 128 KiB).
-#define PAIR_K_BLOCK 512
-#define PAIR_X_STRIDE (PAIR_K_BLOCK + 16)
 
 typedef struct {
   const float* x;       // rows of x, `k` floats apart
@@ -388,12 +389,12 @@ NOINLINE AVX512_FN static void one_tile512(const linear_rows_t* a, size_t row0,
       tile512(a, xp, a->k, row0, rows, p, panel1 - p >= 2 ? 2 : 1, 0, a->k);
     return;
   }
-  float copied[WIDE512_ROWS * X_STRIDE];
-  for (size_t k0 = 0; k0 < a->k; k0 += K_BLOCK) {
-    size_t k1 = a->k - k0 > K_BLOCK ? k0 + K_BLOCK : a->k;
-    copy_rows(a, copied, X_STRIDE, row0, rows, k0, k1);
+  float copied[WIDE512_ROWS * COPY_STRIDE];
+  for (size_t k0 = 0; k0 < a->k; k0 += COPY_K) {
+    size_t k1 = a->k - k0 > COPY_K ? k0 + COPY_K : a->k;
+    copy_rows(a, copied, COPY_STRIDE, row0, rows, k0, k1);
     for (size_t p = panel0; p < panel1; p += 2)
-      tile512(a, copied, X_STRIDE, row0, rows, p, panel1 - p >= 2 ? 2 : 1, k0, k1);
+      tile512(a, copied, COPY_STRIDE, row0, rows, p, panel1 - p >= 2 ? 2 : 1, k0, k1);
   }
 }
 
@@ -403,14 +404,15 @@ NOINLINE AVX512_FN static void one_tile512(const linear_rows_t* a, size_t row0,
 NOINLINE AVX512_FN static void two_tiles512(const linear_rows_t* a, size_t row0,
                                             size_t rows, size_t panel0,
                                             size_t panel1) {
-  float copied[TWO_TILES_MAX * PAIR_X_STRIDE];
+  float copied[TWO_TILES_MAX * COPY_STRIDE];
   const int copy = rows_share_l1_sets(a->k, rows);
   const size_t first = WIDE512_ROWS, second = rows - first;
-  for (size_t k0 = 0; k0 < a->k; k0 += PAIR_K_BLOCK) {
-    size_t k1 = a->k - k0 > PAIR_K_BLOCK ? k0 + PAIR_K_BLOCK : a->k;
+  const size_t block = copy ? COPY_K : a->k;
+  for (size_t k0 = 0; k0 < a->k; k0 += block) {
+    size_t k1 = a->k - k0 > block ? k0 + block : a->k;
     size_t xs;
     const float* xp =
-        rows_of_x(a, copy, copied, PAIR_X_STRIDE, row0, rows, k0, k1, &xs);
+        rows_of_x(a, copy, copied, COPY_STRIDE, row0, rows, k0, k1, &xs);
     for (size_t p = panel0; p < panel1; p += 2) {
       int np = panel1 - p >= 2 ? 2 : 1;
       for (size_t c0 = k0; c0 < k1; c0 += CHUNK) {
@@ -438,21 +440,26 @@ NOINLINE static void tiles(const linear_rows_t* a, int found, size_t row0,
   const size_t count = (row1 - row0 + tile_rows - 1) / tile_rows;
   const size_t even = (row1 - row0) / count, more = (row1 - row0) % count;
   const int copy = rows_share_l1_sets(a->k, tile_rows);
-  float copied[TILES512_ROWS * X_STRIDE];
-  for (size_t k0 = 0; k0 < a->k; k0 += K_BLOCK) {
-    size_t k1 = a->k - k0 > K_BLOCK ? k0 + K_BLOCK : a->k;
+  float copied[TILES512_ROWS * COPY_STRIDE];
+  const size_t step = copy ? COPY_K : K_BLOCK;
+  for (size_t kb = 0; kb < a->k; kb += K_BLOCK) {
+    size_t kb1 = a->k - kb > K_BLOCK ? kb + K_BLOCK : a->k;
     size_t rows = 0;
     for (size_t row = row0, t = 0; row < row1; row += rows, ++t) {
       rows = found == ISA_AVX512 ? even + (t < more)
                                  : (row1 - row < tile_rows ? row1 - row : tile_rows);
-      size_t xs;
-      const float* xp = rows_of_x(a, copy, copied, X_STRIDE, row, rows, k0, k1, &xs);
-      if (found == ISA_AVX512) {
-        for (size_t p = panel0; p < panel1; p += 2)
-          tile512(a, xp, xs, row, rows, p, panel1 - p >= 2 ? 2 : 1, k0, k1);
-      } else {
-        for (size_t p = panel0; p < panel1; ++p)
-          tile256(a, xp, xs, row, rows, p, k0, k1);
+      for (size_t k0 = kb; k0 < kb1; k0 += step) {
+        size_t k1 = kb1 - k0 > step ? k0 + step : kb1;
+        size_t xs;
+        const float* xp =
+            rows_of_x(a, copy, copied, COPY_STRIDE, row, rows, k0, k1, &xs);
+        if (found == ISA_AVX512) {
+          for (size_t p = panel0; p < panel1; p += 2)
+            tile512(a, xp, xs, row, rows, p, panel1 - p >= 2 ? 2 : 1, k0, k1);
+        } else {
+          for (size_t p = panel0; p < panel1; ++p)
+            tile256(a, xp, xs, row, rows, p, k0, k1);
+        }
       }
     }
   }
