@@ -61,13 +61,13 @@ def _packed(weight: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
 def test_every_path_computes_every_row_count_exactly(tmp_path, isa):
-    """Rows 1 to 31 (every remainder of a 16-row tile, and of the kernel's 12-
-    and 6-row tiles; one tile of up to 15 rows, two tiles taking chunks of k
-    in turn for 16 to 28, tiles of 12 past that), whole tiles, and more rows
-    than one workgroup takes; n
+    """Rows 1 to 31 (every remainder of a 16-row tile and of the kernel's
+    6-row AVX2 tiles; one AVX-512 tile of up to 15 rows, two tiles taking
+    chunks of k in turn for 16 to 28, rows dealt out to tiles of up to 14
+    past that), whole tiles, and more rows than one workgroup takes; n
     with a partial last panel; k within one block with an odd count (301: x
-    read in place), one whole block (1024: x's rows copied, as they share L1
-    sets), and three blocks, the last one short (2560: each block resumes
+    read in place), one whole block (1024: x's rows copied 256 k at a time,
+    as they share L1 sets), and three blocks, the last one short (2560: each block resumes
     from the partial sums the last one stored). Split over workgroups as IREE
     splits the dispatch (3 x 2 of them), and over one."""
     if linear_rows._compiler() is None:

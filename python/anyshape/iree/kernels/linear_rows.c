@@ -45,7 +45,7 @@
 // workers have little of it: with copies of 1024 k (up to 62 KiB of frame)
 // the python runtime's workers overran theirs and a DistilBERT classifier's
 // logits came out 1e-3 off, silently, where `--task_worker_stack_size=73728`
-// or more gave 3e-7 (test_the_kernel_fits_the_workers_stack). With copies of
+// or more gave 3e-7 (test_the_kernels_frames_fit_the_workers_stack). With copies of
 // 256 k every frame is under 32 KiB.
 #define COPY_K 256
 #define COPY_STRIDE (COPY_K + 16)
@@ -66,8 +66,8 @@
 // second pass over the whole k out of L2 cost 2 ms for one row of
 // roberta-base's products on a Xeon (2 threads), 12 % of the call. So up to
 // TWO_TILES_MAX rows the two tiles take each CHUNK of k of a panel pair in
-// turn, the second while it is in L1; past that, tiles of 12 over blocks of
-// K_BLOCK (below) were level or ahead. In a C harness of roberta-base's 72
+// turn, the second while it is in L1; past that, tiles over blocks of
+// K_BLOCK (tiles(), below) were level or ahead. In a C harness of roberta-base's 72
 // products (Xeon, 2 threads, best of 3 in 3 rounds), two tiles against
 // tiles of 12: 16 rows 20.3 against 20.4-22.4 ms, 26 rows 25.0-25.6 against
 // 26.5-27.1, 28 rows 26.3-27.0 against 26.0-26.7, 30 rows 27.7-28.7 against
@@ -383,18 +383,15 @@ static void row_portable(const linear_rows_t* a, size_t row, size_t panel) {
 NOINLINE AVX512_FN static void one_tile512(const linear_rows_t* a, size_t row0,
                                            size_t rows, size_t panel0,
                                            size_t panel1) {
-  if (!rows_share_l1_sets(a->k, rows)) {
-    const float* xp = a->x + row0 * a->k;
-    for (size_t p = panel0; p < panel1; p += 2)
-      tile512(a, xp, a->k, row0, rows, p, panel1 - p >= 2 ? 2 : 1, 0, a->k);
-    return;
-  }
   float copied[WIDE512_ROWS * COPY_STRIDE];
-  for (size_t k0 = 0; k0 < a->k; k0 += COPY_K) {
-    size_t k1 = a->k - k0 > COPY_K ? k0 + COPY_K : a->k;
-    copy_rows(a, copied, COPY_STRIDE, row0, rows, k0, k1);
+  const int copy = rows_share_l1_sets(a->k, rows);
+  const size_t block = copy ? COPY_K : a->k;
+  for (size_t k0 = 0; k0 < a->k; k0 += block) {
+    size_t k1 = a->k - k0 > block ? k0 + block : a->k;
+    size_t xs;
+    const float* xp = rows_of_x(a, copy, copied, COPY_STRIDE, row0, rows, k0, k1, &xs);
     for (size_t p = panel0; p < panel1; p += 2)
-      tile512(a, copied, COPY_STRIDE, row0, rows, p, panel1 - p >= 2 ? 2 : 1, k0, k1);
+      tile512(a, xp, xs, row0, rows, p, panel1 - p >= 2 ? 2 : 1, k0, k1);
   }
 }
 
