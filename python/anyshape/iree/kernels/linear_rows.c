@@ -31,6 +31,10 @@
 #include "isa.h"
 
 #define PANEL 16
+// Each path keeps its copy of x on its own frame, and the tiles of one pass
+// theirs (noinline): inlined into one function, their frames would add up
+// past the worker's stack.
+#define NOINLINE __attribute__((noinline))
 // Blocks of k: a block of a workgroup's panels stays in L2 across its tiles
 // of rows. Longer blocks stream the weights in longer runs and store and
 // reload the partial sums less often: on Zen 4 (2 threads, roberta-base's
@@ -61,26 +65,45 @@
 // streams its weights from memory, a tile's FMAs wait on them much of the
 // time, so the rows of one tile cost little more than one row. The widest
 // tile (15 rows by 2 panels: 30 accumulators and 2 rows of weights, all 32
-// zmm registers) therefore takes up to 15 rows in one pass. More rows need a
-// second tile, whose FMAs run after the first tile's pass, not under it: a
-// second pass over the whole k out of L2 cost 2 ms for one row of
-// roberta-base's products on a Xeon (2 threads), 12 % of the call. So up to
-// TWO_TILES_MAX rows the two tiles take each CHUNK of k of a panel pair in
-// turn, the second while it is in L1; past that, tiles over blocks of
-// K_BLOCK (tiles(), below) were level or ahead. In a C harness of roberta-base's 72
-// products (Xeon, 2 threads, best of 3 in 3 rounds), two tiles against
-// tiles of 12: 16 rows 20.3 against 20.4-22.4 ms, 26 rows 25.0-25.6 against
-// 26.5-27.1, 28 rows 26.3-27.0 against 26.0-26.7, 30 rows 27.7-28.7 against
-// 26.7-28.2. In the compiled model (bench/steps.py) the switch to tiles of
-// 12 stepped +7.3 % from 26 to 27 rows, and +3.3 % from 28 to 29.
-// Measured and not kept: chunks of 64, 128 or 512 k; the second tile not
-// asking for lines ahead; whole rows of k where x is not copied; tiles of 16
-// and 17 rows (GCC keeps 2 or 4 of their accumulators on the stack), which
-// move the step from 15 -> 16 to 16 -> 17 or 17 -> 18 and keep its size.
+// zmm registers) therefore takes up to 15 rows in one pass. A second tile
+// over the same weights runs after the first, not under it. Before this
+// pass (at 3d37ea2) a second tile of one row, taking each 256 k of a panel
+// pair from L1 after the first, cost 1.4 ms on roberta-base's 72 products
+// in a C harness (Xeon, 2 threads: +9 % from 15 to 16 rows), where a rerun
+// of it on the same, hot, weights cost 0.7: its loads and FMAs overlapped
+// nothing, and the memory stream paused under it.
+//
+// So from 16 to ONE_PASS_MAX rows one tile takes all the rows in one pass
+// (one_pass512): some rows keep their sums in registers, the others in a
+// buffer in L1, each loaded, given several steps' FMAs and stored, so that
+// the stores stay well under one per FMA. In the compiled model
+// (bench/steps.py, anyshape alone, 24-40 rounds) 15 -> 16 went from +7.4 %
+// to +3.3 to +5.1 % (four runs) and 16 -> 17 from +6.3 % to +3.0 to +4.2 %.
+// Measured and not kept (C harness, roberta-base's products, medians of 9-25 rounds):
+// - one FMA per load and store of a held sum (as GCC's own spills of a tile
+//   of 18 or more rows): 20-40 % slower from 20 rows on, the stores;
+// - 2, 3 or 8 steps per load and store with 4 to 14 rows in registers up
+//   to 28 rows: level or behind 4 steps with 12; past 28 rows, 6 with 8
+//   (8 with 6 level);
+// - held sums taking their rows of weights from L1 rather than registers,
+//   with 13 or 14 rows in registers: 5-25 % slower hot;
+// - the second tile (of the kernel before) asking for the next chunk's
+//   lines at the memory's pace while it ran (every 4 to 32 steps, into L1
+//   or L2): level;
+// - GCC's own tile of 16 rows (3 sums spilled) for 16 rows: +2.8 % from 15
+//   to 16 in the model but +5.4 % from 16 to 17 (the two steps add up to
+//   the same).
+// Past 32 rows, tiles over blocks of K_BLOCK (tiles(), below): from 33 to
+// 36 rows the pass was 2.6-4 % slower than they were, and its steps were
+// +3.4 % from 32 to 33 rows with tiles past 32 (+6.5 % from 28 to 29 when
+// tiles took over past 28).
 #define WIDE512_ROWS 15
-#define TILES512_ROWS 14  // the most rows of a tile past TWO_TILES_MAX (tiles)
-#define TWO_TILES_MAX 28
-#define CHUNK 256
+#define ONE_PASS_MAX 32
+// The pass copies x 128 k at a time: 32 rows in 18 KiB of its frame (256 k
+// at a time was level from 16 to 28 rows).
+#define PASS_K 128
+#define PASS_STRIDE (PASS_K + 16)
+#define TILES512_ROWS 14  // the most rows of a tile past ONE_PASS_MAX (tiles)
 
 typedef struct {
   const float* x;       // rows of x, `k` floats apart
@@ -247,6 +270,122 @@ AVX512_FN static void tile512(const linear_rows_t* a, const float* xp, size_t xs
 #undef CASE512
 }
 
+// One tile of MR rows (WIDE512_ROWS < MR <= ONE_PASS_MAX) by the 2 panels
+// from `panel`, over k in [k0, k1), x copied (`xp`, PASS_STRIDE floats
+// apart). Rows [0, REG_ROWS) keep their accumulators in registers, the rest
+// in `held` (2 x 16 floats a row, 64-byte aligned): every SPILL_STEPS steps
+// of k, while those steps' rows of weights stay in registers, each held sum
+// is loaded, given its SPILL_STEPS FMAs in order over k, and stored.
+#define DEFINE_PASS512(MR, STEPS, REGS)                                        \
+  AVX512_FN static void pass512_##MR(const linear_rows_t* a, const float* xp,  \
+                                     size_t row, size_t panel, size_t k0,      \
+                                     size_t k1, float* held) {                 \
+    enum { SPILL_STEPS = (STEPS), REG_ROWS = (REGS), HELD = (MR) - (REGS) };  \
+    const size_t k = a->k, steps = k1 - k0;                                    \
+    const float* w[2] = {a->packed + panel * k * PANEL + k0 * PANEL,           \
+                         a->packed + (panel + 1) * k * PANEL + k0 * PANEL};    \
+    const __mmask16 mask[2] = {mask16(panel_cols(a, panel)),                   \
+                               mask16(panel_cols(a, panel + 1))};              \
+    __m512 acc[REG_ROWS][2];                                                   \
+    for (int r = 0; r < (MR); ++r)                                             \
+      for (int p = 0; p < 2; ++p) {                                            \
+        __m512 v = k0 > 0 ? _mm512_maskz_loadu_ps(                             \
+                                mask[p],                                       \
+                                a->y + (row + r) * a->n + (panel + p) * PANEL) \
+                          : _mm512_setzero_ps();                               \
+        if (r < REG_ROWS)                                                      \
+          acc[r < REG_ROWS ? r : 0][p] = v;                                    \
+        else                                                                   \
+          _mm512_store_ps(held + ((r - REG_ROWS) * 2 + p) * PANEL, v);         \
+      }                                                                        \
+    size_t i = 0;                                                              \
+    for (; i + SPILL_STEPS <= steps; i += SPILL_STEPS) {                       \
+      __m512 b[SPILL_STEPS][2];                                                \
+      for (int s = 0; s < SPILL_STEPS; ++s)                                    \
+        for (int p = 0; p < 2; ++p) {                                          \
+          const float* line = w[p] + (i + s) * PANEL;                          \
+          b[s][p] = _mm512_loadu_ps(line);                                     \
+          _mm_prefetch((const char*)(line + PREFETCH_STEPS * PANEL),           \
+                       _MM_HINT_T0);                                           \
+        }                                                                      \
+      const float* xi = xp + i;                                                \
+      for (int r = 0; r < REG_ROWS; ++r)                                       \
+        for (int s = 0; s < SPILL_STEPS; ++s) {                                \
+          __m512 xv = _mm512_set1_ps(xi[r * PASS_STRIDE + s]);                 \
+          for (int p = 0; p < 2; ++p)                                          \
+            acc[r][p] = _mm512_fmadd_ps(xv, b[s][p], acc[r][p]);               \
+        }                                                                      \
+      for (int r = 0; r < HELD; ++r)                                           \
+        for (int p = 0; p < 2; ++p) {                                          \
+          float* sums = held + (r * 2 + p) * PANEL;                            \
+          __m512 sum = _mm512_load_ps(sums);                                   \
+          for (int s = 0; s < SPILL_STEPS; ++s)                                \
+            sum = _mm512_fmadd_ps(                                             \
+                _mm512_set1_ps(xi[(REG_ROWS + r) * PASS_STRIDE + s]),          \
+                b[s][p], sum);                                                 \
+          _mm512_store_ps(sums, sum);                                          \
+        }                                                                      \
+    }                                                                          \
+    for (; i < steps; ++i) {                                                   \
+      __m512 b[2] = {_mm512_loadu_ps(w[0] + i * PANEL),                        \
+                     _mm512_loadu_ps(w[1] + i * PANEL)};                       \
+      for (int r = 0; r < (MR); ++r) {                                         \
+        __m512 xv = _mm512_set1_ps(xp[r * PASS_STRIDE + i]);                   \
+        for (int p = 0; p < 2; ++p) {                                          \
+          if (r < REG_ROWS) {                                                  \
+            __m512* sum = &acc[r < REG_ROWS ? r : 0][p];                       \
+            *sum = _mm512_fmadd_ps(xv, b[p], *sum);                            \
+          } else {                                                             \
+            float* sums = held + ((r - REG_ROWS) * 2 + p) * PANEL;             \
+            _mm512_store_ps(sums,                                              \
+                            _mm512_fmadd_ps(xv, b[p], _mm512_load_ps(sums)));  \
+          }                                                                    \
+        }                                                                      \
+      }                                                                        \
+    }                                                                          \
+    const int last = k1 == k;                                                  \
+    for (int p = 0; p < 2; ++p) {                                              \
+      size_t col = (panel + p) * PANEL;                                        \
+      __m512 bias = last && a->bias                                            \
+                        ? _mm512_maskz_loadu_ps(mask[p], a->bias + col)        \
+                        : _mm512_setzero_ps();                                 \
+      for (int r = 0; r < (MR); ++r) {                                         \
+        __m512 sum =                                                           \
+            r < REG_ROWS                                                       \
+                ? acc[r < REG_ROWS ? r : 0][p]                                 \
+                : _mm512_load_ps(held + ((r - REG_ROWS) * 2 + p) * PANEL);     \
+        if (last) sum = _mm512_add_ps(sum, bias);                              \
+        _mm512_mask_storeu_ps(a->y + (row + r) * a->n + col, mask[p], sum);    \
+      }                                                                        \
+    }                                                                          \
+  }
+
+// Up to 28 rows, 12 in registers and the held ones 4 steps at a time; past
+// that 8 and 6 (SPILL_STEPS and REG_ROWS, measured in the kernel's notes).
+DEFINE_PASS512(16, 4, 12) DEFINE_PASS512(17, 4, 12) DEFINE_PASS512(18, 4, 12)
+DEFINE_PASS512(19, 4, 12) DEFINE_PASS512(20, 4, 12) DEFINE_PASS512(21, 4, 12)
+DEFINE_PASS512(22, 4, 12) DEFINE_PASS512(23, 4, 12) DEFINE_PASS512(24, 4, 12)
+DEFINE_PASS512(25, 4, 12) DEFINE_PASS512(26, 4, 12) DEFINE_PASS512(27, 4, 12)
+DEFINE_PASS512(28, 4, 12) DEFINE_PASS512(29, 6, 8) DEFINE_PASS512(30, 6, 8)
+DEFINE_PASS512(31, 6, 8) DEFINE_PASS512(32, 6, 8)
+
+NOINLINE AVX512_FN static void pass512(const linear_rows_t* a, const float* xp,
+                                       size_t row, size_t rows, size_t panel,
+                                       size_t k0, size_t k1, float* held) {
+#define CASE_PASS512(MR) \
+  case MR:               \
+    pass512_##MR(a, xp, row, panel, k0, k1, held); \
+    return;
+  switch (rows) {
+    CASE_PASS512(16) CASE_PASS512(17) CASE_PASS512(18) CASE_PASS512(19)
+    CASE_PASS512(20) CASE_PASS512(21) CASE_PASS512(22) CASE_PASS512(23)
+    CASE_PASS512(24) CASE_PASS512(25) CASE_PASS512(26) CASE_PASS512(27)
+    CASE_PASS512(28) CASE_PASS512(29) CASE_PASS512(30) CASE_PASS512(31)
+    CASE_PASS512(32)
+  }
+#undef CASE_PASS512
+}
+
 // --------------------------------------------------------------------------
 // AVX2: tiles of up to 6 rows by 1 panel (two 8-wide halves, 12 accumulators).
 // --------------------------------------------------------------------------
@@ -372,9 +511,6 @@ static void row_portable(const linear_rows_t* a, size_t row, size_t panel) {
 // One workgroup: rows [row0, row1) by panels [panel0, panel1).
 // --------------------------------------------------------------------------
 
-// Each path keeps its copy of x on its own frame (noinline): inlined into one
-// function, their frames would add up past the worker's stack.
-#define NOINLINE __attribute__((noinline))
 
 // One AVX-512 tile of up to WIDE512_ROWS rows (a decode step's batch, a
 // short prompt): each panel is read once. Where the rows do not share L1
@@ -395,28 +531,27 @@ NOINLINE AVX512_FN static void one_tile512(const linear_rows_t* a, size_t row0,
   }
 }
 
-// Two AVX-512 tiles, the first of WIDE512_ROWS rows and the second of the
-// rest, take each CHUNK of k of a panel pair in turn: the first reads it
-// from memory (or L2), the second from L1.
-NOINLINE AVX512_FN static void two_tiles512(const linear_rows_t* a, size_t row0,
-                                            size_t rows, size_t panel0,
-                                            size_t panel1) {
-  float copied[TWO_TILES_MAX * COPY_STRIDE];
-  const int copy = rows_share_l1_sets(a->k, rows);
-  const size_t first = WIDE512_ROWS, second = rows - first;
-  const size_t block = copy ? COPY_K : a->k;
-  for (size_t k0 = 0; k0 < a->k; k0 += block) {
-    size_t k1 = a->k - k0 > block ? k0 + block : a->k;
+// One AVX-512 pass of WIDE512_ROWS + 1 to ONE_PASS_MAX rows (pass512):
+// x is copied PASS_K at a time, so that one register addresses every row's
+// values (a constant PASS_STRIDE apart) and the registers are left to the
+// sums. A last odd panel takes tiles of one panel, the weights in L1 after
+// the first.
+NOINLINE AVX512_FN static void one_pass512(const linear_rows_t* a, size_t row0,
+                                           size_t rows, size_t panel0,
+                                           size_t panel1) {
+  float copied[ONE_PASS_MAX * PASS_STRIDE];
+  __attribute__((aligned(64))) float held[ONE_PASS_MAX * 2 * PANEL];  // more than enough
+  for (size_t k0 = 0; k0 < a->k; k0 += PASS_K) {
+    size_t k1 = a->k - k0 > PASS_K ? k0 + PASS_K : a->k;
     size_t xs;
-    const float* xp =
-        rows_of_x(a, copy, copied, COPY_STRIDE, row0, rows, k0, k1, &xs);
+    const float* xp = rows_of_x(a, 1, copied, PASS_STRIDE, row0, rows, k0, k1, &xs);
     for (size_t p = panel0; p < panel1; p += 2) {
-      int np = panel1 - p >= 2 ? 2 : 1;
-      for (size_t c0 = k0; c0 < k1; c0 += CHUNK) {
-        size_t c1 = k1 - c0 > CHUNK ? c0 + CHUNK : k1;
-        tile512(a, xp + (c0 - k0), xs, row0, first, p, np, c0, c1);
-        tile512(a, xp + first * xs + (c0 - k0), xs, row0 + first, second, p, np,
-                c0, c1);
+      if (panel1 - p >= 2) {
+        pass512(a, xp, row0, rows, p, k0, k1, held);
+      } else {
+        for (size_t r = 0; r < rows; r += WIDE512_ROWS)
+          tile512(a, xp + r * xs, xs, row0 + r,
+                  rows - r < WIDE512_ROWS ? rows - r : WIDE512_ROWS, p, 1, k0, k1);
       }
     }
   }
@@ -476,8 +611,8 @@ static void block(const linear_rows_t* a, size_t row0, size_t row1,
       one_tile512(a, row0, rows, panel0, panel1);
       return;
     }
-    if (rows <= TWO_TILES_MAX) {
-      two_tiles512(a, row0, rows, panel0, panel1);
+    if (rows <= ONE_PASS_MAX) {
+      one_pass512(a, row0, rows, panel0, panel1);
       return;
     }
   } else if (rows <= TILE256_ROWS && !rows_share_l1_sets(a->k, rows)) {
