@@ -64,7 +64,8 @@ def test_every_path_computes_every_row_count_exactly(tmp_path, isa):
     """Rows 1 to 37 (every remainder of a 16-row tile and of the kernel's
     6-row AVX2 tiles; one AVX-512 tile of up to 15 rows, one pass for 16 to
     32 with the sums of the rows past 12 (8 past 28 rows) held in L1, rows
-    dealt out to tiles of up to 14 past that), whole tiles, and more rows than one
+    dealt out to tiles of up to 14 past that; on AVX2 one tile of up to 6
+    rows, one pass for 7 to 32 and passes of up to 32 past that), whole tiles, and more rows than one
     workgroup takes; n with a partial last panel (and an odd panel, 37 and
     40); k within one block with an odd count (301: x read in place up to 15
     rows, and steps of k left over from the held rows' 4 at a time), one whole block (1024: x's rows copied 256 k at a time,

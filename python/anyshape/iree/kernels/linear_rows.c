@@ -392,6 +392,7 @@ NOINLINE AVX512_FN static void pass512(const linear_rows_t* a, const float* xp,
 
 #define AVX2_FN __attribute__((target("avx2,fma")))
 #define TILE256_ROWS 6
+#define ONE_PASS256_MAX 32  // one pass256 past TILE256_ROWS; tiles of up to this past it
 
 // The first `cols` of 8 floats, the rest zero.
 AVX2_FN static inline __m256 load8(const float* p, size_t cols) {
@@ -490,6 +491,172 @@ AVX2_FN static void tile256(const linear_rows_t* a, const float* xp, size_t xs, 
   }
 }
 
+// As DEFINE_PASS512, for one panel as two halves of 8 columns: rows past
+// REG_ROWS keep their sums in `held` (2 x 8 floats a row, 32-byte aligned).
+// With the 16 ymm registers, 3 rows in registers and the held sums 4 steps
+// at a time (8 registers of weights). The AVX2 code, forced on the Xeon with
+// AVX-512 (its only host this session), in the compiled model
+// (bench/steps.py, anyshape alone, 16 rounds): tiles of 6 rows, each past
+// the first reading its block out of L2, stepped +20.3 % from 6 to 7 rows,
+// +12.9 % from 12 to 13, +12.4 % from 18 to 19 and +8.3 % from 24 to 25;
+// one pass of 7 to 32 rows +0.4, +7.3 (+4.1 and +10.7 in the two orders),
+// +3.6 and +2.7 %, and 16 rows took 25.0 ms instead of 32.8. Past 32 rows
+// the tiles are passes of up to 32 rows (tiles()): 32 -> 33 +12.5 %.
+// 2 steps with 5 or 4 rows in registers were behind in a C harness.
+#define DEFINE_PASS256(MR, STEPS, REGS)                                      \
+  AVX2_FN static void pass256_##MR(const linear_rows_t* a, const float* xp,  \
+                                   size_t row, size_t panel, size_t k0,      \
+                                   size_t k1, float* held) {                 \
+    enum { SPILL_STEPS = (STEPS), REG_ROWS = (REGS), HELD = (MR) - (REGS) }; \
+    const size_t k = a->k, steps = k1 - k0;                                  \
+    const float* w = a->packed + panel * k * PANEL + k0 * PANEL;             \
+    const size_t col = panel * PANEL, cols = panel_cols(a, panel);           \
+    const size_t cols_hi = cols > 8 ? cols - 8 : 0;                          \
+    __m256 acc[REG_ROWS][2];                                                 \
+    for (int r = 0; r < (MR); ++r) {                                         \
+      const float* y = a->y + (row + r) * a->n + col;                        \
+      __m256 lo = k0 > 0 ? load8(y, cols) : _mm256_setzero_ps();             \
+      __m256 hi = k0 > 0 && cols_hi ? load8(y + 8, cols_hi)                  \
+                                    : _mm256_setzero_ps();                   \
+      if (r < REG_ROWS) {                                                    \
+        acc[r < REG_ROWS ? r : 0][0] = lo;                                   \
+        acc[r < REG_ROWS ? r : 0][1] = hi;                                   \
+      } else {                                                               \
+        _mm256_store_ps(held + (r - REG_ROWS) * PANEL, lo);                  \
+        _mm256_store_ps(held + (r - REG_ROWS) * PANEL + 8, hi);              \
+      }                                                                      \
+    }                                                                        \
+    size_t i = 0;                                                            \
+    for (; i + SPILL_STEPS <= steps; i += SPILL_STEPS) {                     \
+      __m256 b[SPILL_STEPS][2];                                              \
+      for (int s = 0; s < SPILL_STEPS; ++s) {                                \
+        const float* line = w + (i + s) * PANEL;                             \
+        b[s][0] = _mm256_loadu_ps(line);                                     \
+        b[s][1] = _mm256_loadu_ps(line + 8);                                 \
+        _mm_prefetch((const char*)(line + PREFETCH_STEPS * PANEL),           \
+                     _MM_HINT_T0);                                           \
+      }                                                                      \
+      const float* xi = xp + i;                                              \
+      for (int r = 0; r < REG_ROWS; ++r)                                     \
+        for (int s = 0; s < SPILL_STEPS; ++s) {                              \
+          __m256 xv = _mm256_broadcast_ss(xi + r * PASS_STRIDE + s);         \
+          for (int h = 0; h < 2; ++h)                                        \
+            acc[r][h] = _mm256_fmadd_ps(xv, b[s][h], acc[r][h]);             \
+        }                                                                    \
+      for (int r = 0; r < HELD; ++r)                                         \
+        for (int h = 0; h < 2; ++h) {                                        \
+          float* sums = held + r * PANEL + h * 8;                            \
+          __m256 sum = _mm256_load_ps(sums);                                 \
+          for (int s = 0; s < SPILL_STEPS; ++s)                              \
+            sum = _mm256_fmadd_ps(                                           \
+                _mm256_broadcast_ss(xi + (REG_ROWS + r) * PASS_STRIDE + s),  \
+                b[s][h], sum);                                               \
+          _mm256_store_ps(sums, sum);                                        \
+        }                                                                    \
+    }                                                                        \
+    for (; i < steps; ++i) {                                                 \
+      __m256 b[2] = {_mm256_loadu_ps(w + i * PANEL),                         \
+                     _mm256_loadu_ps(w + i * PANEL + 8)};                    \
+      for (int r = 0; r < (MR); ++r) {                                       \
+        __m256 xv = _mm256_broadcast_ss(xp + r * PASS_STRIDE + i);           \
+        for (int h = 0; h < 2; ++h) {                                        \
+          if (r < REG_ROWS) {                                                \
+            __m256* sum = &acc[r < REG_ROWS ? r : 0][h];                     \
+            *sum = _mm256_fmadd_ps(xv, b[h], *sum);                          \
+          } else {                                                           \
+            float* sums = held + (r - REG_ROWS) * PANEL + h * 8;             \
+            _mm256_store_ps(sums,                                            \
+                            _mm256_fmadd_ps(xv, b[h], _mm256_load_ps(sums)));\
+          }                                                                  \
+        }                                                                    \
+      }                                                                      \
+    }                                                                        \
+    const int last = k1 == k;                                                \
+    __m256 bias0 = _mm256_setzero_ps(), bias1 = _mm256_setzero_ps();         \
+    if (last && a->bias) {                                                   \
+      bias0 = load8(a->bias + col, cols);                                    \
+      if (cols_hi) bias1 = load8(a->bias + col + 8, cols_hi);                \
+    }                                                                        \
+    for (int r = 0; r < (MR); ++r) {                                         \
+      const int reg = r < REG_ROWS;                                          \
+      const float* sums = held + (reg ? 0 : r - REG_ROWS) * PANEL;           \
+      __m256 lo = reg ? acc[reg ? r : 0][0] : _mm256_load_ps(sums);          \
+      __m256 hi = reg ? acc[reg ? r : 0][1] : _mm256_load_ps(sums + 8);      \
+      if (last) {                                                            \
+        lo = _mm256_add_ps(lo, bias0);                                       \
+        hi = _mm256_add_ps(hi, bias1);                                       \
+      }                                                                      \
+      float* y = a->y + (row + r) * a->n + col;                              \
+      store8(y, lo, cols);                                                   \
+      if (cols_hi) store8(y + 8, hi, cols_hi);                               \
+    }                                                                        \
+  }
+
+DEFINE_PASS256(7, 4, 3)
+DEFINE_PASS256(8, 4, 3)
+DEFINE_PASS256(9, 4, 3)
+DEFINE_PASS256(10, 4, 3)
+DEFINE_PASS256(11, 4, 3)
+DEFINE_PASS256(12, 4, 3)
+DEFINE_PASS256(13, 4, 3)
+DEFINE_PASS256(14, 4, 3)
+DEFINE_PASS256(15, 4, 3)
+DEFINE_PASS256(16, 4, 3)
+DEFINE_PASS256(17, 4, 3)
+DEFINE_PASS256(18, 4, 3)
+DEFINE_PASS256(19, 4, 3)
+DEFINE_PASS256(20, 4, 3)
+DEFINE_PASS256(21, 4, 3)
+DEFINE_PASS256(22, 4, 3)
+DEFINE_PASS256(23, 4, 3)
+DEFINE_PASS256(24, 4, 3)
+DEFINE_PASS256(25, 4, 3)
+DEFINE_PASS256(26, 4, 3)
+DEFINE_PASS256(27, 4, 3)
+DEFINE_PASS256(28, 4, 3)
+DEFINE_PASS256(29, 4, 3)
+DEFINE_PASS256(30, 4, 3)
+DEFINE_PASS256(31, 4, 3)
+DEFINE_PASS256(32, 4, 3)
+
+NOINLINE AVX2_FN static void pass256(const linear_rows_t* a, const float* xp,
+                                     size_t row, size_t rows, size_t panel,
+                                     size_t k0, size_t k1, float* held) {
+#define CASE_PASS256(MR) \
+  case MR:               \
+    pass256_##MR(a, xp, row, panel, k0, k1, held); \
+    return;
+  switch (rows) {
+    CASE_PASS256(7)
+    CASE_PASS256(8)
+    CASE_PASS256(9)
+    CASE_PASS256(10)
+    CASE_PASS256(11)
+    CASE_PASS256(12)
+    CASE_PASS256(13)
+    CASE_PASS256(14)
+    CASE_PASS256(15)
+    CASE_PASS256(16)
+    CASE_PASS256(17)
+    CASE_PASS256(18)
+    CASE_PASS256(19)
+    CASE_PASS256(20)
+    CASE_PASS256(21)
+    CASE_PASS256(22)
+    CASE_PASS256(23)
+    CASE_PASS256(24)
+    CASE_PASS256(25)
+    CASE_PASS256(26)
+    CASE_PASS256(27)
+    CASE_PASS256(28)
+    CASE_PASS256(29)
+    CASE_PASS256(30)
+    CASE_PASS256(31)
+    CASE_PASS256(32)
+  }
+#undef CASE_PASS256
+}
+
 // --------------------------------------------------------------------------
 // Portable (an x86-64 without AVX2 or FMA): one row by one panel at a time.
 // --------------------------------------------------------------------------
@@ -557,9 +724,24 @@ NOINLINE AVX512_FN static void one_pass512(const linear_rows_t* a, size_t row0,
   }
 }
 
+// As one_pass512, for TILE256_ROWS + 1 to ONE_PASS256_MAX rows (pass256).
+NOINLINE AVX2_FN static void one_pass256(const linear_rows_t* a, size_t row0,
+                                         size_t rows, size_t panel0,
+                                         size_t panel1) {
+  float copied[ONE_PASS256_MAX * PASS_STRIDE];
+  __attribute__((aligned(32))) float held[ONE_PASS256_MAX * PANEL];  // more than enough
+  for (size_t k0 = 0; k0 < a->k; k0 += PASS_K) {
+    size_t k1 = a->k - k0 > PASS_K ? k0 + PASS_K : a->k;
+    size_t xs;
+    const float* xp = rows_of_x(a, 1, copied, PASS_STRIDE, row0, rows, k0, k1, &xs);
+    for (size_t p = panel0; p < panel1; ++p) pass256(a, xp, row0, rows, p, k0, k1, held);
+  }
+}
+
 // Tiles of rows over blocks of K_BLOCK k: each block of the workgroup's
-// panels stays in L2 while the tiles of rows take it in turn. On AVX-512 the
-// rows are dealt out evenly to tiles of at most TILES512_ROWS: a last tile
+// panels stays in L2 while the tiles of rows take it in turn (on AVX2 each
+// tile a pass256 of up to ONE_PASS256_MAX rows). The rows are dealt out
+// evenly to tiles of at most TILES512_ROWS on AVX-512: a last tile
 // of one to three rows read the block out of L2 with too few FMAs to keep
 // up, a pass costing 3-5 % of the call from 36 to 37 rows, 48 to 49 and 60
 // to 61 with tiles of 12 (C harness, each pair timed in alternation); dealt
@@ -568,26 +750,33 @@ NOINLINE AVX512_FN static void one_pass512(const linear_rows_t* a, size_t row0,
 // 192 rows on.
 NOINLINE static void tiles(const linear_rows_t* a, int found, size_t row0,
                            size_t row1, size_t panel0, size_t panel1) {
-  const size_t tile_rows = found == ISA_AVX512 ? TILES512_ROWS : TILE256_ROWS;
+  const int avx512 = found == ISA_AVX512;
+  const size_t tile_rows = avx512 ? TILES512_ROWS : ONE_PASS256_MAX;
   const size_t count = (row1 - row0 + tile_rows - 1) / tile_rows;
   const size_t even = (row1 - row0) / count, more = (row1 - row0) % count;
-  const int copy = rows_share_l1_sets(a->k, tile_rows);
-  float copied[TILES512_ROWS * COPY_STRIDE];
-  const size_t step = copy ? COPY_K : K_BLOCK;
+  // AVX2 tiles are passes (pass256), which take x copied PASS_K at a time.
+  const int copy = !avx512 || rows_share_l1_sets(a->k, tile_rows);
+  const size_t stride = avx512 ? COPY_STRIDE : PASS_STRIDE;
+  const size_t step = !avx512 ? PASS_K : copy ? COPY_K : K_BLOCK;
+  float copied[TILES512_ROWS * COPY_STRIDE > ONE_PASS256_MAX * PASS_STRIDE
+                   ? TILES512_ROWS * COPY_STRIDE
+                   : ONE_PASS256_MAX * PASS_STRIDE];
+  __attribute__((aligned(32))) float held[ONE_PASS256_MAX * PANEL];
   for (size_t kb = 0; kb < a->k; kb += K_BLOCK) {
     size_t kb1 = a->k - kb > K_BLOCK ? kb + K_BLOCK : a->k;
     size_t rows = 0;
     for (size_t row = row0, t = 0; row < row1; row += rows, ++t) {
-      rows = found == ISA_AVX512 ? even + (t < more)
-                                 : (row1 - row < tile_rows ? row1 - row : tile_rows);
+      rows = even + (t < more);
       for (size_t k0 = kb; k0 < kb1; k0 += step) {
         size_t k1 = kb1 - k0 > step ? k0 + step : kb1;
         size_t xs;
-        const float* xp =
-            rows_of_x(a, copy, copied, COPY_STRIDE, row, rows, k0, k1, &xs);
-        if (found == ISA_AVX512) {
+        const float* xp = rows_of_x(a, copy, copied, stride, row, rows, k0, k1, &xs);
+        if (avx512) {
           for (size_t p = panel0; p < panel1; p += 2)
             tile512(a, xp, xs, row, rows, p, panel1 - p >= 2 ? 2 : 1, k0, k1);
+        } else if (rows > TILE256_ROWS) {
+          for (size_t p = panel0; p < panel1; ++p)
+            pass256(a, xp, row, rows, p, k0, k1, held);
         } else {
           for (size_t p = panel0; p < panel1; ++p)
             tile256(a, xp, xs, row, rows, p, k0, k1);
@@ -620,6 +809,9 @@ static void block(const linear_rows_t* a, size_t row0, size_t row1,
     const float* xp = a->x + row0 * a->k;
     for (size_t p = panel0; p < panel1; ++p)
       tile256(a, xp, a->k, row0, rows, p, 0, a->k);
+    return;
+  } else if (rows > TILE256_ROWS && rows <= ONE_PASS256_MAX) {
+    one_pass256(a, row0, rows, panel0, panel1);
     return;
   }
   tiles(a, found, row0, row1, panel0, panel1);
