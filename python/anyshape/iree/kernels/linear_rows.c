@@ -412,6 +412,23 @@ AVX2_FN static inline void store8(float* p, __m256 v, size_t cols) {
   for (size_t j = 0; j < cols; ++j) p[j] = part[j];
 }
 
+// The bias of a panel's columns where the block of k is the last (zero
+// otherwise), and a row's sums stored into y: both as two halves of 8.
+AVX2_FN static inline void bias256(const linear_rows_t* a, int last, size_t col,
+                                   size_t cols, __m256 bias[2]) {
+  bias[0] = bias[1] = _mm256_setzero_ps();
+  if (!last || !a->bias) return;
+  bias[0] = load8(a->bias + col, cols);
+  if (cols > 8) bias[1] = load8(a->bias + col + 8, cols - 8);
+}
+
+AVX2_FN static inline void store256(const linear_rows_t* a, size_t row, size_t col,
+                                    size_t cols, __m256 lo, __m256 hi) {
+  float* y = a->y + row * a->n + col;
+  store8(y, lo, cols);
+  if (cols > 8) store8(y + 8, hi, cols - 8);
+}
+
 // As DEFINE_TILE512, for one panel as two halves of 8 columns.
 #define DEFINE_TILE256(MR)                                                   \
   AVX2_FN static void tile256_##MR(const linear_rows_t* a, const float* xp,  \
@@ -455,11 +472,8 @@ AVX2_FN static inline void store8(float* p, __m256 v, size_t cols) {
       }                                                                      \
     }                                                                        \
     const int last = k1 == k;                                                \
-    __m256 bias0 = _mm256_setzero_ps(), bias1 = _mm256_setzero_ps();         \
-    if (last && a->bias) {                                                   \
-      bias0 = load8(a->bias + col, cols);                                    \
-      if (cols_hi) bias1 = load8(a->bias + col + 8, cols_hi);                \
-    }                                                                        \
+    __m256 bias[2];                                                          \
+    bias256(a, last, col, cols, bias);                                       \
     for (int r = 0; r < (MR); ++r) {                                         \
       __m256 lo = acc[0][r][0], hi = acc[0][r][1];                           \
       if (SETS == 2) {                                                       \
@@ -467,12 +481,10 @@ AVX2_FN static inline void store8(float* p, __m256 v, size_t cols) {
         hi = _mm256_add_ps(hi, acc[SETS - 1][r][1]);                         \
       }                                                                      \
       if (last) {                                                            \
-        lo = _mm256_add_ps(lo, bias0);                                       \
-        hi = _mm256_add_ps(hi, bias1);                                       \
+        lo = _mm256_add_ps(lo, bias[0]);                                     \
+        hi = _mm256_add_ps(hi, bias[1]);                                     \
       }                                                                      \
-      float* y = a->y + (row + r) * a->n + col;                              \
-      store8(y, lo, cols);                                                   \
-      if (cols_hi) store8(y + 8, hi, cols_hi);                               \
+      store256(a, row + r, col, cols, lo, hi);                               \
     }                                                                        \
   }
 
@@ -572,52 +584,28 @@ AVX2_FN static void tile256(const linear_rows_t* a, const float* xp, size_t xs, 
       }                                                                      \
     }                                                                        \
     const int last = k1 == k;                                                \
-    __m256 bias0 = _mm256_setzero_ps(), bias1 = _mm256_setzero_ps();         \
-    if (last && a->bias) {                                                   \
-      bias0 = load8(a->bias + col, cols);                                    \
-      if (cols_hi) bias1 = load8(a->bias + col + 8, cols_hi);                \
-    }                                                                        \
+    __m256 bias[2];                                                          \
+    bias256(a, last, col, cols, bias);                                       \
     for (int r = 0; r < (MR); ++r) {                                         \
       const int reg = r < REG_ROWS;                                          \
       const float* sums = held + (reg ? 0 : r - REG_ROWS) * PANEL;           \
       __m256 lo = reg ? acc[reg ? r : 0][0] : _mm256_load_ps(sums);          \
       __m256 hi = reg ? acc[reg ? r : 0][1] : _mm256_load_ps(sums + 8);      \
       if (last) {                                                            \
-        lo = _mm256_add_ps(lo, bias0);                                       \
-        hi = _mm256_add_ps(hi, bias1);                                       \
+        lo = _mm256_add_ps(lo, bias[0]);                                     \
+        hi = _mm256_add_ps(hi, bias[1]);                                     \
       }                                                                      \
-      float* y = a->y + (row + r) * a->n + col;                              \
-      store8(y, lo, cols);                                                   \
-      if (cols_hi) store8(y + 8, hi, cols_hi);                               \
+      store256(a, row + r, col, cols, lo, hi);                               \
     }                                                                        \
   }
 
-DEFINE_PASS256(7, 4, 3)
-DEFINE_PASS256(8, 4, 3)
-DEFINE_PASS256(9, 4, 3)
-DEFINE_PASS256(10, 4, 3)
-DEFINE_PASS256(11, 4, 3)
-DEFINE_PASS256(12, 4, 3)
-DEFINE_PASS256(13, 4, 3)
-DEFINE_PASS256(14, 4, 3)
-DEFINE_PASS256(15, 4, 3)
-DEFINE_PASS256(16, 4, 3)
-DEFINE_PASS256(17, 4, 3)
-DEFINE_PASS256(18, 4, 3)
-DEFINE_PASS256(19, 4, 3)
-DEFINE_PASS256(20, 4, 3)
-DEFINE_PASS256(21, 4, 3)
-DEFINE_PASS256(22, 4, 3)
-DEFINE_PASS256(23, 4, 3)
-DEFINE_PASS256(24, 4, 3)
-DEFINE_PASS256(25, 4, 3)
-DEFINE_PASS256(26, 4, 3)
-DEFINE_PASS256(27, 4, 3)
-DEFINE_PASS256(28, 4, 3)
-DEFINE_PASS256(29, 4, 3)
-DEFINE_PASS256(30, 4, 3)
-DEFINE_PASS256(31, 4, 3)
-DEFINE_PASS256(32, 4, 3)
+DEFINE_PASS256(7, 4, 3) DEFINE_PASS256(8, 4, 3) DEFINE_PASS256(9, 4, 3) DEFINE_PASS256(10, 4, 3)
+DEFINE_PASS256(11, 4, 3) DEFINE_PASS256(12, 4, 3) DEFINE_PASS256(13, 4, 3) DEFINE_PASS256(14, 4, 3)
+DEFINE_PASS256(15, 4, 3) DEFINE_PASS256(16, 4, 3) DEFINE_PASS256(17, 4, 3) DEFINE_PASS256(18, 4, 3)
+DEFINE_PASS256(19, 4, 3) DEFINE_PASS256(20, 4, 3) DEFINE_PASS256(21, 4, 3) DEFINE_PASS256(22, 4, 3)
+DEFINE_PASS256(23, 4, 3) DEFINE_PASS256(24, 4, 3) DEFINE_PASS256(25, 4, 3) DEFINE_PASS256(26, 4, 3)
+DEFINE_PASS256(27, 4, 3) DEFINE_PASS256(28, 4, 3) DEFINE_PASS256(29, 4, 3) DEFINE_PASS256(30, 4, 3)
+DEFINE_PASS256(31, 4, 3) DEFINE_PASS256(32, 4, 3)
 
 NOINLINE AVX2_FN static void pass256(const linear_rows_t* a, const float* xp,
                                      size_t row, size_t rows, size_t panel,
@@ -627,32 +615,13 @@ NOINLINE AVX2_FN static void pass256(const linear_rows_t* a, const float* xp,
     pass256_##MR(a, xp, row, panel, k0, k1, held); \
     return;
   switch (rows) {
-    CASE_PASS256(7)
-    CASE_PASS256(8)
-    CASE_PASS256(9)
-    CASE_PASS256(10)
-    CASE_PASS256(11)
-    CASE_PASS256(12)
-    CASE_PASS256(13)
-    CASE_PASS256(14)
-    CASE_PASS256(15)
-    CASE_PASS256(16)
-    CASE_PASS256(17)
-    CASE_PASS256(18)
-    CASE_PASS256(19)
-    CASE_PASS256(20)
-    CASE_PASS256(21)
-    CASE_PASS256(22)
-    CASE_PASS256(23)
-    CASE_PASS256(24)
-    CASE_PASS256(25)
-    CASE_PASS256(26)
-    CASE_PASS256(27)
-    CASE_PASS256(28)
-    CASE_PASS256(29)
-    CASE_PASS256(30)
-    CASE_PASS256(31)
-    CASE_PASS256(32)
+    CASE_PASS256(7) CASE_PASS256(8) CASE_PASS256(9) CASE_PASS256(10)
+    CASE_PASS256(11) CASE_PASS256(12) CASE_PASS256(13) CASE_PASS256(14)
+    CASE_PASS256(15) CASE_PASS256(16) CASE_PASS256(17) CASE_PASS256(18)
+    CASE_PASS256(19) CASE_PASS256(20) CASE_PASS256(21) CASE_PASS256(22)
+    CASE_PASS256(23) CASE_PASS256(24) CASE_PASS256(25) CASE_PASS256(26)
+    CASE_PASS256(27) CASE_PASS256(28) CASE_PASS256(29) CASE_PASS256(30)
+    CASE_PASS256(31) CASE_PASS256(32)
   }
 #undef CASE_PASS256
 }
