@@ -62,16 +62,18 @@ def _packed(weight: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
 def test_every_path_computes_every_row_count_exactly(tmp_path, isa):
     """Rows 1 to 37 (every remainder of a 16-row tile and of the kernel's
-    6-row AVX2 tiles; one AVX-512 tile of up to 15 rows, one pass for 16 to
-    32 with the sums of the rows past 12 (8 past 28 rows) held in L1, rows
+    6-row AVX2 tiles; on AVX-512 one tile of up to 15 rows, one pass for 16
+    to 32 with the sums of the rows past 12 (8 past 28 rows) held in L1, rows
     dealt out to tiles of up to 14 past that; on AVX2 one tile of up to 6
-    rows, one pass for 7 to 32 and passes of up to 32 past that), whole tiles, and more rows than one
-    workgroup takes; n with a partial last panel (and an odd panel, 37 and
-    40); k within one block with an odd count (301: x read in place up to 15
-    rows, and steps of k left over from the held rows' 4 at a time), one whole block (1024: x's rows copied 256 k at a time,
-    as they share L1 sets), and three blocks, the last one short (2560: each block resumes
-    from the partial sums the last one stored). Split over workgroups as IREE
-    splits the dispatch (3 x 2 of them), and over one."""
+    rows, one pass for 7 to 32 and passes of up to 32 past that), whole
+    tiles, and more rows than one workgroup takes; n with a partial last
+    panel (and an odd panel, 37 and 40); k within one block with an odd count
+    (301: x read in place up to 15 rows, and steps of k left over from the
+    held sums' 4 at a time), one whole block (1024: x's rows copied 256 k at
+    a time, as they share L1 sets), and three blocks, the last one short
+    (2560: each block resumes from the partial sums the last one stored).
+    Split over workgroups as IREE splits the dispatch (3 x 2 of them), and
+    over one."""
     if linear_rows._compiler() is None:
         pytest.skip("no C compiler")
     if not HOST_HAS[isa]:
@@ -406,10 +408,10 @@ for name in sys.argv[3:]:
 def test_products_run_on_workers_with_small_stacks(products, tmp_path):
     """The module runs right on workers of SMALL_WORKER_STACK, in a process
     of its own (a frame past a worker's stack ends it at the guard page, or
-    overwrites what lies beyond). One tile, two tiles and tiles of rows."""
+    overwrites what lies beyond). One tile, one pass and tiles of rows."""
     model, module = products
     module.save(tmp_path / "module")
-    shapes = {"one": (1, 15), "two": (3, 7), "tiles": (2, 17), "rows": (1, 333)}
+    shapes = {"one": (1, 15), "pass": (3, 7), "tiles": (2, 17), "rows": (1, 333)}
     inputs = {name: torch.randn(*shape, 64) for name, shape in shapes.items()}
     for name, x in inputs.items():
         np.save(tmp_path / f"{name}.npy", x.numpy())

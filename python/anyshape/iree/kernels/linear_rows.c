@@ -360,30 +360,26 @@ AVX512_FN static void tile512(const linear_rows_t* a, const float* xp, size_t xs
     }                                                                          \
   }
 
-// Up to 28 rows, 12 in registers and the held ones 4 steps at a time; past
-// that 8 and 6 (SPILL_STEPS and REG_ROWS, measured in the kernel's notes).
-DEFINE_PASS512(16, 4, 12) DEFINE_PASS512(17, 4, 12) DEFINE_PASS512(18, 4, 12)
-DEFINE_PASS512(19, 4, 12) DEFINE_PASS512(20, 4, 12) DEFINE_PASS512(21, 4, 12)
-DEFINE_PASS512(22, 4, 12) DEFINE_PASS512(23, 4, 12) DEFINE_PASS512(24, 4, 12)
-DEFINE_PASS512(25, 4, 12) DEFINE_PASS512(26, 4, 12) DEFINE_PASS512(27, 4, 12)
-DEFINE_PASS512(28, 4, 12) DEFINE_PASS512(29, 6, 8) DEFINE_PASS512(30, 6, 8)
-DEFINE_PASS512(31, 6, 8) DEFINE_PASS512(32, 6, 8)
+// The passes by rows (MR, SPILL_STEPS, REG_ROWS): up to 28 rows 12 in
+// registers and the held sums 4 steps at a time; past that 8 and 6
+// (measured in the kernel's notes).
+#define PASSES512(X)                                                         \
+  X(16, 4, 12) X(17, 4, 12) X(18, 4, 12) X(19, 4, 12) X(20, 4, 12)          \
+  X(21, 4, 12) X(22, 4, 12) X(23, 4, 12) X(24, 4, 12) X(25, 4, 12)          \
+  X(26, 4, 12) X(27, 4, 12) X(28, 4, 12) X(29, 6, 8) X(30, 6, 8)            \
+  X(31, 6, 8) X(32, 6, 8)
+PASSES512(DEFINE_PASS512)
 
+// A switch rather than a table of function pointers, as tile512.
+#define CASE_PASS(ISA, MR)                            \
+  case MR:                                            \
+    pass##ISA##_##MR(a, xp, row, panel, k0, k1, held); \
+    return;
+#define CASE_PASS512(MR, STEPS, REGS) CASE_PASS(512, MR)
 NOINLINE AVX512_FN static void pass512(const linear_rows_t* a, const float* xp,
                                        size_t row, size_t rows, size_t panel,
                                        size_t k0, size_t k1, float* held) {
-#define CASE_PASS512(MR) \
-  case MR:               \
-    pass512_##MR(a, xp, row, panel, k0, k1, held); \
-    return;
-  switch (rows) {
-    CASE_PASS512(16) CASE_PASS512(17) CASE_PASS512(18) CASE_PASS512(19)
-    CASE_PASS512(20) CASE_PASS512(21) CASE_PASS512(22) CASE_PASS512(23)
-    CASE_PASS512(24) CASE_PASS512(25) CASE_PASS512(26) CASE_PASS512(27)
-    CASE_PASS512(28) CASE_PASS512(29) CASE_PASS512(30) CASE_PASS512(31)
-    CASE_PASS512(32)
-  }
-#undef CASE_PASS512
+  switch (rows) { PASSES512(CASE_PASS512) }
 }
 
 // --------------------------------------------------------------------------
@@ -599,31 +595,19 @@ AVX2_FN static void tile256(const linear_rows_t* a, const float* xp, size_t xs, 
     }                                                                        \
   }
 
-DEFINE_PASS256(7, 4, 3) DEFINE_PASS256(8, 4, 3) DEFINE_PASS256(9, 4, 3) DEFINE_PASS256(10, 4, 3)
-DEFINE_PASS256(11, 4, 3) DEFINE_PASS256(12, 4, 3) DEFINE_PASS256(13, 4, 3) DEFINE_PASS256(14, 4, 3)
-DEFINE_PASS256(15, 4, 3) DEFINE_PASS256(16, 4, 3) DEFINE_PASS256(17, 4, 3) DEFINE_PASS256(18, 4, 3)
-DEFINE_PASS256(19, 4, 3) DEFINE_PASS256(20, 4, 3) DEFINE_PASS256(21, 4, 3) DEFINE_PASS256(22, 4, 3)
-DEFINE_PASS256(23, 4, 3) DEFINE_PASS256(24, 4, 3) DEFINE_PASS256(25, 4, 3) DEFINE_PASS256(26, 4, 3)
-DEFINE_PASS256(27, 4, 3) DEFINE_PASS256(28, 4, 3) DEFINE_PASS256(29, 4, 3) DEFINE_PASS256(30, 4, 3)
-DEFINE_PASS256(31, 4, 3) DEFINE_PASS256(32, 4, 3)
+// The AVX2 passes by rows (MR, SPILL_STEPS, REG_ROWS).
+#define PASSES256(X) \
+  X(7, 4, 3) X(8, 4, 3) X(9, 4, 3) X(10, 4, 3) X(11, 4, 3) X(12, 4, 3) X(13, 4, 3) \
+  X(14, 4, 3) X(15, 4, 3) X(16, 4, 3) X(17, 4, 3) X(18, 4, 3) X(19, 4, 3) X(20, 4, 3) \
+  X(21, 4, 3) X(22, 4, 3) X(23, 4, 3) X(24, 4, 3) X(25, 4, 3) X(26, 4, 3) X(27, 4, 3) \
+  X(28, 4, 3) X(29, 4, 3) X(30, 4, 3) X(31, 4, 3) X(32, 4, 3)
+PASSES256(DEFINE_PASS256)
 
+#define CASE_PASS256(MR, STEPS, REGS) CASE_PASS(256, MR)
 NOINLINE AVX2_FN static void pass256(const linear_rows_t* a, const float* xp,
                                      size_t row, size_t rows, size_t panel,
                                      size_t k0, size_t k1, float* held) {
-#define CASE_PASS256(MR) \
-  case MR:               \
-    pass256_##MR(a, xp, row, panel, k0, k1, held); \
-    return;
-  switch (rows) {
-    CASE_PASS256(7) CASE_PASS256(8) CASE_PASS256(9) CASE_PASS256(10)
-    CASE_PASS256(11) CASE_PASS256(12) CASE_PASS256(13) CASE_PASS256(14)
-    CASE_PASS256(15) CASE_PASS256(16) CASE_PASS256(17) CASE_PASS256(18)
-    CASE_PASS256(19) CASE_PASS256(20) CASE_PASS256(21) CASE_PASS256(22)
-    CASE_PASS256(23) CASE_PASS256(24) CASE_PASS256(25) CASE_PASS256(26)
-    CASE_PASS256(27) CASE_PASS256(28) CASE_PASS256(29) CASE_PASS256(30)
-    CASE_PASS256(31) CASE_PASS256(32)
-  }
-#undef CASE_PASS256
+  switch (rows) { PASSES256(CASE_PASS256) }
 }
 
 // --------------------------------------------------------------------------
