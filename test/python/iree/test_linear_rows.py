@@ -61,19 +61,19 @@ def _packed(weight: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
 def test_every_path_computes_every_row_count_exactly(tmp_path, isa):
-    """Rows 1 to 37 (every remainder of a 16-row tile and of the kernel's
-    6-row AVX2 tiles; on AVX-512 one tile of up to 15 rows, one pass for 16
-    to 32 with the sums of the rows past 12 (8 past 28 rows) held in L1, rows
-    dealt out to tiles of up to 14 past that; on AVX2 one tile of up to 6
-    rows, one pass for 7 to 32 and passes of up to 32 past that), whole
-    tiles, and more rows than one workgroup takes; n with a partial last
-    panel (and an odd panel, 37 and 40); k within one block with an odd count
-    (301: x read in place up to 15 rows, and steps of k left over from the
-    held sums' 4 at a time), one whole block (1024: x's rows copied 256 k at
-    a time, as they share L1 sets), and three blocks, the last one short
-    (2560: each block resumes from the partial sums the last one stored).
-    Split over workgroups as IREE splits the dispatch (3 x 2 of them), and
-    over one."""
+    """Rows 1 to 37 (every remainder of a 16-row tile; on AVX-512 one tile
+    of up to 15 rows, one pass for 16 to 32 with the sums of the rows past 12
+    (8 past 28 rows) held in L1, rows dealt out to tiles of up to 14 past
+    that; on AVX2 one tile of up to 3 rows by two panels, passes of up to 64
+    rows with every row's sums held in L1 past that (65 and 97: two), and a
+    last odd panel in tiles of up to 6 rows), whole tiles, and more rows than
+    one workgroup takes; n with a partial last panel (and an odd panel, 37
+    and 40); k within one block with an odd count (301: x read in place up to
+    15 rows, and steps of k left over from the held sums' 3 or 4 at a time),
+    one whole block (1024: x's rows copied 256 k at a time on AVX-512, as
+    they share L1 sets), and three blocks, the last one short (2560: each
+    block resumes from the partial sums the last one stored). Split over
+    workgroups as IREE splits the dispatch (3 x 2 of them), and over one."""
     if linear_rows._compiler() is None:
         pytest.skip("no C compiler")
     if not HOST_HAS[isa]:
@@ -88,7 +88,7 @@ def _check_row_counts(kernel, rng, isa, k, n):
     weight = rng.standard_normal((n, k)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     packed = _packed(weight)
-    for m in [*range(1, 38), 47, 48, 49, 97, 193]:
+    for m in [*range(1, 38), 47, 48, 49, 64, 65, 97, 193]:
         x = rng.standard_normal((m, k)).astype(np.float32)
         want = x.astype(np.float64) @ weight.T.astype(np.float64) + bias
         # float32's bound for a sum of k products (k unit roundoffs of the

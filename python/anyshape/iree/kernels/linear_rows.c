@@ -93,7 +93,7 @@
 // - GCC's own tile of 16 rows (3 sums spilled) for 16 rows: +2.8 % from 15
 //   to 16 in the model but +5.4 % from 16 to 17 (the two steps add up to
 //   the same).
-// Past 32 rows, tiles over blocks of K_BLOCK (tiles(), below): from 33 to
+// Past 32 rows, tiles over blocks of K_BLOCK (tiles512(), below): from 33 to
 // 36 rows the pass was 2.6-4 % slower than they were, and its steps were
 // +3.4 % from 32 to 33 rows with tiles past 32 (+6.5 % from 28 to 29 when
 // tiles took over past 28).
@@ -371,11 +371,10 @@ AVX512_FN static void tile512(const linear_rows_t* a, const float* xp, size_t xs
 PASSES512(DEFINE_PASS512)
 
 // A switch rather than a table of function pointers, as tile512.
-#define CASE_PASS(ISA, MR)                            \
-  case MR:                                            \
-    pass##ISA##_##MR(a, xp, row, panel, k0, k1, held); \
+#define CASE_PASS512(MR, STEPS, REGS)              \
+  case MR:                                          \
+    pass512_##MR(a, xp, row, panel, k0, k1, held);  \
     return;
-#define CASE_PASS512(MR, STEPS, REGS) CASE_PASS(512, MR)
 NOINLINE AVX512_FN static void pass512(const linear_rows_t* a, const float* xp,
                                        size_t row, size_t rows, size_t panel,
                                        size_t k0, size_t k1, float* held) {
@@ -383,231 +382,250 @@ NOINLINE AVX512_FN static void pass512(const linear_rows_t* a, const float* xp,
 }
 
 // --------------------------------------------------------------------------
-// AVX2: tiles of up to 6 rows by 1 panel (two 8-wide halves, 12 accumulators).
+// AVX2: tiles of up to 3 rows by 2 panels or 6 rows by 1 panel (each panel
+// two 8-wide halves), and passes of up to TILES256_ROWS rows by 2 panels.
 // --------------------------------------------------------------------------
+//
+// Measured with AVX2 forced on the Xeon with AVX-512 (its only host at
+// 451e0e8 and since; C harness of roberta-base's 72 products, 2 threads,
+// each pair timed in alternation), against the AVX2 code of 451e0e8 (tiles
+// of 1 to 6 rows by one panel; one pass of 7 to 32 rows by one panel, x
+// copied 128 k at a time, 3 rows in registers; passes of up to 32 rows past
+// that): 17-31 % faster at every row count from 1 to 192.
+// - Two panels at a time, as the AVX-512 code takes them: tiles of one panel
+//   read the weights at 13.7 ms for 1 row and 16.4 for 4, where two panels
+//   at a time (two streams of lines from memory) took 12.0 and 13.5.
+// - x is broadcast with _mm256_set1_ps of a value, not _mm256_broadcast_ss
+//   of its address: given the address, GCC 12 kept every tile's
+//   accumulators in memory as well as in registers and stored each of them
+//   after every FMA (a tile of 3 rows: 12 stores a step); 1 to 6 rows then
+//   took 3-9 % longer.
+// - Past 3 rows every row's sums are held in L1 (pass256), and x is read in
+//   place over a whole block of k: copied 128 k at a time (to keep x's rows
+//   in different L1 sets), 16 to 32 rows took 8-9 % longer, and 33 rows 18
+//   % longer as two passes. With k = 1024 (x's rows 4 KiB apart, all in
+//   one L1 set) in place was 3-9 % ahead from 4 to 97 rows and level at 192.
 
 #define AVX2_FN __attribute__((target("avx2,fma")))
-#define TILE256_ROWS 6
-#define ONE_PASS256_MAX 32  // one pass256 past TILE256_ROWS; tiles of up to this past it
+#define WIDE256_ROWS 3  // the most rows of a tile of 2 panels (block(), past it passes)
+#define TILE256_ROWS 6  // the most rows of a tile of 1 panel (a last odd panel)
+// The most rows of a pass: held sums of 64 rows take 8 KiB of L1 (Zen 3 has
+// 32 KiB). Passes of up to 96 or 192 rows were level with 64 up to 128 rows,
+// and 192 rows in one pass 8 % slower than in two of 96.
+#define TILES256_ROWS 64
+// The pass keeps each row's 4 sums (2 panels of 2 halves) in L1, loads
+// them, gives them SPILL256_STEPS steps' FMAs and stores them, while those
+// steps' rows of weights stay in 4 x SPILL256_STEPS registers (of 16). With
+// the weights read by the FMAs instead (from L1) and 2 rows in registers,
+// 24 and 32 rows took 8-12 % longer: 5 loads for 4 FMAs, and a store a step.
+#define SPILL256_STEPS 3
 
-// The first `cols` of 8 floats, the rest zero.
-AVX2_FN static inline __m256 load8(const float* p, size_t cols) {
-  if (cols >= 8) return _mm256_loadu_ps(p);
-  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (size_t j = 0; j < cols; ++j) part[j] = p[j];
-  return _mm256_loadu_ps(part);
+// Lanes [0, cols) of 8 (all 8 for cols >= 8): masked loads and stores of a
+// panel's last columns touch nothing past them.
+AVX2_FN static inline __m256i mask8(size_t cols) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(cols >= 8 ? 8 : (int)cols), lane);
 }
 
-AVX2_FN static inline void store8(float* p, __m256 v, size_t cols) {
-  if (cols >= 8) {
-    _mm256_storeu_ps(p, v);
+// The masks of a panel's two halves of 8 columns.
+AVX2_FN static inline void halves256(const linear_rows_t* a, size_t panel, __m256i mask[2]) {
+  size_t cols = panel_cols(a, panel);
+  mask[0] = mask8(cols);
+  mask[1] = mask8(cols > 8 ? cols - 8 : 0);
+}
+
+// A panel's bias where the block of k is the last (zero otherwise).
+AVX2_FN static inline __m256 bias256(const linear_rows_t* a, int last, size_t panel,
+                                     int half, __m256i mask) {
+  return last && a->bias ? _mm256_maskload_ps(a->bias + panel * PANEL + half * 8, mask)
+                         : _mm256_setzero_ps();
+}
+
+// One tile: MR rows from `row` by panels [panel, panel + NP), over k in
+// [k0, k1), as DEFINE_TILE512 (sums in y between blocks of k; two sets of
+// accumulators on alternate k where there are fewer than 4 rows of panels).
+#define DEFINE_TILE256(MR, NP)                                                \
+  AVX2_FN static void tile256_##MR##x##NP(const linear_rows_t* a,             \
+                                          const float* xp, size_t xs,         \
+                                          size_t row, size_t panel,           \
+                                          size_t k0, size_t k1) {             \
+    enum { SETS = (MR) * (NP) < 4 ? 2 : 1, H = 2 * (NP) };                    \
+    const size_t k = a->k, steps = k1 - k0;                                   \
+    const float* w[NP];                                                       \
+    __m256i mask[H];                                                          \
+    for (int p = 0; p < (NP); ++p) {                                          \
+      w[p] = a->packed + (panel + p) * k * PANEL + k0 * PANEL;                \
+      halves256(a, panel + p, mask + 2 * p);                                  \
+    }                                                                         \
+    __m256 acc[SETS][MR][H];                                                  \
+    for (int s = 0; s < SETS; ++s)                                            \
+      for (int r = 0; r < (MR); ++r)                                          \
+        for (int h = 0; h < H; ++h)                                           \
+          acc[s][r][h] = s == 0 && k0 > 0                                     \
+                             ? _mm256_maskload_ps(a->y + (row + r) * a->n +   \
+                                                      panel * PANEL + h * 8,  \
+                                                  mask[h])                    \
+                             : _mm256_setzero_ps();                           \
+    size_t i = 0;                                                             \
+    for (; i + SETS <= steps; i += SETS) {                                    \
+      for (int s = 0; s < SETS; ++s) {                                        \
+        __m256 b[H];                                                          \
+        for (int p = 0; p < (NP); ++p) {                                      \
+          const float* line = w[p] + (i + s) * PANEL;                         \
+          b[2 * p] = _mm256_loadu_ps(line);                                   \
+          b[2 * p + 1] = _mm256_loadu_ps(line + 8);                           \
+          _mm_prefetch((const char*)(line + PREFETCH_STEPS * PANEL),          \
+                       _MM_HINT_T0);                                          \
+        }                                                                     \
+        for (int r = 0; r < (MR); ++r) {                                      \
+          __m256 xv = _mm256_set1_ps(xp[r * xs + i + s]);                     \
+          for (int h = 0; h < H; ++h)                                         \
+            acc[s][r][h] = _mm256_fmadd_ps(xv, b[h], acc[s][r][h]);           \
+        }                                                                     \
+      }                                                                       \
+    }                                                                         \
+    for (; i < steps; ++i)                                                    \
+      for (int r = 0; r < (MR); ++r) {                                        \
+        __m256 xv = _mm256_set1_ps(xp[r * xs + i]);                           \
+        for (int h = 0; h < H; ++h)                                           \
+          acc[0][r][h] = _mm256_fmadd_ps(                                     \
+              xv, _mm256_loadu_ps(w[h / 2] + i * PANEL + (h % 2) * 8),        \
+              acc[0][r][h]);                                                  \
+      }                                                                       \
+    const int last = k1 == k;                                                 \
+    for (int h = 0; h < H; ++h) {                                             \
+      __m256 bias = bias256(a, last, panel + h / 2, h % 2, mask[h]);          \
+      for (int r = 0; r < (MR); ++r) {                                        \
+        __m256 sum = acc[0][r][h];                                            \
+        if (SETS == 2) sum = _mm256_add_ps(sum, acc[SETS - 1][r][h]);         \
+        _mm256_maskstore_ps(a->y + (row + r) * a->n + panel * PANEL + h * 8,  \
+                            mask[h], _mm256_add_ps(sum, bias));               \
+      }                                                                       \
+    }                                                                         \
+  }
+
+DEFINE_TILE256(1, 1) DEFINE_TILE256(2, 1) DEFINE_TILE256(3, 1)
+DEFINE_TILE256(4, 1) DEFINE_TILE256(5, 1) DEFINE_TILE256(6, 1)
+DEFINE_TILE256(1, 2) DEFINE_TILE256(2, 2) DEFINE_TILE256(3, 2)
+
+// Up to TILE256_ROWS rows by one panel, or up to WIDE256_ROWS by two (np).
+AVX2_FN static void tile256(const linear_rows_t* a, const float* xp, size_t xs,
+                            size_t row, size_t rows, size_t panel, int np,
+                            size_t k0, size_t k1) {
+#define CASE256(MR)                                                 \
+  case MR:                                                          \
+    tile256_##MR##x1(a, xp, xs, row, panel, k0, k1);                \
     return;
-  }
-  float part[8];
-  _mm256_storeu_ps(part, v);
-  for (size_t j = 0; j < cols; ++j) p[j] = part[j];
-}
-
-// The bias of a panel's columns where the block of k is the last (zero
-// otherwise), and a row's sums stored into y: both as two halves of 8.
-AVX2_FN static inline void bias256(const linear_rows_t* a, int last, size_t col,
-                                   size_t cols, __m256 bias[2]) {
-  bias[0] = bias[1] = _mm256_setzero_ps();
-  if (!last || !a->bias) return;
-  bias[0] = load8(a->bias + col, cols);
-  if (cols > 8) bias[1] = load8(a->bias + col + 8, cols - 8);
-}
-
-AVX2_FN static inline void store256(const linear_rows_t* a, size_t row, size_t col,
-                                    size_t cols, __m256 lo, __m256 hi) {
-  float* y = a->y + row * a->n + col;
-  store8(y, lo, cols);
-  if (cols > 8) store8(y + 8, hi, cols - 8);
-}
-
-// As DEFINE_TILE512, for one panel as two halves of 8 columns.
-#define DEFINE_TILE256(MR)                                                   \
-  AVX2_FN static void tile256_##MR(const linear_rows_t* a, const float* xp,  \
-                                   size_t xs, size_t row, size_t panel, size_t k0, \
-                                   size_t k1) {                              \
-    enum { SETS = (MR) < 4 ? 2 : 1 };                                        \
-    const size_t k = a->k, steps = k1 - k0;                                  \
-    const float* w = a->packed + panel * k * PANEL + k0 * PANEL;             \
-    const size_t col = panel * PANEL, cols = panel_cols(a, panel);           \
-    const size_t cols_hi = cols > 8 ? cols - 8 : 0;                          \
-    __m256 acc[SETS][MR][2];                                                 \
-    for (int s = 0; s < SETS; ++s)                                           \
-      for (int r = 0; r < (MR); ++r) {                                       \
-        const float* y = a->y + (row + r) * a->n + col;                      \
-        int resume = s == 0 && k0 > 0;                                       \
-        acc[s][r][0] = resume ? load8(y, cols) : _mm256_setzero_ps();        \
-        acc[s][r][1] = resume && cols_hi ? load8(y + 8, cols_hi)             \
-                                         : _mm256_setzero_ps();              \
-      }                                                                      \
-    size_t i = 0;                                                            \
-    for (; i + SETS <= steps; i += SETS) {                                   \
-      for (int s = 0; s < SETS; ++s) {                                       \
-        __m256 b0 = _mm256_loadu_ps(w + (i + s) * PANEL);                    \
-        __m256 b1 = _mm256_loadu_ps(w + (i + s) * PANEL + 8);                \
-        _mm_prefetch((const char*)(w + (i + s + PREFETCH_STEPS) * PANEL),    \
-                     _MM_HINT_T0);                                           \
-        for (int r = 0; r < (MR); ++r) {                                     \
-          __m256 xv = _mm256_broadcast_ss(xp + r * xs + i + s);        \
-          acc[s][r][0] = _mm256_fmadd_ps(xv, b0, acc[s][r][0]);              \
-          acc[s][r][1] = _mm256_fmadd_ps(xv, b1, acc[s][r][1]);              \
-        }                                                                    \
-      }                                                                      \
-    }                                                                        \
-    for (; i < steps; ++i) {                                                 \
-      __m256 b0 = _mm256_loadu_ps(w + i * PANEL);                            \
-      __m256 b1 = _mm256_loadu_ps(w + i * PANEL + 8);                        \
-      for (int r = 0; r < (MR); ++r) {                                       \
-        __m256 xv = _mm256_broadcast_ss(xp + r * xs + i);              \
-        acc[0][r][0] = _mm256_fmadd_ps(xv, b0, acc[0][r][0]);                \
-        acc[0][r][1] = _mm256_fmadd_ps(xv, b1, acc[0][r][1]);                \
-      }                                                                      \
-    }                                                                        \
-    const int last = k1 == k;                                                \
-    __m256 bias[2];                                                          \
-    bias256(a, last, col, cols, bias);                                       \
-    for (int r = 0; r < (MR); ++r) {                                         \
-      __m256 lo = acc[0][r][0], hi = acc[0][r][1];                           \
-      if (SETS == 2) {                                                       \
-        lo = _mm256_add_ps(lo, acc[SETS - 1][r][0]);                         \
-        hi = _mm256_add_ps(hi, acc[SETS - 1][r][1]);                         \
-      }                                                                      \
-      if (last) {                                                            \
-        lo = _mm256_add_ps(lo, bias[0]);                                     \
-        hi = _mm256_add_ps(hi, bias[1]);                                     \
-      }                                                                      \
-      store256(a, row + r, col, cols, lo, hi);                               \
-    }                                                                        \
-  }
-
-DEFINE_TILE256(1) DEFINE_TILE256(2) DEFINE_TILE256(3)
-DEFINE_TILE256(4) DEFINE_TILE256(5) DEFINE_TILE256(6)
-
-AVX2_FN static void tile256(const linear_rows_t* a, const float* xp, size_t xs, size_t row,
-                            size_t rows, size_t panel, size_t k0, size_t k1) {
+#define CASE256_WIDE(MR)                                            \
+  case MR:                                                          \
+    if (np == 2) {                                                  \
+      tile256_##MR##x2(a, xp, xs, row, panel, k0, k1);              \
+      return;                                                       \
+    }                                                               \
+    tile256_##MR##x1(a, xp, xs, row, panel, k0, k1);                \
+    return;
   switch (rows) {
-    case 1: tile256_1(a, xp, xs, row, panel, k0, k1); return;
-    case 2: tile256_2(a, xp, xs, row, panel, k0, k1); return;
-    case 3: tile256_3(a, xp, xs, row, panel, k0, k1); return;
-    case 4: tile256_4(a, xp, xs, row, panel, k0, k1); return;
-    case 5: tile256_5(a, xp, xs, row, panel, k0, k1); return;
-    case 6: tile256_6(a, xp, xs, row, panel, k0, k1); return;
+    CASE256_WIDE(1) CASE256_WIDE(2) CASE256_WIDE(3)
+    CASE256(4) CASE256(5) CASE256(6)
+  }
+#undef CASE256
+#undef CASE256_WIDE
+}
+
+// `rows` rows (up to TILES256_ROWS, `xs` floats apart) by the two panels
+// from `panel`, over k in [k0, k1): every row's sums held in `held` (32
+// floats a row, 32-byte aligned), SPILL256_STEPS steps at a time. The lines
+// asked for past k1 are the ones read next, `next` (the next pair of
+// panels, or the first pair's next block), not the panels' own lines past
+// k1: in the C harness (x copied 128 k at a time, so 6 times a row of
+// weights) this took 8 rows from 17.4 to 16.2 ms and 32 from 45.5 to 44.3.
+NOINLINE AVX2_FN static void pass256(const linear_rows_t* a, const float* xp,
+                                     size_t xs, size_t row, size_t rows, size_t panel,
+                                     size_t k0, size_t k1, const float* next,
+                                     float* held) {
+  enum { S = SPILL256_STEPS };
+  const size_t k = a->k, steps = k1 - k0;
+  const float* w[2] = {a->packed + panel * k * PANEL + k0 * PANEL,
+                       a->packed + (panel + 1) * k * PANEL + k0 * PANEL};
+  const float* after[2] = {next ? next : w[0] + steps * PANEL,
+                           next ? next + k * PANEL : w[1] + steps * PANEL};
+  __m256i mask[4];
+  halves256(a, panel, mask);
+  halves256(a, panel + 1, mask + 2);
+  for (size_t r = 0; r < rows; ++r)
+    for (int h = 0; h < 4; ++h)
+      _mm256_store_ps(held + r * 32 + h * 8,
+                      k0 > 0 ? _mm256_maskload_ps(a->y + (row + r) * a->n +
+                                                      panel * PANEL + h * 8,
+                                                  mask[h])
+                             : _mm256_setzero_ps());
+  size_t i = 0;
+  for (; i + S <= steps; i += S) {
+    __m256 b[S][4];
+    for (int s = 0; s < S; ++s) {
+      size_t ahead = i + s + PREFETCH_STEPS;
+      for (int p = 0; p < 2; ++p) {
+        b[s][2 * p] = _mm256_loadu_ps(w[p] + (i + s) * PANEL);
+        b[s][2 * p + 1] = _mm256_loadu_ps(w[p] + (i + s) * PANEL + 8);
+        _mm_prefetch((const char*)(ahead < steps ? w[p] + ahead * PANEL
+                                                 : after[p] + (ahead - steps) * PANEL),
+                     _MM_HINT_T0);
+      }
+    }
+    const float* xr = xp + i;
+    float* sums = held;
+    // Unrolled over the rows, GCC hoisted loads out of the loop body and
+    // spilled them: a loop, 10-15 % faster from 12 rows on.
+#pragma GCC unroll 1
+    for (size_t r = 0; r < rows; ++r, xr += xs, sums += 32) {
+      __m256 xv[S];
+      for (int s = 0; s < S; ++s) xv[s] = _mm256_set1_ps(xr[s]);
+      for (int h = 0; h < 4; ++h) {
+        __m256 sum = _mm256_load_ps(sums + h * 8);
+        for (int s = 0; s < S; ++s) sum = _mm256_fmadd_ps(xv[s], b[s][h], sum);
+        _mm256_store_ps(sums + h * 8, sum);
+      }
+    }
+  }
+  for (; i < steps; ++i) {
+    __m256 b[4];
+    for (int h = 0; h < 4; ++h) b[h] = _mm256_loadu_ps(w[h / 2] + i * PANEL + (h % 2) * 8);
+    for (size_t r = 0; r < rows; ++r) {
+      __m256 xv = _mm256_set1_ps(xp[r * xs + i]);
+      for (int h = 0; h < 4; ++h) {
+        float* sum = held + r * 32 + h * 8;
+        _mm256_store_ps(sum, _mm256_fmadd_ps(xv, b[h], _mm256_load_ps(sum)));
+      }
+    }
+  }
+  const int last = k1 == k;
+  for (int h = 0; h < 4; ++h) {
+    __m256 bias = bias256(a, last, panel + h / 2, h % 2, mask[h]);
+    for (size_t r = 0; r < rows; ++r)
+      _mm256_maskstore_ps(a->y + (row + r) * a->n + panel * PANEL + h * 8, mask[h],
+                          _mm256_add_ps(_mm256_load_ps(held + r * 32 + h * 8), bias));
   }
 }
 
-// As DEFINE_PASS512, for one panel as two halves of 8 columns: rows past
-// REG_ROWS keep their sums in `held` (2 x 8 floats a row, 32-byte aligned).
-// With the 16 ymm registers, 3 rows in registers and the held sums 4 steps
-// at a time (8 registers of weights). The AVX2 code, forced on the Xeon with
-// AVX-512 (its only host this session), in the compiled model
-// (bench/steps.py, anyshape alone, 16 rounds): tiles of 6 rows, each past
-// the first reading its block out of L2, stepped +20.3 % from 6 to 7 rows,
-// +12.9 % from 12 to 13, +12.4 % from 18 to 19 and +8.3 % from 24 to 25;
-// one pass of 7 to 32 rows +0.4, +7.3 (+4.1 and +10.7 in the two orders),
-// +3.6 and +2.7 %, and 16 rows took 25.0 ms instead of 32.8. Past 32 rows
-// the tiles are passes of up to 32 rows (tiles()): 32 -> 33 +12.5 %.
-// 2 steps with 5 or 4 rows in registers were behind in a C harness.
-#define DEFINE_PASS256(MR, STEPS, REGS)                                      \
-  AVX2_FN static void pass256_##MR(const linear_rows_t* a, const float* xp,  \
-                                   size_t row, size_t panel, size_t k0,      \
-                                   size_t k1, float* held) {                 \
-    enum { SPILL_STEPS = (STEPS), REG_ROWS = (REGS), HELD = (MR) - (REGS) }; \
-    const size_t k = a->k, steps = k1 - k0;                                  \
-    const float* w = a->packed + panel * k * PANEL + k0 * PANEL;             \
-    const size_t col = panel * PANEL, cols = panel_cols(a, panel);           \
-    const size_t cols_hi = cols > 8 ? cols - 8 : 0;                          \
-    __m256 acc[REG_ROWS][2];                                                 \
-    for (int r = 0; r < (MR); ++r) {                                         \
-      const float* y = a->y + (row + r) * a->n + col;                        \
-      __m256 lo = k0 > 0 ? load8(y, cols) : _mm256_setzero_ps();             \
-      __m256 hi = k0 > 0 && cols_hi ? load8(y + 8, cols_hi)                  \
-                                    : _mm256_setzero_ps();                   \
-      if (r < REG_ROWS) {                                                    \
-        acc[r < REG_ROWS ? r : 0][0] = lo;                                   \
-        acc[r < REG_ROWS ? r : 0][1] = hi;                                   \
-      } else {                                                               \
-        _mm256_store_ps(held + (r - REG_ROWS) * PANEL, lo);                  \
-        _mm256_store_ps(held + (r - REG_ROWS) * PANEL + 8, hi);              \
-      }                                                                      \
-    }                                                                        \
-    size_t i = 0;                                                            \
-    for (; i + SPILL_STEPS <= steps; i += SPILL_STEPS) {                     \
-      __m256 b[SPILL_STEPS][2];                                              \
-      for (int s = 0; s < SPILL_STEPS; ++s) {                                \
-        const float* line = w + (i + s) * PANEL;                             \
-        b[s][0] = _mm256_loadu_ps(line);                                     \
-        b[s][1] = _mm256_loadu_ps(line + 8);                                 \
-        _mm_prefetch((const char*)(line + PREFETCH_STEPS * PANEL),           \
-                     _MM_HINT_T0);                                           \
-      }                                                                      \
-      const float* xi = xp + i;                                              \
-      for (int r = 0; r < REG_ROWS; ++r)                                     \
-        for (int s = 0; s < SPILL_STEPS; ++s) {                              \
-          __m256 xv = _mm256_broadcast_ss(xi + r * PASS_STRIDE + s);         \
-          for (int h = 0; h < 2; ++h)                                        \
-            acc[r][h] = _mm256_fmadd_ps(xv, b[s][h], acc[r][h]);             \
-        }                                                                    \
-      for (int r = 0; r < HELD; ++r)                                         \
-        for (int h = 0; h < 2; ++h) {                                        \
-          float* sums = held + r * PANEL + h * 8;                            \
-          __m256 sum = _mm256_load_ps(sums);                                 \
-          for (int s = 0; s < SPILL_STEPS; ++s)                              \
-            sum = _mm256_fmadd_ps(                                           \
-                _mm256_broadcast_ss(xi + (REG_ROWS + r) * PASS_STRIDE + s),  \
-                b[s][h], sum);                                               \
-          _mm256_store_ps(sums, sum);                                        \
-        }                                                                    \
-    }                                                                        \
-    for (; i < steps; ++i) {                                                 \
-      __m256 b[2] = {_mm256_loadu_ps(w + i * PANEL),                         \
-                     _mm256_loadu_ps(w + i * PANEL + 8)};                    \
-      for (int r = 0; r < (MR); ++r) {                                       \
-        __m256 xv = _mm256_broadcast_ss(xp + r * PASS_STRIDE + i);           \
-        for (int h = 0; h < 2; ++h) {                                        \
-          if (r < REG_ROWS) {                                                \
-            __m256* sum = &acc[r < REG_ROWS ? r : 0][h];                     \
-            *sum = _mm256_fmadd_ps(xv, b[h], *sum);                          \
-          } else {                                                           \
-            float* sums = held + (r - REG_ROWS) * PANEL + h * 8;             \
-            _mm256_store_ps(sums,                                            \
-                            _mm256_fmadd_ps(xv, b[h], _mm256_load_ps(sums)));\
-          }                                                                  \
-        }                                                                    \
-      }                                                                      \
-    }                                                                        \
-    const int last = k1 == k;                                                \
-    __m256 bias[2];                                                          \
-    bias256(a, last, col, cols, bias);                                       \
-    for (int r = 0; r < (MR); ++r) {                                         \
-      const int reg = r < REG_ROWS;                                          \
-      const float* sums = held + (reg ? 0 : r - REG_ROWS) * PANEL;           \
-      __m256 lo = reg ? acc[reg ? r : 0][0] : _mm256_load_ps(sums);          \
-      __m256 hi = reg ? acc[reg ? r : 0][1] : _mm256_load_ps(sums + 8);      \
-      if (last) {                                                            \
-        lo = _mm256_add_ps(lo, bias[0]);                                     \
-        hi = _mm256_add_ps(hi, bias[1]);                                     \
-      }                                                                      \
-      store256(a, row + r, col, cols, lo, hi);                               \
-    }                                                                        \
+// `rows` rows of x (`xs` floats apart, from k0) by panels [panel0, panel1)
+// over k in [k0, k1): pairs of panels in passes, a last odd panel in tiles
+// of one panel.
+AVX2_FN static void panels256(const linear_rows_t* a, const float* xp, size_t xs,
+                              size_t row, size_t rows, size_t panel0, size_t panel1,
+                              size_t k0, size_t k1, float* held) {
+  const size_t k = a->k;
+  for (size_t p = panel0; p < panel1; p += 2) {
+    if (panel1 - p >= 2) {
+      const float* next = p + 3 < panel1 ? a->packed + (p + 2) * k * PANEL + k0 * PANEL
+                          : k1 < k       ? a->packed + panel0 * k * PANEL + k1 * PANEL
+                                         : 0;
+      pass256(a, xp, xs, row, rows, p, k0, k1, next, held);
+    } else {
+      for (size_t r = 0; r < rows; r += TILE256_ROWS)
+        tile256(a, xp + r * xs, xs, row + r,
+                rows - r < TILE256_ROWS ? rows - r : TILE256_ROWS, p, 1, k0, k1);
+    }
   }
-
-// The AVX2 passes by rows (MR, SPILL_STEPS, REG_ROWS).
-#define PASSES256(X) \
-  X(7, 4, 3) X(8, 4, 3) X(9, 4, 3) X(10, 4, 3) X(11, 4, 3) X(12, 4, 3) X(13, 4, 3) \
-  X(14, 4, 3) X(15, 4, 3) X(16, 4, 3) X(17, 4, 3) X(18, 4, 3) X(19, 4, 3) X(20, 4, 3) \
-  X(21, 4, 3) X(22, 4, 3) X(23, 4, 3) X(24, 4, 3) X(25, 4, 3) X(26, 4, 3) X(27, 4, 3) \
-  X(28, 4, 3) X(29, 4, 3) X(30, 4, 3) X(31, 4, 3) X(32, 4, 3)
-PASSES256(DEFINE_PASS256)
-
-#define CASE_PASS256(MR, STEPS, REGS) CASE_PASS(256, MR)
-NOINLINE AVX2_FN static void pass256(const linear_rows_t* a, const float* xp,
-                                     size_t row, size_t rows, size_t panel,
-                                     size_t k0, size_t k1, float* held) {
-  switch (rows) { PASSES256(CASE_PASS256) }
 }
 
 // --------------------------------------------------------------------------
@@ -677,44 +695,40 @@ NOINLINE AVX512_FN static void one_pass512(const linear_rows_t* a, size_t row0,
   }
 }
 
-// As one_pass512, for TILE256_ROWS + 1 to ONE_PASS256_MAX rows (pass256).
-NOINLINE AVX2_FN static void one_pass256(const linear_rows_t* a, size_t row0,
-                                         size_t rows, size_t panel0,
-                                         size_t panel1) {
-  float copied[ONE_PASS256_MAX * PASS_STRIDE];
-  __attribute__((aligned(32))) float held[ONE_PASS256_MAX * PANEL];  // more than enough
-  for (size_t k0 = 0; k0 < a->k; k0 += PASS_K) {
-    size_t k1 = a->k - k0 > PASS_K ? k0 + PASS_K : a->k;
-    size_t xs;
-    const float* xp = rows_of_x(a, 1, copied, PASS_STRIDE, row0, rows, k0, k1, &xs);
-    for (size_t p = panel0; p < panel1; ++p) pass256(a, xp, row0, rows, p, k0, k1, held);
+// Past WIDE256_ROWS rows on AVX2: tiles of rows dealt out evenly (at most
+// TILES256_ROWS each), each a pass over a block of K_BLOCK k of the
+// workgroup's panels (in L2 for the tiles after the first), x read in place.
+NOINLINE AVX2_FN static void tiles256(const linear_rows_t* a, size_t row0, size_t row1,
+                                      size_t panel0, size_t panel1) {
+  __attribute__((aligned(32))) float held[TILES256_ROWS * 2 * PANEL];
+  const size_t count = (row1 - row0 + TILES256_ROWS - 1) / TILES256_ROWS;
+  const size_t even = (row1 - row0) / count, more = (row1 - row0) % count;
+  for (size_t kb = 0; kb < a->k; kb += K_BLOCK) {
+    size_t kb1 = a->k - kb > K_BLOCK ? kb + K_BLOCK : a->k;
+    size_t rows = 0;
+    for (size_t row = row0, t = 0; row < row1; row += rows, ++t) {
+      rows = even + (t < more);
+      panels256(a, a->x + row * a->k + kb, a->k, row, rows, panel0, panel1, kb, kb1, held);
+    }
   }
 }
 
-// Tiles of rows over blocks of K_BLOCK k: each block of the workgroup's
-// panels stays in L2 while the tiles of rows take it in turn (on AVX2 each
-// tile a pass256 of up to ONE_PASS256_MAX rows). The rows are dealt out
-// evenly to tiles of at most TILES512_ROWS on AVX-512: a last tile
-// of one to three rows read the block out of L2 with too few FMAs to keep
-// up, a pass costing 3-5 % of the call from 36 to 37 rows, 48 to 49 and 60
-// to 61 with tiles of 12 (C harness, each pair timed in alternation); dealt
-// out to tiles of up to 14 these steps were +0.1 to +1.8 %, and 29 to 512
-// rows took 0.92-1.0x the time. Tiles of up to 15 were 2-6 % slower from
-// 192 rows on.
-NOINLINE static void tiles(const linear_rows_t* a, int found, size_t row0,
-                           size_t row1, size_t panel0, size_t panel1) {
-  const int avx512 = found == ISA_AVX512;
-  const size_t tile_rows = avx512 ? TILES512_ROWS : ONE_PASS256_MAX;
-  const size_t count = (row1 - row0 + tile_rows - 1) / tile_rows;
+// Past ONE_PASS_MAX rows on AVX-512: tiles of rows over blocks of K_BLOCK
+// k; each block of the workgroup's panels stays in L2 while the tiles of
+// rows take it in turn. The rows are dealt out evenly to tiles of at most
+// TILES512_ROWS: a last tile of one to three rows read the block out of L2
+// with too few FMAs to keep up, a pass costing 3-5 % of the call from 36 to
+// 37 rows, 48 to 49 and 60 to 61 with tiles of 12 (C harness, each pair
+// timed in alternation); dealt out to tiles of up to 14 these steps were
+// +0.1 to +1.8 %, and 29 to 512 rows took 0.92-1.0x the time. Tiles of up
+// to 15 were 2-6 % slower from 192 rows on.
+NOINLINE AVX512_FN static void tiles512(const linear_rows_t* a, size_t row0, size_t row1,
+                                        size_t panel0, size_t panel1) {
+  const size_t count = (row1 - row0 + TILES512_ROWS - 1) / TILES512_ROWS;
   const size_t even = (row1 - row0) / count, more = (row1 - row0) % count;
-  // AVX2 tiles are passes (pass256), which take x copied PASS_K at a time.
-  const int copy = !avx512 || rows_share_l1_sets(a->k, tile_rows);
-  const size_t stride = avx512 ? COPY_STRIDE : PASS_STRIDE;
-  const size_t step = !avx512 ? PASS_K : copy ? COPY_K : K_BLOCK;
-  float copied[TILES512_ROWS * COPY_STRIDE > ONE_PASS256_MAX * PASS_STRIDE
-                   ? TILES512_ROWS * COPY_STRIDE
-                   : ONE_PASS256_MAX * PASS_STRIDE];
-  __attribute__((aligned(32))) float held[ONE_PASS256_MAX * PANEL];
+  const int copy = rows_share_l1_sets(a->k, TILES512_ROWS);
+  const size_t step = copy ? COPY_K : K_BLOCK;
+  float copied[TILES512_ROWS * COPY_STRIDE];
   for (size_t kb = 0; kb < a->k; kb += K_BLOCK) {
     size_t kb1 = a->k - kb > K_BLOCK ? kb + K_BLOCK : a->k;
     size_t rows = 0;
@@ -723,17 +737,9 @@ NOINLINE static void tiles(const linear_rows_t* a, int found, size_t row0,
       for (size_t k0 = kb; k0 < kb1; k0 += step) {
         size_t k1 = kb1 - k0 > step ? k0 + step : kb1;
         size_t xs;
-        const float* xp = rows_of_x(a, copy, copied, stride, row, rows, k0, k1, &xs);
-        if (avx512) {
-          for (size_t p = panel0; p < panel1; p += 2)
-            tile512(a, xp, xs, row, rows, p, panel1 - p >= 2 ? 2 : 1, k0, k1);
-        } else if (rows > TILE256_ROWS) {
-          for (size_t p = panel0; p < panel1; ++p)
-            pass256(a, xp, row, rows, p, k0, k1, held);
-        } else {
-          for (size_t p = panel0; p < panel1; ++p)
-            tile256(a, xp, xs, row, rows, p, k0, k1);
-        }
+        const float* xp = rows_of_x(a, copy, copied, COPY_STRIDE, row, rows, k0, k1, &xs);
+        for (size_t p = panel0; p < panel1; p += 2)
+          tile512(a, xp, xs, row, rows, p, panel1 - p >= 2 ? 2 : 1, k0, k1);
       }
     }
   }
@@ -743,31 +749,26 @@ static void block(const linear_rows_t* a, size_t row0, size_t row1,
                   size_t panel0, size_t panel1) {
   const int found = isa();
   const size_t rows = row1 - row0;
-  if (found == ISA_PORTABLE) {
+  if (found == ISA_AVX512) {
+    if (rows <= WIDE512_ROWS)
+      one_tile512(a, row0, rows, panel0, panel1);
+    else if (rows <= ONE_PASS_MAX)
+      one_pass512(a, row0, rows, panel0, panel1);
+    else
+      tiles512(a, row0, row1, panel0, panel1);
+  } else if (found == ISA_AVX2) {
+    if (rows <= WIDE256_ROWS) {
+      // As one_tile512 (rows this few never share L1 sets).
+      const float* xp = a->x + row0 * a->k;
+      for (size_t p = panel0; p < panel1; p += 2)
+        tile256(a, xp, a->k, row0, rows, p, panel1 - p >= 2 ? 2 : 1, 0, a->k);
+    } else {
+      tiles256(a, row0, row1, panel0, panel1);
+    }
+  } else {
     for (size_t p = panel0; p < panel1; ++p)
       for (size_t row = row0; row < row1; ++row) row_portable(a, row, p);
-    return;
   }
-  if (found == ISA_AVX512) {
-    if (rows <= WIDE512_ROWS) {
-      one_tile512(a, row0, rows, panel0, panel1);
-      return;
-    }
-    if (rows <= ONE_PASS_MAX) {
-      one_pass512(a, row0, rows, panel0, panel1);
-      return;
-    }
-  } else if (rows <= TILE256_ROWS && !rows_share_l1_sets(a->k, rows)) {
-    // As one_tile512.
-    const float* xp = a->x + row0 * a->k;
-    for (size_t p = panel0; p < panel1; ++p)
-      tile256(a, xp, a->k, row0, rows, p, 0, a->k);
-    return;
-  } else if (rows > TILE256_ROWS && rows <= ONE_PASS256_MAX) {
-    one_pass256(a, row0, rows, panel0, panel1);
-    return;
-  }
-  tiles(a, found, row0, row1, panel0, panel1);
 }
 
 // Workgroup (gx, gy) of (nx, ny) takes the gx-th of nx runs of panels and the
