@@ -417,7 +417,7 @@ NOINLINE AVX512_FN static void pass512(const linear_rows_t* a, const float* xp,
 // them, gives them SPILL256_STEPS steps' FMAs and stores them, while those
 // steps' rows of weights stay in 4 x SPILL256_STEPS registers (of 16). With
 // the weights read by the FMAs instead (from L1) and 2 rows in registers,
-// 24 and 32 rows took 8-12 % longer: 5 loads for 4 FMAs, and a store a step.
+// 12 to 32 rows took 11-13 % longer: 5 loads for 4 FMAs, and a store a step.
 #define SPILL256_STEPS 3
 
 // Lanes [0, cols) of 8 (all 8 for cols >= 8): masked loads and stores of a
@@ -537,8 +537,8 @@ AVX2_FN static void tile256(const linear_rows_t* a, const float* xp, size_t xs,
 // floats a row, 32-byte aligned), SPILL256_STEPS steps at a time. The lines
 // asked for past k1 are the ones read next, `next` (the next pair of
 // panels, or the first pair's next block), not the panels' own lines past
-// k1: in the C harness (x copied 128 k at a time, so 6 times a row of
-// weights) this took 8 rows from 17.4 to 16.2 ms and 32 from 45.5 to 44.3.
+// k1: in the C harness, when the pass took x 128 k at a time (a pair's
+// lines 128 steps long), 7 to 16 rows ran 5-10 % faster, 32 level.
 NOINLINE AVX2_FN static void pass256(const linear_rows_t* a, const float* xp,
                                      size_t xs, size_t row, size_t rows, size_t panel,
                                      size_t k0, size_t k1, const float* next,
@@ -574,8 +574,10 @@ NOINLINE AVX2_FN static void pass256(const linear_rows_t* a, const float* xp,
     }
     const float* xr = xp + i;
     float* sums = held;
-    // Unrolled over the rows, GCC hoisted loads out of the loop body and
-    // spilled them: a loop, 10-15 % faster from 12 rows on.
+    // Unrolled over the rows (as GCC did for up to 8 of them, where the row
+    // count was a constant), it hoisted loads out of the loop body and
+    // spilled them: 6 and 8 rows took 25-30 % longer (one thread, the
+    // weights in L2).
 #pragma GCC unroll 1
     for (size_t r = 0; r < rows; ++r, xr += xs, sums += 32) {
       __m256 xv[S];
