@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 PYTEST_WORKERS ?= auto
 XDIST := -n $(PYTEST_WORKERS) --maxprocesses=4 --dist loadscope
 
-.PHONY: test check check-pytest check-fuzz lit pytest docs demo bench bench-sweep bench-steps bench-served bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
+.PHONY: test check check-pytest check-fuzz lit pytest docs demo gpu-check bench bench-sweep bench-steps bench-served bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
 
 # PIP_CONSTRAINT, not only -c: it also pins what pip installs to build anyshape
 # itself (setuptools, in pip's isolated build environment).
@@ -87,6 +87,25 @@ bench-generate: $(BENCH_STAMP) $(ORT_STAMP)
 bench: $(BENCH_STAMP)
 	$(PY) bench/compare.py $(BENCH_ARGS)
 	$(if $(findstring --target,$(BENCH_ARGS)),,$(MAKE) bench-sweep bench-served)
+
+# Not a test: what the GPU check (bench/gpu_check.sh) carries to a GPU machine, built
+# here without one (a few minutes): gpu/artifacts (roberta-base and GPT-2 small in
+# float32 and float16, GPT-2's generator; for sm_90, weights left out), gpu/wheels
+# (iree-base-runtime for the GPU machine's Python, GPU_PYTHON) and gpu/run.sh. There,
+# from the repository root with gpu/ carried: bash gpu/run.sh (bench/README.md).
+GPU_DIR := gpu
+GPU_PYTHON ?= 3.12
+GPU_ARCH ?= sm_90
+gpu-check: $(BENCH_STAMP)
+	rm -rf $(GPU_DIR) && mkdir -p $(GPU_DIR)
+	$(PY) bench/cuda.py compile --out $(GPU_DIR)/artifacts --models roberta gpt2 \
+		--dtypes float32 float16 --cuda-arch $(GPU_ARCH) --generator
+	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) \
+		--implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 -d $(GPU_DIR)/wheels \
+		iree-base-runtime==$$(grep '^iree-base-runtime==' constraints.txt | cut -d= -f3)
+	cp bench/gpu_check.sh $(GPU_DIR)/run.sh
+	du -sh $(GPU_DIR)
 
 # Not a test: roberta-base at every L from 1 to 160 and by 32 to 512, batch 1 and 8,
 # anyshape against onnxruntime, eager, inductor and IREE static at a few L (about

@@ -154,6 +154,41 @@ def compile_all(out: Path, models: list[str], dtypes: list[str], target: str,
                   flush=True)
 
 
+def compile_generators(out: Path, dtypes: list[str], target: str, cuda_arch: str | None,
+                       tiny: bool) -> None:
+    """GPT-2 small's ``compile_generator`` per dtype, for the decode tokens/s (``decode``)."""
+    import anyshape
+
+    out.mkdir(parents=True, exist_ok=True)
+    for dtype in dtypes:
+        directory = out / f"gpt2-generate-{dtype}"
+        started = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", anyshape.CudaArchSubstituted)
+            generator = anyshape.compile_generator(
+                _generation_model(tiny, seed=0), target=target, dtype=_torch_dtype(dtype),
+                backend=anyshape.BackendOptions(
+                    cuda_arch=cuda_arch if target == "cuda" else None, params="external"))
+        seconds = time.perf_counter() - started
+        generator.save(directory)
+        (directory / "params.irpa").unlink()
+        info = {"model": "gpt2", "generator": True, "dtype": dtype, "tiny": tiny,
+                "target": target, "cuda_arch": generator.module.target.cuda_arch,
+                "requested_cuda_arch": generator.module.target.requested_cuda_arch,
+                "compile_seconds": seconds}
+        (directory / "bench.json").write_text(json.dumps(info, indent=2) + "\n")
+        print(f"{directory.name}: compiled in {seconds:.1f} s", flush=True)
+
+
+def _generation_model(tiny: bool, seed: int):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    size = {} if not tiny else {"n_layer": 2, "n_embd": 64, "n_head": 2}
+    return GPT2LMHeadModel(GPT2Config(**size)).eval()
+
+
 # -- step 2: run (needs torch, numpy, transformers, iree-base-runtime; a GPU) -------------
 
 def _synchronize(device: str) -> None:
@@ -248,7 +283,10 @@ def run_all(artifacts: Path, batches: list[int], check_lengths: list[int], lengt
     # The fp32 reference in full fp32: TF32 matmuls differ from it by ~1e-3.
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    directories = sorted(p.parent for p in artifacts.glob("*/bench.json"))
+    directories = sorted(p.parent for p in artifacts.glob("*/bench.json")
+                         if not json.loads(p.read_text()).get("generator"))
+    generators = sorted(p.parent for p in artifacts.glob("*/bench.json")
+                        if json.loads(p.read_text()).get("generator"))
     if not directories:
         raise SystemExit(f"{artifacts}: no artifacts (bench.json) here; run "
                          f"'python bench/cuda.py compile --out {artifacts}' first")
@@ -260,7 +298,7 @@ def run_all(artifacts: Path, batches: list[int], check_lengths: list[int], lengt
         "iree-base-runtime": _version("iree-base-runtime"),
         "transformers": _version("transformers"),
     }
-    results = {"environment": environment, "checks": [], "latency": []}
+    results = {"environment": environment, "checks": [], "latency": [], "decode": []}
 
     def artifact(directory):
         info = json.loads((directory / "bench.json").read_text())
@@ -299,6 +337,18 @@ def run_all(artifacts: Path, batches: list[int], check_lengths: list[int], lengt
         del model, module
         if device != "cpu":
             torch.cuda.empty_cache()
+    # GPT-2's decode, before inductor's compiles.
+    for directory in generators:
+        info = json.loads((directory / "bench.json").read_text())
+        try:
+            row = _decode(directory, info, device, runs=3)
+        except Exception as error:  # noqa: BLE001 - written into the row
+            row = {"error": f"{type(error).__name__}: {error}"[:300]}
+        results["decode"].append({**info, "artifact": directory.name, **row})
+        print(f"{directory.name}: {row}", flush=True)
+        write()
+        if device != "cpu":
+            torch.cuda.empty_cache()
     # Inductor last: each model's compiles (one per batch-1 and dynamic shape) are slow.
     for directory in directories:
         info = json.loads((directory / "bench.json").read_text())
@@ -329,6 +379,54 @@ def run_all(artifacts: Path, batches: list[int], check_lengths: list[int], lengt
     write()
     print(_tables(results))
     return results
+
+
+DECODE_PROMPT, DECODE_NEW = 17, 128
+
+
+def _decode(directory: Path, info: dict, device: str, runs: int) -> dict:
+    """GPT-2's greedy generation of DECODE_NEW tokens after a DECODE_PROMPT-token
+    prompt at batch 1, anyshape's and HF eager's ``generate`` in turn: tokens
+    equal, and decode tokens/s ((DECODE_NEW - 1) / (time of DECODE_NEW tokens -
+    time of 1), the medians of ``runs``)."""
+    import torch
+
+    import anyshape
+
+    model = _generation_model(info["tiny"], seed=1).to(_torch_dtype(info["dtype"]))
+    anyshape.write_parameters(directory, torch.nn.ModuleDict({"model": model}))
+    generator = anyshape.load(directory, device=device)
+    model = model.to(device)
+    ids = torch.randint(3, 1000, (1, DECODE_PROMPT), generator=torch.Generator().manual_seed(7))
+    mask = torch.ones_like(ids)
+
+    def anyshape_run(new):
+        return generator.generate(ids, attention_mask=mask, max_new_tokens=new,
+                                  min_new_tokens=new, do_sample=False)
+
+    def eager_run(new):
+        with torch.no_grad():
+            return model.generate(ids.to(device), attention_mask=mask.to(device),
+                                  max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                                  pad_token_id=model.config.eos_token_id).cpu()
+
+    systems = {"anyshape": anyshape_run, "eager": eager_run}
+    tokens = {name: run(DECODE_NEW) for name, run in systems.items()}  # warm-up, and the check
+    row = {"tokens_equal": bool(torch.equal(tokens["anyshape"], tokens["eager"]))}
+    if not row["tokens_equal"]:
+        same = (tokens["anyshape"] == tokens["eager"]).all(0).long()
+        row["first_difference"] = int(same.argmin())
+    times = {name: {1: [], DECODE_NEW: []} for name in systems}
+    for _ in range(runs):
+        for name, run in systems.items():
+            for new in (1, DECODE_NEW):
+                times[name][new].append(_timed_ms(lambda: run(new), device))
+    for name in systems:
+        prefill = statistics.median(times[name][1])
+        whole = statistics.median(times[name][DECODE_NEW])
+        row[f"{name}_tokens_per_s"] = (DECODE_NEW - 1) / max(whole - prefill, 1e-9) * 1e3
+        row[f"{name}_prefill_ms"] = prefill
+    return row
 
 
 def merge_tables(paths: list[Path], out: Path) -> None:
@@ -427,6 +525,24 @@ def _tables(results: dict) -> str:
                   + " | " + " | ".join(f"{s} ratio" for s in SYSTEMS) + " |",
                   "|" + "---|" * (4 + 2 * len(SYSTEMS))]
         lines += [_latency_row(cell) for cell in results["latency"]]
+    if results.get("decode"):
+        lines += ["", f"GPT-2 greedy decode, batch 1, a {DECODE_PROMPT}-token prompt, "
+                      f"{DECODE_NEW} new tokens; tokens/s = {DECODE_NEW - 1} / (time of "
+                      f"{DECODE_NEW} tokens - time of 1), medians of 3:", "",
+                  "| dtype | tokens equal to HF | anyshape tokens/s | eager tokens/s | "
+                  "anyshape / eager | anyshape prefill ms | eager prefill ms |",
+                  "|---|---|---|---|---|---|---|"]
+        for row in results["decode"]:
+            if "error" in row:
+                lines.append(f"| {row['dtype']} | failed: {row['error'][:80]} | | | | | |")
+                continue
+            equal = "yes" if row["tokens_equal"] else \
+                f"no (from token {row.get('first_difference')})"
+            lines.append(
+                f"| {row['dtype']} | {equal} | {row['anyshape_tokens_per_s']:.1f} | "
+                f"{row['eager_tokens_per_s']:.1f} | "
+                f"{row['anyshape_tokens_per_s'] / row['eager_tokens_per_s']:.2f} | "
+                f"{row['anyshape_prefill_ms']:.2f} | {row['eager_prefill_ms']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -464,6 +580,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="cpu: a smoke test of the harness without a GPU")
     comp.add_argument("--iree-flag", action="append", default=[], dest="iree_flags",
                       help="an experiment: one more IREE option for every module (repeatable)")
+    comp.add_argument("--generator", action="store_true",
+                      help="also GPT-2's compile_generator per dtype (decode tokens/s)")
     run = steps.add_parser("run", help="check and time the artifacts compiled by 'compile'")
     run.add_argument("artifacts", type=Path)
     run_options(run)
@@ -489,6 +607,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.step == "compile":
         compile_all(args.out, args.models, args.dtypes, args.target, args.cuda_arch, args.tiny,
                     args.iree_flags)
+        if args.generator:
+            compile_generators(args.out, args.dtypes, args.target, args.cuda_arch, args.tiny)
     elif args.step == "run":
         run_arguments(args.artifacts, args.device)
     else:

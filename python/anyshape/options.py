@@ -41,8 +41,11 @@ class BackendOptions:
     docs/api.md). ``product_kernel``: "anyshape" (default) computes float32
     products with a weight of the model (linear layers, the LM head) with
     anyshape's kernel on x86-64 CPUs, which computes only the rows there are
-    (IREE's computes whole tiles of 16 rows); "iree" keeps IREE's. Where no C
-    compiler can build the kernel, IREE's runs, with a warning.
+    (IREE's computes whole tiles of 16 rows), and on CUDA pads the rows of
+    every product whose row count is dynamic to whole tiles, so that IREE
+    tiles it (tensor cores in float16) instead of computing each output on
+    its own (docs/iree-notes.md); "iree" keeps IREE's. Where no C compiler
+    can build the CPU kernel, IREE's runs, with a warning.
     """
 
     cuda_arch: str | None = None

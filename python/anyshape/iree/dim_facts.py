@@ -27,13 +27,12 @@ rewritten IR (test/iree/dim-facts.mlir).
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 from anyshape.dialects import DIMS_ATTR, builtin_tensor_text
+from anyshape.iree.rewrite_cli import rewrite_main
 from anyshape.mlir import ir, rewrite_with_iree_bindings
 from anyshape.workarounds_index import Workaround
 
@@ -159,27 +158,12 @@ def _assumption(fact: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m anyshape.iree.dim_facts",
-                                     description="State anyshape.dims argument facts as IREE "
-                                                 "util.assume.int (the compile stage 'iree-input')")
-    parser.add_argument("input", help="MLIR after anyshape-lower, text or bytecode")
-    parser.add_argument("-o", "--output",
-                        help="bytecode to write (default: the rewritten IR as text on stdout)")
-    args = parser.parse_args(argv)
-    try:
-        if args.output is not None:
-            count = inject_dim_facts(Path(args.input), Path(args.output))
-        else:
-            with tempfile.TemporaryDirectory(prefix="anyshape-dim-facts-") as scratch:
-                text = Path(scratch) / "out.mlir"
-                count = inject_dim_facts(Path(args.input), Path(scratch) / "out.mlirbc", text)
-                sys.stdout.write(text.read_text().rstrip("\n") + "\n")
-    except (OSError, ValueError) as error:
-        print(f"anyshape.iree.dim_facts: {error}", file=sys.stderr)
-        return 1
-    print(f"stated dim facts of {count} arguments in {args.output or 'the text above'}",
-          file=sys.stdout if args.output is not None else sys.stderr)
-    return 0
+    return rewrite_main("anyshape.iree.dim_facts",
+                        "State anyshape.dims argument facts as IREE util.assume.int (the "
+                        "compile stage 'iree-input')", "MLIR after anyshape-lower, text or bytecode",
+                        inject_dim_facts,
+                        lambda count, where: f"stated dim facts of {count} arguments in {where}",
+                        argv)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,15 @@ class Target:
     # False: no constant is inlined into a dispatch (INLINE_CONSTANTS_OFF_FLAG;
     # set for models with bfloat16 weights, workaround bf16_constants_not_inlined)
     inline_constants: bool = True
+    # Products with a dynamic row count padded to whole tiles
+    # (iree/tiled_products.py); None: on for CUDA targets whose products are
+    # anyshape's (product_kernel "anyshape"), off elsewhere (tiles_products)
+    tiled_products: bool | None = None
+
+    def tiles_products(self) -> bool:
+        if self.tiled_products is not None:
+            return self.tiled_products
+        return self.name == "cuda" and self.product_kernel == "anyshape"
 
     def iree_flags(self) -> list[str]:
         if self.data_tiling is None:
@@ -181,10 +190,11 @@ PRODUCT_KERNELS = ("anyshape", "iree")
 
 
 def with_product_kernel(target: Target, kernel) -> Target:
-    """``target`` with its products with a constant weight computed by
-    ``kernel``: "anyshape" (default: the row-exact kernel of
-    iree/linear_rows.py, on x86-64 CPU targets whose products are float32;
-    IREE's elsewhere) or "iree" (IREE's own everywhere)."""
+    """``target`` with its products computed by ``kernel``: "anyshape"
+    (default: on x86-64 CPU targets whose products are float32, those with a
+    constant weight run the row-exact kernel of iree/linear_rows.py; on CUDA
+    targets, every product with a dynamic row count is padded to whole tiles,
+    iree/tiled_products.py) or "iree" (IREE's own configuration everywhere)."""
     if kernel not in PRODUCT_KERNELS:
         raise ValueError(f"product_kernel: expected one of {', '.join(PRODUCT_KERNELS)}, "
                          f"got {kernel!r}")

@@ -9,6 +9,8 @@ reproducer and the ``iree-compile`` command that replays it.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
 import shlex
 import subprocess
@@ -23,13 +25,40 @@ from anyshape.mlir import iree_tool
 from anyshape.stages import IREE_COMPILE_STAGE, IREE_INPUT_STAGE, keep_reproducer
 
 
+# A census of a build (iree/dispatch_census.py) stops IREE at this phase:
+# the module's file is then that phase's output, not a .vmfb.
+_STOP_AT: contextvars.ContextVar[str | None] = contextvars.ContextVar("anyshape_iree_stop_at",
+                                                                       default=None)
+
+
+@contextlib.contextmanager
+def stopping_at(phase: str):
+    """IREE builds in this context stop at ``phase`` (``--compile-to``)."""
+    token = _STOP_AT.set(phase)
+    try:
+        yield
+    finally:
+        _STOP_AT.reset(token)
+
+
+def stop_phase() -> str | None:
+    """The phase IREE builds stop at here (``stopping_at``); None: a whole build."""
+    return _STOP_AT.get()
+
+
 def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
-                      report: Callable[[str], None], cpu: bool) -> Path:
+                      report: Callable[[str], None], cpu: bool,
+                      output: Path | None = None, phase: str | None = None) -> Path:
     """iree-compile in two runs around the flow-level workarounds
-    (``workarounds.rewrite_flow``; float64 math for the CPU only)."""
+    (``workarounds.rewrite_flow``; float64 math for the CPU only), into
+    ``output`` (default: ``module.vmfb`` beside the input). ``phase``: stop
+    there (``--compile-to``: "executable-configurations" writes each
+    dispatch's configuration, as ``iree/dispatch_census.py`` reads it)."""
+    phase = phase or stop_phase()
     flow = input_file.with_name("iree-flow.mlirbc")
     untied = input_file.with_name("iree-flow-untied.mlirbc")
-    vmfb = input_file.with_name("module.vmfb")
+    vmfb = output if output is not None else \
+        input_file.with_name(f"{phase}.mlirbc" if phase else "module.vmfb")
     run_iree_compile(input_file, [*flags, "--compile-to=flow", "--emit-mlir-bytecode"], flow,
                      dump_ir_dir, report, repro_stem=IREE_INPUT_STAGE)
     rewritten = rewrite_flow(flow, untied, f64_math_in_f32=cpu)
@@ -46,7 +75,8 @@ def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
         report(f"  kept {rewritten.guarded} integer divisions from dividing by 0 past a "
                f"partial vector's end")
     flow.unlink()
-    run_iree_compile(untied, [*flags, "--compile-from=flow"], vmfb, dump_ir_dir, report,
+    last = [f"--compile-to={phase}"] if phase else []
+    run_iree_compile(untied, [*flags, "--compile-from=flow", *last], vmfb, dump_ir_dir, report,
                      repro_stem=untied.stem)
     untied.unlink()
     return vmfb

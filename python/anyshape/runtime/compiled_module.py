@@ -85,17 +85,22 @@ class CompiledModule:
         self._stage_files, self._workdir = fresh._stage_files, fresh._workdir
         self.stage_source = None
 
-    def ir(self, stage: str) -> str:
-        """MLIR text after ``stage`` (weights included)."""
+    def stage_file(self, stage: str) -> Path:
+        """The bytecode file of ``stage`` (as ``ir(stage)`` reads it)."""
         self._compile_stages_again()
         if not self._stage_files:
             raise ValueError("this module was loaded from disk: its compile stages were not saved")
         if stage not in self._stage_files:
             raise ValueError(f"stage: expected one of {', '.join(self.stages)}, got '{stage}'")
+        return self._stage_files[stage]
+
+    def ir(self, stage: str) -> str:
+        """MLIR text after ``stage`` (weights included)."""
+        path = self.stage_file(stage)
         from anyshape.pipeline import bytecode_file_to_text
 
         # What IREE receives is read the way IREE reads it: it may hold IREE's own ops.
-        return bytecode_file_to_text(self._stage_files[stage], iree=stage == IREE_INPUT_STAGE)
+        return bytecode_file_to_text(path, iree=stage == IREE_INPUT_STAGE)
 
     @property
     def vmfb_path(self) -> Path:
