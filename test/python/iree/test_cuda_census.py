@@ -5,7 +5,8 @@ The builds are the user's defaults (``Dim("batch")`` and ``Dim("seq")`` with no
 bounds, or the seq dim alone) of a roberta-base-sized classifier (2 layers: a
 whole one and the one the classifier's first-token slice hoists) and a
 GPT-2-sized LM (every position's logits), in float32 and float16, and the
-prefill of ``compile_generator`` for GPT-2. For each product IREE configures:
+prefill of ``compile_generator`` for GPT-2 (and Llama in float16). For each
+product IREE configures:
 
 - none whose rows are dynamic gets IREE's reduction strategy (one workgroup
   per output element, a matrix-vector strategy);
@@ -115,6 +116,25 @@ def test_generator_prefill_census(dtype):
         functions == {"main", "decode_one", "decode_four"}  # batch 8 shares batch 4's code
     decode_rows = {p.rows for p in products if not p.dispatch.startswith("main$")}
     assert all(None not in rows for rows in decode_rows)  # static rows: 1, 4 or 8 (16 in tiles)
+
+
+@pytest.mark.builds_after_export
+def test_llama_generator_prefill_census():
+    """/// A Llama generator (grouped-query attention: HF's repeat_kv before the
+    /// products, RoPE's float32 product) is tiled as GPT-2's is, in float16."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        num_hidden_layers=1, hidden_size=256, intermediate_size=688, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=1001)).eval()
+    products = census_of_build(lambda: anyshape.compile_generator(
+        model, target="cuda", dtype=torch.float16,
+        backend=anyshape.BackendOptions(cuda_arch=ARCH)))
+    prefill = [p for p in products if p.dispatch.startswith("main$")]
+    assert sum(1 for p in prefill if p.dynamic_rows and p.mma) >= 5, \
+        [p.describe() for p in prefill]
+    assert _untiled(products) == []
 
 
 @pytest.mark.builds_after_export
