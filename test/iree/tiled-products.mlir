@@ -75,6 +75,17 @@ func.func @negative_one_row_and_static_float32_rows(%x: !torch.vtensor<[1,64],f1
   return %0, %1 : !torch.vtensor<[1,96],f16>, !torch.vtensor<[3,96],f32>
 }
 
+/// A dim that one operand knows and the other does not (a batch static in
+/// one, dynamic in the other) is left to IREE, as written.
+// CHECK-LABEL: func.func @negative_batch_known_to_one_operand
+// CHECK: torch.aten.bmm
+// CHECK-NOT: call
+// CHECK: return
+func.func @negative_batch_known_to_one_operand(%a: !torch.vtensor<[2,?,16],f16>, %b: !torch.vtensor<[?,16,32],f16>) -> !torch.vtensor<[2,?,32],f16> {
+  %0 = torch.aten.bmm %a, %b : !torch.vtensor<[2,?,16],f16>, !torch.vtensor<[?,16,32],f16> -> !torch.vtensor<[2,?,32],f16>
+  return %0 : !torch.vtensor<[2,?,32],f16>
+}
+
 /// The linear's rows (every dim of x but the last) are collapsed, padded
 /// with zeros to a multiple of 128 and split [rows / 128, 128]: IREE then
 /// tiles the product instead of giving it one workgroup per output. The bias

@@ -264,6 +264,8 @@ def _match(op) -> tuple[Product, list] | None:
             return None
         m, k = a_sizes[-2:]
         n = b_sizes[-1]
+        if a_sizes[:-2] != b_sizes[:-2] or k != b_sizes[-2]:
+            return None  # a dim static in one operand and dynamic in the other
         bias = None
         if name == "torch.aten.addmm":
             if constant_float(op.operands[3]) != 1.0 or constant_float(op.operands[4]) != 1.0 \
