@@ -103,7 +103,7 @@ def census_of_file(iree_input: Path, flags: list[str]) -> list[ProductConfig]:
         shutil.copyfile(iree_input, source)
         configured = compile_with_iree(source, list(flags), None, lambda message: None,
                                        cpu="--iree-hal-target-device=local" in flags,
-                                       output=Path(scratch) / "configured.mlirbc",
+                                       output=Path(scratch) / "configured.mlir",
                                        phase=PHASE)
         return products_of(configured.read_bytes())
 

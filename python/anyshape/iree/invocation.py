@@ -58,7 +58,7 @@ def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
     flow = input_file.with_name("iree-flow.mlirbc")
     untied = input_file.with_name("iree-flow-untied.mlirbc")
     vmfb = output if output is not None else \
-        input_file.with_name(f"{phase}.mlirbc" if phase else "module.vmfb")
+        input_file.with_name(f"{phase}.mlir" if phase else "module.vmfb")
     run_iree_compile(input_file, [*flags, "--compile-to=flow", "--emit-mlir-bytecode"], flow,
                      dump_ir_dir, report, repro_stem=IREE_INPUT_STAGE)
     rewritten = rewrite_flow(flow, untied, f64_math_in_f32=cpu)
