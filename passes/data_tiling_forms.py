@@ -88,7 +88,7 @@ from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions, is_a, rebuilt,
                                              typed, users, vtensor_type)
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 
 _RESHAPES = (torch_ops.AtenViewOp, torch_ops.AtenReshapeOp, torch_ops.Aten_UnsafeViewOp)
@@ -682,7 +682,7 @@ class DataTilingFormsPass(ModulePass):
             erase_unused(func)
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='data_tiling_one_row_bmm', stage='torch-ir',

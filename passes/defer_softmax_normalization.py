@@ -39,7 +39,7 @@ from anyshape.passes.torch_ir.ops import (PROBABILITY_SOFTMAXES, shifted_exponen
                                           softmax_axis)
 from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions, is_a, rebuilt,
                                              typed, users, vtensor_type)
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 
 def _defined_by(value: ir.Value, name: str) -> ir.Operation | None:
@@ -181,7 +181,7 @@ class DeferSoftmaxNormalizationPass(ModulePass):
             erase_unused(func)  # the softmax and its guard, kept alive by their bindings
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='defer_softmax_normalization', stage='torch-ir',

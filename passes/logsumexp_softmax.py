@@ -36,7 +36,7 @@ from anyshape.passes.torch_ir.constants import bool_constant, int_constant, none
 from anyshape.passes.torch_ir.ops import (PROBABILITY_SOFTMAXES, SCALAR_TYPE_OF,
                                           shifted_exponentials, softmax_computation)
 from anyshape.passes.torch_ir.values import functions, vtensor_type
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 
 def softmax_as_logsumexp(op: ir.Operation, rewriter) -> bool:
@@ -78,7 +78,7 @@ class LogsumexpSoftmaxPass(ModulePass):
             apply_patterns(func, [(name, softmax_as_logsumexp) for name in PROBABILITY_SOFTMAXES])
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='logsumexp_softmax', stage='torch-ir',

@@ -24,7 +24,7 @@ from typing import Callable, ClassVar
 from anyshape.mlir import ir, passmanager, rewrite
 from anyshape.passes.torch_ir.mixed_comparisons import mend_mixed_comparisons
 from anyshape.passes.torch_ir.values import forget_identities
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 
 class PassFailure(Exception):
@@ -151,7 +151,7 @@ def apply_patterns(op: ir.Operation, patterns: list[tuple[type | str, PatternFn]
             return
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='greedy_driver_rerun', stage='torch-ir',

@@ -22,7 +22,7 @@ from anyshape.passes.torch_ir.constants import (constant_int, int_constant, int_
                                                 list_items)
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir.values import rebuilt, vtensor_type
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 
 def _divides(a, b) -> bool:
@@ -173,7 +173,7 @@ def _where(op) -> str:
     return format_location(op.location) or "an unknown location"
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='view_as_flatten_unflatten', stage='torch-ir',

@@ -36,7 +36,7 @@ from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, float_constant,
                                                 int_constant, none_constant)
 from anyshape.passes.torch_ir.values import defining_op, is_a, typed, vtensor_type
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 COMPARISONS = (torch_ops.AtenEqScalarOp, torch_ops.AtenNeScalarOp, torch_ops.AtenLtScalarOp,
                torch_ops.AtenLeScalarOp, torch_ops.AtenGtScalarOp, torch_ops.AtenGeScalarOp)
@@ -118,7 +118,7 @@ def mend_mixed_comparisons(root: ir.Operation) -> int:
     return count
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='mixed_kind_comparisons', stage='torch-ir',

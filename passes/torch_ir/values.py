@@ -5,7 +5,7 @@ import collections.abc
 import itertools
 
 from anyshape.mlir import ir, torch_ops
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 # torch's ScalarType codes for the integer dtypes an index tensor may have.
 TORCH_INT32, TORCH_INT64 = 3, 4
@@ -194,7 +194,7 @@ class ValueMap(collections.abc.MutableMapping):
         return len(self._entries)
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='value_map_identity', stage='torch-ir',

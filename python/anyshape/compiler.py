@@ -46,7 +46,7 @@ from anyshape.runtime.compiled_module import CompiledModule, available_cores, ch
 from anyshape.runtime.signature import ModuleSignature
 from anyshape.stages import (IMPORT_STAGE, IREE_COMPILE_STAGE, IREE_INPUT_STAGE,
                              discard_reproducer, keep_reproducer)
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 
 def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any = None,
@@ -686,7 +686,7 @@ def _progress_printer(progress) -> Callable[[str], None]:
     return report
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='cuda_without_dim_facts', stage='iree-input',

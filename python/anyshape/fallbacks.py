@@ -21,7 +21,7 @@ from typing import Callable
 from anyshape.errors import CompileError, DataTilingFallback
 from anyshape.iree.flags import PEELING_FAILURE, PEELING_FLAG
 from anyshape.stages import IREE_COMPILE_STAGE
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from torch_mlir import ir, passmanager, rewrite
 from torch_mlir.dialects import ext
 from torch_mlir.dialects import torch as torch_dialect
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 # torch-mlir's op classes generated from the ODS definitions: typed builders
 # (``torch_ops.AtenUnsqueezeOp(result_type, x, dim)``) and operands by name
@@ -270,7 +270,7 @@ def versions() -> dict[str, str]:
     return out
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='torch_c_loaded_by_dummy_pass', stage='torch-ir',

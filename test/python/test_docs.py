@@ -33,7 +33,7 @@ def test_workaround_docs_are_current():
 def test_every_workaround_guard_is_a_test_that_exists():
     import re
 
-    from anyshape.workarounds_index import all_workarounds
+    from anyshape.tools.workaround_index import all_workarounds
 
     for workaround in all_workarounds():
         assert workaround.guard or workaround.unguarded, f"{workaround.name}: no guard"
@@ -51,7 +51,7 @@ def test_modules_that_say_when_to_remove_a_workaround_declare_it():
     it in WORKAROUNDS, so docs/workarounds.md lists it."""
     import importlib
 
-    from anyshape.workarounds_index import _modules
+    from anyshape.tools.workaround_index import modules as _modules
 
     undeclared = []
     for name in sorted(set(_modules())):
@@ -67,7 +67,7 @@ def test_each_fallback_is_one_declared_workaround():
     """The table compiler.py asks (anyshape/fallbacks.py) and the workarounds
     page list the same fallbacks, at the iree-fallback stage."""
     from anyshape.fallbacks import FALLBACKS, WORKAROUNDS
-    from anyshape.workarounds_index import all_workarounds
+    from anyshape.tools.workaround_index import all_workarounds
 
     assert {f"{name}_fallback" for name in FALLBACKS} == {w.name for w in WORKAROUNDS}
     assert {w.name for w in all_workarounds() if w.stage == "iree-fallback"} == \

@@ -13,7 +13,7 @@ import torch.export
 from anyshape.errors import CompileError
 from anyshape.frontend import export_diagnostics
 from anyshape.runtime.signature import output_roles
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 # Ops kept whole through import, and why (everything else decomposes to core ATen,
 # which is what torch-mlir's lowering to linalg covers best):
@@ -127,7 +127,7 @@ def prepare_program(program: torch.export.ExportedProgram) -> torch.export.Expor
     return program
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='squeeze_dims_one_dim_at_a_time', stage='export',

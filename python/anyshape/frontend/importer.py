@@ -18,7 +18,7 @@ from anyshape.runtime.signature import ordered_range_constraints, output_roles
 from anyshape.frontend.export import export_program
 from anyshape.frontend.graph_fixes import apply_graph_fixes
 from anyshape.frontend.graph_fixes.symbolic_scalars import scalar_as_tensor
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 
 def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None = None,
@@ -282,7 +282,7 @@ class _WeightLiterals:
         return name
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='empty_literals_inline', stage='import',

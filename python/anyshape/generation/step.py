@@ -43,7 +43,7 @@ import os
 
 import torch
 
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 
 

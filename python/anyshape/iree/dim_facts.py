@@ -34,7 +34,7 @@ from pathlib import Path
 from anyshape.dialects import DIMS_ATTR, builtin_tensor_text
 from anyshape.iree.rewrite_cli import rewrite_main
 from anyshape.mlir import ir, rewrite_with_iree_bindings
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 
 # A canonical expr that is a constant multiple of one symbol: "2*s0".
@@ -170,7 +170,7 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='dim_facts_real_minimum', stage='iree-input',

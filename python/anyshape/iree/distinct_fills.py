@@ -19,7 +19,7 @@ each writer needed a buffer of its own anyway.
 
 from __future__ import annotations
 
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 # Views between a producer and the in-place op, cloned along with it.
 _VIEWS = ("flow.tensor.reshape", "flow.tensor.bitcast")

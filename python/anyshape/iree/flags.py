@@ -14,7 +14,7 @@ import dataclasses
 import re
 import warnings
 
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 DEFAULT_OPT_LEVEL = "O2"
 PEELING_FLAG = "--iree-llvmcpu-vector-pproc-strategy=peel"
@@ -237,7 +237,7 @@ def with_constants_for(target: Target, dtypes) -> Target:
     return target
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='bf16_constants_not_inlined', stage='iree-flags',

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from anyshape.iree.torch_constants import matches
 from anyshape.mlir import iree_bindings, rewrite_with_iree_bindings
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 _TO_VTENSOR = "torch.copy.to_vtensor"
 _OVERWRITE = "torch.overwrite.tensor.contents"

@@ -49,7 +49,7 @@ from anyshape.iree.cpu import compile_probe
 from anyshape.iree.flags import Target, routes_products
 from anyshape.iree.torch_constants import call_with_builtin_tensors, matches, new_constant_int
 from anyshape.mlir import rewrite_with_iree_bindings
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 SOURCE = Path(__file__).with_name("kernels") / "linear_rows.c"
 EXECUTABLE = "anyshape_row_products"

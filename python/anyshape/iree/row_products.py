@@ -43,7 +43,7 @@ from anyshape.iree.torch_constants import constant_int as _constant_int
 from anyshape.iree.torch_constants import int_list as _int_list
 from anyshape.iree.torch_constants import matches
 from anyshape.mlir import rewrite_with_iree_bindings
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 WORKAROUNDS = (
     Workaround(

@@ -58,7 +58,7 @@ from anyshape.iree.rewrite_cli import rewrite_main
 from anyshape.iree.torch_constants import (call_with_builtin_tensors, constant_bool,
                                            constant_float, matches)
 from anyshape.mlir import rewrite_with_iree_bindings
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 WORKAROUNDS = (
     Workaround(

@@ -25,7 +25,7 @@ from anyshape.iree.distinct_workloads import untie_repeated_workloads
 from anyshape.iree.in_place_writes import drop_aliased_values_from_barriers
 from anyshape.mlir import iree_bindings
 from anyshape.passes.torch_ir.ops import ELEMENTWISE
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 # Products, and the operands of each that IREE's data tiling packs (not a
 # linear's bias or addmm's added term).
@@ -339,7 +339,7 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='packing_barrier_two_dynamic_dims', stage='iree-input',

@@ -22,7 +22,7 @@ from anyshape.iree.cpu import check_runs_here
 from anyshape.iree.flags import Target
 from anyshape.runtime.signature import SCHEMA_VERSION, ModuleSignature, TensorSpec, decode_tree
 from anyshape.stages import IREE_INPUT_STAGE
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 MANIFEST = "manifest.json"
 VMFB = "module.vmfb"
@@ -621,7 +621,7 @@ def _evaluate(expr: str, values: dict[str, int]) -> int | None:
     return int(result) if result.is_number else None
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='signless_results_viewed_as_dtype', stage='runtime',

@@ -18,7 +18,7 @@ import torch
 from torch.fx import Graph
 
 from anyshape.frontend.graph_fixes.fx_emit import Emitter
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 aten = torch.ops.aten
 
@@ -63,7 +63,7 @@ def check_det(graph: Graph) -> int:
     return checked
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='checked_det_zero_pivot', stage='import',

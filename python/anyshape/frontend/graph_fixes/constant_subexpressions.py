@@ -19,7 +19,7 @@ import torch
 from torch.fx import Graph, Node
 from torch.fx.node import map_aggregate
 
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 _MAX_ELEMENTS = 64
 

@@ -33,7 +33,7 @@ import torch
 from torch.fx import Graph, Node
 
 from anyshape.frontend.graph_fixes.fx_emit import Emitter
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 aten = torch.ops.aten
 
@@ -215,7 +215,7 @@ def rewrite_edge_value_math(graph: Graph) -> int:
     return rewritten
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='edge_value_pow_atan2', stage='import',

@@ -15,7 +15,7 @@ import torch
 from torch.fx import Graph, Node
 
 from anyshape.frontend.graph_fixes.fx_emit import Emitter
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 WORKAROUNDS = (Workaround(
     name="integer_negation", stage="import", where="rewrite_integer_negation",

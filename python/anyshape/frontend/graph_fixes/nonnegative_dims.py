@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch.fx import Graph
 
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 WORKAROUNDS = (Workaround(
     name="nonnegative_scatter_dims", stage="import", where="count_dims_from_the_front",

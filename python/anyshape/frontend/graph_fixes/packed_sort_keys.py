@@ -38,7 +38,7 @@ import torch
 from torch.fx import Graph, Node
 
 from anyshape.frontend.graph_fixes.fx_emit import Emitter
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 WORKAROUNDS = (Workaround(
     name="sorts_as_packed_keys", stage="import", where="rewrite_sorts_as_packed_keys",

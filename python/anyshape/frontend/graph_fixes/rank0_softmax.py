@@ -15,7 +15,7 @@ import torch
 from torch.fx import Graph, Node
 
 from anyshape.frontend.graph_fixes.fx_emit import Emitter
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 aten = torch.ops.aten
 
@@ -52,7 +52,7 @@ def rewrite_rank0_softmax(graph: Graph) -> int:
     return rewritten
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='rank0_softmax_elementwise', stage='import',

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 from torch.fx import Graph, Node
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 aten, prim = torch.ops.aten, torch.ops.prim
 
@@ -355,7 +355,7 @@ def scalar_as_tensor(graph: Graph, node: Node, before: Node) -> Node:
     return tensor
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='symbolic_scalars_lowered', stage='import',

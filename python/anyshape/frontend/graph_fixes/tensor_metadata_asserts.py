@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch.fx import Graph, Node
 
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 aten = torch.ops.aten
 

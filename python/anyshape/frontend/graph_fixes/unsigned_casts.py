@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 from torch.fx import Graph
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 _CASTS = (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)
 _UNSIGNED = (torch.uint8, torch.uint16, torch.uint32)
@@ -46,7 +46,7 @@ def cast_floats_to_unsigned_through_int64(graph: Graph) -> int:
     return count
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='unsigned_casts_through_int64', stage='import',

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch.fx import Graph, Node
 
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 WORKAROUNDS = (Workaround(
     name="whole_dim_slices", stage="import", where="drop_whole_dim_slices",

@@ -15,7 +15,7 @@ import torch
 from torch.fx import Graph, Node
 
 from anyshape.errors import CompileError
-from anyshape.workarounds_index import Workaround
+from anyshape.stages import Workaround
 
 
 def _embedding_bag_with_weights(node: Node) -> str | None:
@@ -56,7 +56,7 @@ def refuse_wrong_lowerings(graph: Graph) -> None:
             raise CompileError("import", f"{problem}{at}", None, None)
 
 
-# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/workarounds_index.py).
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='refuse_embedding_bag_with_weights', stage='import',
