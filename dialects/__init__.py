@@ -14,7 +14,7 @@ the presence and kind of everything it reads and reports, never raises.
 import re
 from typing import Any
 
-from anyshape.mlir import ext, ir
+from anyshape.mlir import ext, ir, load_torch_conversion_dialect, torch_ops
 
 
 class AnyshapeDialect(ext.Dialect, name="anyshape"):
@@ -138,3 +138,19 @@ def load_anyshape_dialect() -> None:
     if ir.Context.current.is_dialect_loaded(AnyshapeDialect.DIALECT_NAMESPACE):
         return
     AnyshapeDialect.load()
+
+
+def new_context() -> ir.Context:
+    """A context with every dialect anyshape's IR can hold.
+
+    Upstream dialects come from the bindings' registry; ``torch`` must be
+    registered by hand; the anyshape dialect is IRDL-defined and loaded per
+    context.
+    """
+    ctx = ir.Context()
+    torch_ops.register_dialect(ctx)
+    ctx.allow_unregistered_dialects = False
+    with ctx, ir.Location.unknown():
+        load_anyshape_dialect()
+        load_torch_conversion_dialect()
+    return ctx

@@ -7,7 +7,7 @@ The upstream API is new and still moving; its quirks stay in this file:
   a truthy one for "no match";
 - there is no global registry of Python passes, so textual pipelines cannot
   name them: the driver resolves anyshape pass names itself (see
-  ``anyshape.pipeline``).
+  ``anyshape.driver.pipeline``).
 
 A pass here is a small class (xDSL's ``ModulePass`` shape): options are
 dataclass fields, ``argument`` is its command-line name, ``apply`` does the

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     from anyshape.errors import CompileError
     from anyshape.mlir import MLIRError
     from anyshape.passes import load_pass_file
-    from anyshape.pipeline import diagnostics_of
+    from anyshape.mlir import diagnostics_of
 
     for plugin in args.load_passes:
         try:
@@ -197,15 +197,16 @@ def _data_tiling(args) -> bool | None:
 
 def _passes(args):
     from anyshape.passes import DEFAULT_PIPELINE
-    from anyshape.pipeline import split_top_level
+    from anyshape.driver.pipeline import split_top_level
 
     return DEFAULT_PIPELINE if args.passes is None else split_top_level(args.passes)
 
 
 def _compile_mlir(args, report):
-    from anyshape.compiler import compile_module
-    from anyshape.ir_signature import signature_from_module
-    from anyshape.mlir import new_context, parse_module
+    from anyshape.driver.compile import compile_module
+    from anyshape.driver.ir_signature import signature_from_module
+    from anyshape.mlir import parse_module
+    from anyshape.dialects import new_context
 
     name = "<stdin>" if args.input == "-" else args.input
     try:

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 from anyshape.tools.diagnostic_text import render
 from anyshape.tools.expected_diagnostics import Produced, Report, Verifier, produced_from
-from anyshape.mlir import (MLIRError, dialect_names as _dialect_names, ir,
-                           load_reference_dialects, new_context, parse_source, passmanager)
-from anyshape.pipeline import build_pass_manager, parse_pipeline
+from anyshape.mlir import (MLIRError, dialect_names as _dialect_names, ir, load_reference_dialects,
+                           parse_source, passmanager)
+from anyshape.dialects import new_context
+from anyshape.driver.pipeline import build_pass_manager, parse_pipeline
 
 _SEVERITY_RANK = {"error": 0, "warning": 1, "remark": 2, "note": 0}
 _DUMP_HEADER = re.compile(r"^// -----// IR Dump (Before|After) (.*) //----- //$")

@@ -11,7 +11,7 @@ import dataclasses
 import importlib
 import pkgutil
 
-from anyshape.stages import WORKAROUND_STAGES
+from anyshape.stages import WORKAROUND_STAGES, Workaround
 
 
 def modules():

@@ -168,7 +168,7 @@ def view_through_one_dim(op, rewriter, analysis: ShapeAnalysis, in_dims: list,
 
 
 def _where(op) -> str:
-    from anyshape.pipeline import format_location
+    from anyshape.mlir import format_location
 
     return format_location(op.location) or "an unknown location"
 

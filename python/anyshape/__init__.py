@@ -14,7 +14,7 @@ __all__ = ["compile", "compile_generator", "import_torch", "load", "write_parame
 __version__ = "0.1.0"
 
 _LAZY = {
-    "compile": ("anyshape.compiler", "compile"),
+    "compile": ("anyshape.driver.compile", "compile"),
     "compile_generator": ("anyshape.generation.compile", "compile_generator"),
     "Generator": ("anyshape.generation.generator", "Generator"),
     "import_torch": ("anyshape.frontend.importer", "import_torch"),

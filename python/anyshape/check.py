@@ -69,10 +69,11 @@ def check(text: str | bytes, passes: list[str], *, trials: int = 3, seed: int = 
     expressions over its symbols, ``ModuleSignature.conditions``), which the
     IR does not state; drawn sizes that break one are drawn again (a step
     whose cache has fewer slots than its mask reads and writes out of bounds)."""
-    from anyshape.compiler import compile_module
-    from anyshape.ir_signature import signature_from_module
-    from anyshape.mlir import new_context, parse_module
-    from anyshape.pipeline import parse_options, split_pass_element
+    from anyshape.driver.compile import compile_module
+    from anyshape.driver.ir_signature import signature_from_module
+    from anyshape.mlir import parse_module
+    from anyshape.dialects import new_context
+    from anyshape.driver.pipeline import parse_options, split_pass_element
     from anyshape.iree.flags import make_target
 
     target = make_target("cpu", data_tiling=False)
@@ -283,7 +284,8 @@ def _compare(name: str, want: np.ndarray, have: np.ndarray, atol: float,
 def main(argv: list[str] | None = None) -> int:
     from anyshape.errors import CompileError
     from anyshape.mlir import MLIRError
-    from anyshape.pipeline import diagnostics_of, split_top_level
+    from anyshape.driver.pipeline import split_top_level
+    from anyshape.mlir import diagnostics_of
 
     parser = argparse.ArgumentParser(prog="python -m anyshape.check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -68,7 +68,8 @@ from typing import Callable, Iterable, Sequence
 import sympy
 
 from anyshape.dialects import vtensor_shape
-from anyshape.mlir import ir, new_context, parse_module
+from anyshape.mlir import ir, parse_module
+from anyshape.dialects import new_context
 from anyshape.passes.torch_ir.constants import constant_number, is_none
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir.values import forget_identities

@@ -13,7 +13,10 @@ fixed in one file.
 from __future__ import annotations
 
 import io
+import re
 from contextlib import contextmanager
+from dataclasses import dataclass
+
 from torch_mlir import ir, passmanager, rewrite
 from torch_mlir.dialects import ext
 from torch_mlir.dialects import torch as torch_dialect
@@ -30,7 +33,10 @@ __all__ = [
     "rewrite",
     "ext",
     "torch_ops",
-    "new_context",
+    "load_torch_conversion_dialect",
+    "Diagnostic",
+    "diagnostics_of",
+    "format_location",
     "parse_module",
     "parse_source",
     "module_to_bytecode",
@@ -42,26 +48,7 @@ __all__ = [
 MLIRError = ir.MLIRError
 
 
-def new_context() -> ir.Context:
-    """A context with every dialect anyshape's IR can hold.
-
-    Upstream dialects come from the bindings' registry; ``torch`` must be
-    registered by hand; the anyshape dialect is IRDL-defined and loaded per
-    context.
-    """
-    # Imported here: the dialect module imports this one for `ext`.
-    from anyshape.dialects import load_anyshape_dialect
-
-    ctx = ir.Context()
-    torch_dialect.register_dialect(ctx)
-    ctx.allow_unregistered_dialects = False
-    with ctx, ir.Location.unknown():
-        load_anyshape_dialect()
-        _load_torch_conversion_dialect()
-    return ctx
-
-
-def _load_torch_conversion_dialect() -> None:
+def load_torch_conversion_dialect() -> None:
     """Load ``torch_c`` (the torch <-> builtin tensor bridge) into the current context.
 
     torch-mlir's bindings register only the ``torch`` dialect; ``torch_c`` is
@@ -81,7 +68,7 @@ def load_reference_dialects(ctx: ir.Context) -> None:
     """Make ``ctx`` know every dialect torch-mlir-opt registers: the bindings
     register MLIR's own and ``torch``; ``stablehlo`` has its own registration;
     ``chlo``, ``tm_tensor`` and ``vhlo`` are loaded as dependencies of passes
-    that produce them (as ``torch_c`` is in ``new_context``). Registers
+    that produce them (as ``torch_c`` is in ``load_torch_conversion_dialect``). Registers
     StableHLO's passes too (torch-mlir-opt has some of them)."""
     global _stablehlo_passes_registered
     from torch_mlir._mlir_libs import _stablehlo
@@ -270,11 +257,47 @@ def versions() -> dict[str, str]:
     return out
 
 
+# -- diagnostics ------------------------------------------------------------
+@dataclass
+class Diagnostic:
+    location: str   # file:line:col, or "" when the IR had none
+    message: str
+    notes: list[str]
+
+    def render(self, severity: str = "error") -> str:
+        head = f"{self.location}: {severity}: {self.message}" if self.location else \
+            f"{severity}: {self.message}"
+        return "\n".join([head] + [f"  note: {n}" for n in self.notes])
+
+
+_FILE_LINE_COL = re.compile(r'"([^"]*)":(\d+):(\d+)')
+
+
+def format_location(location, filename: str | None = None) -> str:
+    """The first file:line:col inside an MLIR location (callsite and fused included)."""
+    match = _FILE_LINE_COL.search(str(location))
+    if not match:
+        return ""
+    file = match.group(1)
+    if filename is not None and file in ("-", ""):
+        file = filename
+    return f"{file}:{match.group(2)}:{match.group(3)}"
+
+
+def diagnostics_of(error: MLIRError, filename: str | None = None) -> list[Diagnostic]:
+    out = [Diagnostic(format_location(d.location, filename), d.message,
+                      [n.message for n in d.notes]) for d in error.error_diagnostics]
+    if not out:
+        out.append(Diagnostic("", str(error), []))
+    return out
+
+
+
 # Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
         name='torch_c_loaded_by_dummy_pass', stage='torch-ir',
-        where='_load_torch_conversion_dialect (and load_reference_dialects)',
+        where='load_torch_conversion_dialect (and load_reference_dialects)',
         upstream="torch-mlir's Python bindings register only the torch dialect; torch_c (and "
                  'chlo/tm_tensor/vhlo) load only as dependent dialects of passes, so a pass is '
                  'run on an empty function to load them.',

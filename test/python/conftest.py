@@ -67,7 +67,7 @@ def _seed():
 # builds_in_subprocess and skipped.
 NO_BUILD = os.environ.get("ANYSHAPE_NO_BUILD") == "1"
 
-# Compiles share one compile cache per test session (anyshape/compile_cache.py):
+# Compiles share one compile cache per test session (anyshape/driver/compile_cache.py):
 # an identical build made by two tests is made once, and no test reads or
 # fills the user's cache. Subprocesses inherit it, and so do pytest-xdist's
 # workers (make test runs several): they share the controller's, which the

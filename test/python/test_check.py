@@ -88,8 +88,9 @@ def test_conditions_are_met_by_every_draw_and_none_met_is_refused(tanh_text):
     # Relations between sizes the IR does not state (a step's cache capacity
     # above its mask length): every draw meets them; none that can is refused
     # before anything is built.
-    from anyshape.ir_signature import signature_from_module
-    from anyshape.mlir import new_context, parse_module
+    from anyshape.driver.ir_signature import signature_from_module
+    from anyshape.mlir import parse_module
+    from anyshape.dialects import new_context
 
     symbol = next(iter(signature_from_module(parse_module(tanh_text, new_context()),
                                              "main").symbols))
@@ -123,11 +124,11 @@ def test_each_default_pass_alone_is_equivalent(gpt2_text, pass_name):
 
 def test_the_reference_is_built_once_for_several_passes(gpt2_text, monkeypatch):
     # The per-pass test above checks five passes on one module: one reference build.
-    import anyshape.compiler
+    import anyshape.driver.compile
 
     built = []
-    real = anyshape.compiler.compile_module
-    monkeypatch.setattr(anyshape.compiler, "compile_module",
+    real = anyshape.driver.compile.compile_module
+    monkeypatch.setattr(anyshape.driver.compile, "compile_module",
                         lambda module, signature, target, pipeline, **kw:
                         built.append(list(pipeline)) or real(module, signature, target,
                                                              pipeline, **kw))

@@ -1,4 +1,4 @@
-"""The compile cache (anyshape/compile_cache.py): hits, what the key covers,
+"""The compile cache (anyshape/driver/compile_cache.py): hits, what the key covers,
 damaged and half-written entries, two processes filling one entry, cache=False."""
 
 import os
@@ -13,7 +13,7 @@ import torch
 from torch.export import Dim
 
 import anyshape
-from anyshape import compile_cache
+from anyshape.driver import compile_cache
 
 
 class Small(torch.nn.Module):

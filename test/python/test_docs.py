@@ -64,9 +64,9 @@ def test_modules_that_say_when_to_remove_a_workaround_declare_it():
 
 
 def test_each_fallback_is_one_declared_workaround():
-    """The table compiler.py asks (anyshape/fallbacks.py) and the workarounds
+    """The table compiler.py asks (anyshape/driver/fallbacks.py) and the workarounds
     page list the same fallbacks, at the iree-fallback stage."""
-    from anyshape.fallbacks import FALLBACKS, WORKAROUNDS
+    from anyshape.driver.fallbacks import FALLBACKS, WORKAROUNDS
     from anyshape.tools.workaround_index import all_workarounds
 
     assert {f"{name}_fallback" for name in FALLBACKS} == {w.name for w in WORKAROUNDS}

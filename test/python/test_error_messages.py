@@ -222,8 +222,9 @@ def test_compile_refuses_in_place_state_updates():
 # --- anyshape.compile: the iree-input stage ----------------------------------
 
 def _compile_text(text, weights=None):
-    from anyshape.compiler import compile_module
-    from anyshape.mlir import new_context, parse_module
+    from anyshape.driver.compile import compile_module
+    from anyshape.mlir import parse_module
+    from anyshape.dialects import new_context
 
     module = parse_module(text, new_context())
     signature = ModuleSignature([TensorSpec("x", "float32", ["s0"])],
@@ -419,7 +420,8 @@ def test_opt_cannot_read_input(capsys, tmp_path):
 
 
 def test_opt_split_input_file_needs_text(capsys, tmp_path):
-    from anyshape.mlir import module_to_bytecode, new_context, parse_module
+    from anyshape.mlir import module_to_bytecode, parse_module
+    from anyshape.dialects import new_context
 
     path = tmp_path / "f.mlirbc"
     path.write_bytes(module_to_bytecode(parse_module("func.func @f() { return }", new_context())))

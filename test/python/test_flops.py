@@ -15,7 +15,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import anyshape
 from anyshape.flops import count_flops
-from anyshape.mlir import module_to_bytecode, new_context, parse_module
+from anyshape.mlir import module_to_bytecode, parse_module
+from anyshape.dialects import new_context
 
 
 class MLP(torch.nn.Module):

@@ -12,7 +12,8 @@ import torch
 import torch.export
 
 from anyshape.errors import CompileError
-from anyshape.mlir import ir, new_context
+from anyshape.mlir import ir
+from anyshape.dialects import new_context
 from anyshape.passes.torch_ir.mixed_comparisons import mend_mixed_comparisons
 from anyshape.runtime.signature import ordered_range_constraints, output_roles
 from anyshape.frontend.export import export_program

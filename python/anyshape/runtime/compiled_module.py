@@ -21,7 +21,6 @@ from anyshape.errors import RunError
 from anyshape.iree.cpu import check_runs_here
 from anyshape.iree.flags import Target
 from anyshape.runtime.signature import SCHEMA_VERSION, ModuleSignature, TensorSpec, decode_tree
-from anyshape.stages import IREE_INPUT_STAGE
 from anyshape.stages import Workaround
 
 MANIFEST = "manifest.json"
@@ -40,7 +39,8 @@ class CompiledModule:
 
     def __init__(self, vmfb_path: str | os.PathLike, signature: ModuleSignature, target: Target,
                  *, iree_flags: Sequence[str] = (), versions: dict | None = None,
-                 stage_files: dict[str, Path] | None = None, workdir: Any = None,
+                 stage_files: dict[str, Path] | None = None,
+                 stage_text: Callable[[Path, str], str] | None = None, workdir: Any = None,
                  entry: str = "main", threads: int | None = None,
                  parameters_path: str | os.PathLike | None = None,
                  stage_seconds: dict[str, float] | None = None,
@@ -64,6 +64,9 @@ class CompiledModule:
         self.stage_seconds = dict(stage_seconds or {})
         self._entry = entry
         self._stage_files = dict(stage_files or {})
+        # (stage file, stage) -> its MLIR text: the compiler's reader, given by
+        # the driver that wrote them (the runtime has no MLIR bindings)
+        self._stage_text = stage_text
         self._workdir = workdir  # keeps a TemporaryDirectory alive with the module
         self._functions = {}  # entry name -> IREE function, from _context
         self._context = None  # the IREE SystemContext that owns _functions
@@ -83,6 +86,7 @@ class CompiledModule:
             return
         fresh = self.stage_source()
         self._stage_files, self._workdir = fresh._stage_files, fresh._workdir
+        self._stage_text = fresh._stage_text
         self.stage_source = None
 
     def stage_file(self, stage: str) -> Path:
@@ -97,10 +101,7 @@ class CompiledModule:
     def ir(self, stage: str) -> str:
         """MLIR text after ``stage`` (weights included)."""
         path = self.stage_file(stage)
-        from anyshape.pipeline import bytecode_file_to_text
-
-        # What IREE receives is read the way IREE reads it: it may hold IREE's own ops.
-        return bytecode_file_to_text(path, iree=stage == IREE_INPUT_STAGE)
+        return self._stage_text(path, stage)
 
     @property
     def vmfb_path(self) -> Path:

@@ -188,7 +188,8 @@ def test_literal_cache_keeps_what_it_is_keyed_by():
     import weakref
 
     from anyshape.frontend.importer import _WeightLiterals
-    from anyshape.mlir import ir, new_context
+    from anyshape.mlir import ir
+    from anyshape.dialects import new_context
 
     with new_context(), ir.Location.unknown():
         module = ir.Module.create()

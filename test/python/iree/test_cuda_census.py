@@ -203,13 +203,13 @@ def test_iree_still_gives_a_dynamic_reduced_dim_no_mma(tmp_path):
 def test_iree_still_fails_to_distribute_with_dim_facts(monkeypatch):
     """/// With the arguments' dim ranges stated, IREE 3.13's CUDA codegen fails
     /// on a reduction of the hoisted layer's attention: why CUDA builds state
-    /// none (compiler.states_dim_facts, workaround cuda_without_dim_facts)."""
+    /// none (driver/iree_input.states_dim_facts, workaround cuda_without_dim_facts)."""
     from transformers import RobertaConfig, RobertaForSequenceClassification
 
-    from anyshape import compiler
-    from anyshape.fallbacks import FALLBACKS
+    from anyshape.driver import iree_input
+    from anyshape.driver.fallbacks import FALLBACKS
 
-    monkeypatch.setattr(compiler, "states_dim_facts", lambda target: True)
+    monkeypatch.setattr(iree_input, "states_dim_facts", lambda target: True)
     monkeypatch.setitem(FALLBACKS, "dim_facts", dataclasses.replace(
         FALLBACKS["dim_facts"], applies=lambda error, build: False))
     torch.manual_seed(0)

@@ -83,7 +83,7 @@ def test_data_tiling_must_be_a_bool_or_none(roberta):
 
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
 def test_data_tiling_automatic_by_default(target):
-    from anyshape.compiler import data_tiling_applies
+    from anyshape.driver.pipeline import data_tiling_applies
     from anyshape.runtime.signature import ModuleSignature
     from anyshape.iree.flags import make_target
 
@@ -297,14 +297,15 @@ def without_packing_barriers(monkeypatch, tmp_path_factory):
     any module IREE cannot data-tile."""
     import shutil
 
-    import anyshape.compiler
+    import anyshape.driver.iree_input
 
     def copy_unchanged(in_file, out_file, text_file=None):
         if in_file != out_file:
             shutil.copyfile(in_file, out_file)
         return 0
 
-    monkeypatch.setattr(anyshape.compiler, "separate_dynamic_operand_packing", copy_unchanged)
+    monkeypatch.setattr(anyshape.driver.iree_input, "separate_dynamic_operand_packing",
+                        copy_unchanged)
     # The compile cache knows anyshape's source, not a patch: builds without the
     # barrier get a cache of their own.
     monkeypatch.setenv("ANYSHAPE_CACHE_DIR", str(tmp_path_factory.mktemp("cache-without-barriers")))
@@ -396,7 +397,7 @@ def test_projection_times_transposed_input_is_exact():
 def test_forms_pass_placement():
     """After slice hoisting (it rewrites the one-row work hoisting leaves), else
     before lowering (it reads the shape bindings), else not at all."""
-    from anyshape.compiler import with_data_tiling_forms
+    from anyshape.driver.pipeline import with_data_tiling_forms
 
     canon, hoist, forms, lower = ("anyshape-canonicalize-shapes", "anyshape-hoist-slices",
                                   "anyshape-data-tiling-forms", "anyshape-lower")

@@ -11,8 +11,9 @@ import torch
 from torch.export import Dim
 
 import anyshape
-from anyshape.ir_signature import signature_from_module
-from anyshape.mlir import new_context, parse_module
+from anyshape.driver.ir_signature import signature_from_module
+from anyshape.mlir import parse_module
+from anyshape.dialects import new_context
 
 
 class SumPair(torch.nn.Module):
@@ -111,9 +112,10 @@ def test_iree_failure_replays_the_iree_input(tmp_path):
     assert error.stage == "iree-compile"
     iree_input = next(tmp_path.glob("*-iree-input.mlir")).read_text()
     assert _assumptions(iree_input) == ["umin = 4, umax = 64"]
-    from anyshape.pipeline import bytecode_file_to_text
+    from anyshape.driver.stage_files import stage_text
+    from anyshape.stages import IREE_INPUT_STAGE
 
-    assert _assumptions(bytecode_file_to_text(Path(error.reproducer), iree=True)) == \
+    assert _assumptions(stage_text(Path(error.reproducer), IREE_INPUT_STAGE)) == \
         ["umin = 4, umax = 64"]
     replay = _replay(error.command)
     assert replay.returncode != 0 and "torch.aten.erfinv" in replay.stderr
@@ -121,7 +123,7 @@ def test_iree_failure_replays_the_iree_input(tmp_path):
 
 def test_fact_that_does_not_fit_fails_the_iree_input_stage():
     """A fact naming a static dim: the stage fails, and its command replays that."""
-    from anyshape.compiler import compile_module
+    from anyshape.driver.compile import compile_module
     from anyshape.iree.flags import make_target
 
     module = parse_module(

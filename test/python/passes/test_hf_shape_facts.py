@@ -7,8 +7,9 @@ import torch
 from torch.export import Dim
 
 import anyshape
-from anyshape.mlir import new_context, parse_module
-from anyshape.pipeline import run_pipeline
+from anyshape.mlir import parse_module
+from anyshape.dialects import new_context
+from anyshape.driver.pipeline import run_pipeline
 
 
 def _bert():
@@ -83,7 +84,8 @@ def _is_iota(value) -> bool:
 
 def _iota_lookups(text: str) -> int:
     """embedding/index_select/gather/index.Tensor ops with an iota index."""
-    from anyshape.mlir import ir, new_context
+    from anyshape.mlir import ir
+    from anyshape.dialects import new_context
 
     count = 0
     with new_context():

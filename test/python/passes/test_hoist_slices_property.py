@@ -36,7 +36,8 @@ import torch
 from random_programs import Bundle, Program, dynamic_shapes, generate, inputs
 
 import anyshape
-from anyshape.mlir import ir, new_context, parse_module
+from anyshape.mlir import ir, parse_module
+from anyshape.dialects import new_context
 
 MODULE_SEEDS = range(8)
 CASES_PER_MODULE = 30

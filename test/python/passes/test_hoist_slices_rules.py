@@ -26,7 +26,8 @@ def test_every_rule_is_exercised_under_a_header():
 def test_attention_positions_match_the_generated_class():
     """through_attention reads scaled_dot_product_attention's operands by name and
     names them by position in its Plan: the two must agree."""
-    from anyshape.mlir import new_context, parse_module
+    from anyshape.mlir import parse_module
+    from anyshape.dialects import new_context
     from anyshape.passes.torch_ir.values import typed
 
     t = "!torch.vtensor<[2,3,4],f32>"

@@ -18,7 +18,8 @@ import anyshape.passes.defer_softmax_normalization as defer_softmax_normalizatio
 import anyshape.passes.hoist_slices as hoist_slices
 import anyshape.passes.logsumexp_softmax as logsumexp_softmax
 import anyshape.passes.lower as lower
-from anyshape.mlir import ir, new_context
+from anyshape.mlir import ir
+from anyshape.dialects import new_context
 
 LIT = Path(__file__).resolve().parents[3] / "test" / "passes"
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from anyshape.mlir import ir, new_context, torch_ops
+from anyshape.mlir import ir, torch_ops
+from anyshape.dialects import new_context
 from anyshape.passes.torch_ir.ops import REDUCTIONS, keepdim, reduced_axes
 from anyshape.passes.torch_ir.values import rebuilt, typed
 

@@ -6,7 +6,8 @@ erased one's dims (issue 36's hunt for results that depend on memory)."""
 
 import pytest
 
-from anyshape.mlir import ir, new_context, torch_ops
+from anyshape.mlir import ir, torch_ops
+from anyshape.dialects import new_context
 from anyshape.passes.pass_api import apply_patterns
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
 from anyshape.passes.torch_ir.values import IDENTITY, ValueMap, forget_identities

@@ -42,8 +42,8 @@ def test_reshape_that_cannot_hold_the_input_is_refused_by_name(reshape_rows):
 def test_run_time_failure_names_call_inputs_and_iree_message():
     """From MLIR text there are no export guards to check first: the reshape's
     own check in the program fails at run time, and says so by name."""
-    from anyshape.compiler import compile_module
-    from anyshape.ir_signature import signature_from_module
+    from anyshape.driver.compile import compile_module
+    from anyshape.driver.ir_signature import signature_from_module
     from anyshape.passes import DEFAULT_PIPELINE
     from anyshape.iree.flags import make_target
 

@@ -1,4 +1,6 @@
-"""Pass pipelines: parsing pipeline text, building pass managers, reporting diagnostics.
+"""Pass pipelines: parsing pipeline text, building pass managers, and the
+pipeline a compile runs (the default passes, with padding elimination and
+data tiling's forms where they apply).
 
 anyshape passes are Python passes added to an upstream ``PassManager``, so they
 run among C++ passes with the pass manager's verification, IR printing and
@@ -9,45 +11,13 @@ splits ``builtin.module(...)`` into elements and adds anyshape passes itself.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from pathlib import Path
 
-from anyshape.mlir import MLIRError, ir, iree_bindings, new_context, passmanager
+from typing import Sequence
+
+from anyshape.iree.flags import Target
+from anyshape.mlir import ir, passmanager
 from anyshape.passes import lookup
-
-
-@dataclass
-class Diagnostic:
-    location: str   # file:line:col, or "" when the IR had none
-    message: str
-    notes: list[str]
-
-    def render(self, severity: str = "error") -> str:
-        head = f"{self.location}: {severity}: {self.message}" if self.location else \
-            f"{severity}: {self.message}"
-        return "\n".join([head] + [f"  note: {n}" for n in self.notes])
-
-
-_FILE_LINE_COL = re.compile(r'"([^"]*)":(\d+):(\d+)')
-
-
-def format_location(location, filename: str | None = None) -> str:
-    """The first file:line:col inside an MLIR location (callsite and fused included)."""
-    match = _FILE_LINE_COL.search(str(location))
-    if not match:
-        return ""
-    file = match.group(1)
-    if filename is not None and file in ("-", ""):
-        file = filename
-    return f"{file}:{match.group(2)}:{match.group(3)}"
-
-
-def diagnostics_of(error: MLIRError, filename: str | None = None) -> list[Diagnostic]:
-    out = [Diagnostic(format_location(d.location, filename), d.message,
-                      [n.message for n in d.notes]) for d in error.error_diagnostics]
-    if not out:
-        out.append(Diagnostic("", str(error), []))
-    return out
+from anyshape.runtime.signature import ModuleSignature
 
 
 # --- pipeline text ---------------------------------------------------------
@@ -176,14 +146,65 @@ def run_pipeline(module: ir.Module | ir.Operation, elements: list[str], **option
     pm.run(op)
 
 
-def bytecode_file_to_text(path: Path, *, iree: bool = False) -> str:
-    """The text of an MLIR file; ``iree``: read in IREE's bindings, for IR holding
-    IREE's own ops (``util``, ``flow``), which torch-mlir's context cannot parse."""
-    if iree:
-        iree_ir = iree_bindings()
-        with iree_ir.Context():
-            return str(iree_ir.Module.parse(Path(path).read_bytes()))
-    ctx = new_context()
-    with ctx:
-        module = ir.Module.parse(Path(path).read_bytes())
-        return str(module)
+# --- the pipeline a compile runs -------------------------------------------
+
+DATA_TILING_FORMS = "anyshape-data-tiling-forms"
+ELIMINATE_PADDING = "anyshape-eliminate-padding"
+PADDING_MASK_INPUT = "attention_mask"
+
+
+def with_padding_elimination(pass_names: list[str], signature: ModuleSignature) -> list[str]:
+    """``anyshape-eliminate-padding`` on the input ``attention_mask``, after slice
+    hoisting (whose rows it then leaves alone) or else shape canonicalization,
+    keeping the function as it was for batches without padding; ``signature``
+    learns to compute its index arguments."""
+    inputs = [spec.name for spec in signature.inputs]
+    if PADDING_MASK_INPUT not in inputs:
+        raise ValueError(f"padding='eliminate': expected an input named "
+                         f"'{PADDING_MASK_INPUT}' ([batch, length], 0 at padding), got inputs "
+                         f"{', '.join(inputs)}")
+    names = [split_pass_element(p)[0] for p in pass_names]
+    anchor = next((n for n in ("anyshape-hoist-slices", "anyshape-canonicalize-shapes")
+                   if n in names), None)
+    if anchor is None:
+        raise ValueError("padding='eliminate' runs after anyshape-canonicalize-shapes (or "
+                         "anyshape-hoist-slices): add it to passes")
+    at = names.index(anchor) + 1
+    signature.padding_mask = PADDING_MASK_INPUT
+    element = f"{ELIMINATE_PADDING}{{mask={inputs.index(PADDING_MASK_INPUT)} dense=true}}"
+    return [*pass_names[:at], element, *pass_names[at:]]
+
+
+def with_data_tiling_forms(pass_names: list[str], kernel_products: bool = False) -> list[str]:
+    """``anyshape-data-tiling-forms`` right after ``anyshape-hoist-slices``
+    (whose one-row work it rewrites), else right before ``anyshape-lower``
+    (it reads the shape bindings lowering removes); unless already there, or
+    neither is. ``kernel_products``: anyshape's kernel computes the products
+    with a constant weight (iree/linear_rows.py), so the pass leaves those of
+    a few rows as products."""
+    names = [split_pass_element(p)[0] for p in pass_names]
+    if DATA_TILING_FORMS in names:
+        return list(pass_names)
+    if ELIMINATE_PADDING in names:  # it reads the linears as written, before their forms
+        at = names.index(ELIMINATE_PADDING) + 1
+    elif "anyshape-hoist-slices" in names:
+        at = names.index("anyshape-hoist-slices") + 1
+    elif "anyshape-lower" in names:
+        at = names.index("anyshape-lower")
+    else:
+        return list(pass_names)
+    forms = f"{DATA_TILING_FORMS}{{kernel-products=true}}" if kernel_products else DATA_TILING_FORMS
+    return [*pass_names[:at], forms, *pass_names[at:]]
+
+
+def data_tiling_applies(target: Target, signature: ModuleSignature,
+                        pass_names: Sequence[str]) -> bool:
+    """Whether automatic data tiling turns it on: CPU targets only (it is where
+    the CPU matmul speed is; IREE's GPU backends tile matmuls their own way),
+    and with dynamic dims only when ``anyshape-lower`` states their ranges."""
+    names = [split_pass_element(p)[0] for p in pass_names]
+    return target.name == "cpu" and (not dynamic(signature) or "anyshape-lower" in names)
+
+
+def dynamic(signature: ModuleSignature) -> bool:
+    return any(isinstance(dim, str) for spec in signature.inputs for dim in spec.dims)

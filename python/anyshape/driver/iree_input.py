@@ -1,0 +1,132 @@
+"""The ``iree-input`` stage: the last pass stage rewritten into what IREE
+receives. Each rewrite of the IREE layer (``anyshape.iree``) that the target
+asks for runs in turn, each reading the last one's file: the argument dim
+facts, anyshape's CPU kernels, the one-row products, data tiling's packing
+barrier, CUDA's whole tiles, external parameters and in-place writes."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from anyshape.driver.compilation import Compilation
+from anyshape.driver.stage_files import StageFiles
+from anyshape.errors import CompileError
+from anyshape.iree import attention
+from anyshape.iree.dim_facts import has_dim_facts, inject_dim_facts
+from anyshape.iree.flags import Target, routes_products
+from anyshape.iree.in_place_writes import write_inputs_in_place_file
+from anyshape.iree.linear_rows import kernel_for, route_linears, warn_unavailable
+from anyshape.iree.parameters import externalize_weights
+from anyshape.iree.row_products import route_row_products
+from anyshape.iree.tiled_products import tile_products
+from anyshape.iree.workarounds import separate_dynamic_operand_packing
+from anyshape.mlir import ir
+from anyshape.stages import IREE_INPUT_STAGE, Workaround, keep_reproducer
+
+
+def states_dim_facts(target: Target) -> bool:
+    """Whether the IREE input states the arguments' dim ranges (``iree/dim_facts.py``):
+    for CPU targets. IREE 3.13's GPU reductions fail to compile with them
+    (workaround cuda_without_dim_facts), and CUDA's products get their tiles
+    from ``iree/tiled_products.py`` instead."""
+    return target.name != "cuda"
+
+
+def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Module,
+                     archive: Path | None, source: Path, dim_facts: bool = True) -> Path:
+    """The last pass stage (``module``, stored as ``source``), with its
+    ``anyshape.dims`` facts stated in IREE's own ops (unless ``dim_facts`` is
+    False), with data tiling the product operands that IREE 3.13 must pack on
+    their own behind a barrier (``iree/workarounds.py``) and, with
+    ``compilation.weights``, those read from parameters written to ``archive``,
+    and with ``compilation.in_place`` the inputs the model updates in place
+    written into the caller's buffers (``iree/in_place_writes.py``)."""
+    dump_ir_dir, report, weights = compilation.dump_ir_dir, compilation.report, compilation.weights
+    data_tiling = bool(compilation.target.data_tiling)
+    facts = dim_facts and states_dim_facts(compilation.target) and has_dim_facts(module)
+    in_place = compilation.in_place
+    kernel, unavailable = kernel_for(compilation.target)
+    if unavailable:
+        warn_unavailable(unavailable)
+    row_products = routes_products(compilation.target)
+    tiled = compilation.target.tiles_products()
+    if not facts and weights is None and not data_tiling and not in_place and kernel is None \
+            and not row_products and not tiled:
+        return stages.write(IREE_INPUT_STAGE, module, same_as=source)
+
+    def produce(bytecode: Path, text: Path | None) -> None:
+        current = source
+        # Each rewrite reads the last one's file; the last writes the text.
+        last = "in_place" if in_place else "weights" if weights is not None else \
+            "tiled" if tiled else "data_tiling" if data_tiling else \
+            "row_products" if row_products else "kernel" if kernel is not None else "facts"
+        if facts:
+            report("stating argument dim ranges for IREE")
+            inject_dim_facts(current, bytecode, text if last == "facts" else None)
+            current = bytecode
+        if kernel is not None:
+            attention_kernel = attention.kernel()
+            count = route_linears(current, bytecode, kernel, compilation.target.iree_flags(),
+                                  text if last == "kernel" and attention_kernel is None else None,
+                                  workers=compilation.target.workers or 1)
+            report(f"  {count} products with a weight run anyshape's row-exact kernel "
+                   f"(iree/linear_rows.py)")
+            current = bytecode
+            if attention_kernel is not None:
+                count = attention.route_attention(current, bytecode, attention_kernel,
+                                                  compilation.target.iree_flags(),
+                                                  text if last == "kernel" else None)
+                report(f"  {count} attentions run anyshape's attention kernel (iree/attention.py)")
+        if row_products:
+            count = route_row_products(current, bytecode, text if last == "row_products" else None)
+            report(f"  {count} products of a query row with the cache tiled for its rows (iree/row_products.py)")
+            current = bytecode
+        if data_tiling:
+            count = separate_dynamic_operand_packing(current, bytecode,
+                                                     text if last == "data_tiling" else None)
+            report(f"  kept {count} products' operands apart from their packing (iree/workarounds.py)")
+            current = bytecode
+        if tiled:
+            count = tile_products(current, bytecode, text if last == "tiled" else None)
+            report(f"  {count} products padded to whole tiles "
+                   f"(iree/tiled_products.py)")
+            current = bytecode
+        if weights is not None:
+            names = externalize_weights(current, bytecode, weights, archive,
+                                        text if last == "weights" else None)
+            stages.parameter_specs = {name: {"shape": list(weights[name].shape),
+                                             "dtype": str(weights[name].dtype)}
+                                      for name in names}
+            report(f"moved {len(names)} weights to {archive.name} "
+                   f"({archive.stat().st_size / 1e6:.1f} MB)")
+            current = bytecode
+        if in_place:
+            count = write_inputs_in_place_file(current, bytecode, in_place, text)
+            report(f"  {count} inputs updated in place are written into the caller's buffers")
+
+    try:
+        return stages.record(IREE_INPUT_STAGE, produce)
+    except ValueError as error:
+        repro = keep_reproducer(source, dump_ir_dir, f"{IREE_INPUT_STAGE}-input")
+        command = " ".join(shlex.quote(a) for a in [
+            "python", "-m", "anyshape.iree.dim_facts", str(repro), "-o",
+            str(repro.with_name(f"{IREE_INPUT_STAGE}.mlirbc"))])
+        raise CompileError(IREE_INPUT_STAGE, str(error), str(repro), command) from None
+
+
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
+WORKAROUNDS = (
+    Workaround(
+        name='cuda_without_dim_facts', stage='iree-input',
+        where='states_dim_facts',
+        upstream="With the arguments' dim ranges stated (util.assume.int with umax), IREE 3.13's "
+                 "CUDA codegen gives a softmax's or layer norm's reduction a VectorDistribute "
+                 "configuration of 1024 threads that it then fails to lower (\"'func.func' op "
+                 "failed to distribute\": roberta-base and GPT-2 with Dim(\"seq\")): every "
+                 "encoder compiled twice, the second time without them (FALLBACKS['dim_facts']). "
+                 "CUDA builds state none.",
+        guard='test/python/iree/test_cuda_census.py::test_iree_still_fails_to_distribute_with_dim_facts',
+        remove_when='when IREE compiles those reductions with the ranges stated (the guard '
+                    'then fails)'),
+)

@@ -1,0 +1,101 @@
+"""The compile's stage files: the IR after each stage, kept as bytecode in a
+working directory and written as text under ``dump_ir_dir`` when one is given,
+and read back as text for ``CompiledModule.ir(stage)``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from anyshape.dialects import new_context
+from anyshape.mlir import ir, iree_bindings, module_to_bytecode
+from anyshape.stages import IREE_INPUT_STAGE
+
+
+class StageFiles:
+    """The IR after each compile stage, as bytecode in a working directory (and as
+    text under ``dump_dir`` when one is given), in stage order."""
+
+    def __init__(self, workdir: Path, dump_dir: Path | None):
+        self.workdir = workdir
+        self.dump_dir = dump_dir
+        self.files: dict[str, Path] = {}
+        self.dumped: list[Path] = []
+        self.seconds: dict[str, float] = {}  # stage -> seconds since the stage before it
+        self.parameter_specs: dict[str, dict] | None = None  # params="external": name -> spec
+        self._since = time.monotonic()
+        if dump_dir:
+            dump_dir.mkdir(parents=True, exist_ok=True)
+
+    def remove_dumps_after_import(self) -> None:
+        """Delete the stage texts dumped after the import (an abandoned attempt's)."""
+        for path in self.dumped[1:]:
+            path.unlink(missing_ok=True)
+        del self.dumped[1:]
+
+    @property
+    def last_file(self) -> Path:
+        return list(self.files.values())[-1]
+
+    @property
+    def last_stage(self) -> str:
+        return list(self.files)[-1]
+
+    def forget_last(self) -> None:
+        """Drop the last stage, and its dumped text (an abandoned attempt's)."""
+        self.files.pop(self.last_stage)
+        if self.dump_dir and self.dumped:
+            self.dumped.pop().unlink(missing_ok=True)
+
+    def write(self, stage: str, module: ir.Module, same_as: Path | None = None) -> Path:
+        """Record ``module`` as ``stage``; ``same_as``: the stage file it is the same
+        module as, whose bytecode (500 MB for roberta-base) is reused, not rewritten."""
+        stage, stem = self._name(stage)
+        if same_as is not None:
+            path = same_as
+        else:
+            path = self.workdir / f"{stem}.mlirbc"
+            path.write_bytes(module_to_bytecode(module))
+        self.files[stage] = path
+        if self.dump_dir:
+            with open(self.dump_dir / f"{stem}.mlir", "w") as f:
+                module.operation.print(file=f)
+            self.dumped.append(self.dump_dir / f"{stem}.mlir")
+        self._clock(stage)
+        return path
+
+    def _clock(self, stage: str) -> None:
+        now = time.monotonic()
+        self.seconds[stage] = now - self._since
+        self._since = now
+
+    def record(self, stage: str, produce: Callable[[Path, Path | None], object]) -> Path:
+        """Record ``stage`` as the bytecode that ``produce(bytecode_path, text_path)``
+        writes, with its text when dumping (text_path None otherwise): for IR held
+        in IREE's bindings, which ``write`` cannot serialize."""
+        stage, stem = self._name(stage)
+        path = self.workdir / f"{stem}.mlirbc"
+        produce(path, self.dump_dir / f"{stem}.mlir" if self.dump_dir else None)
+        if self.dump_dir:
+            self.dumped.append(self.dump_dir / f"{stem}.mlir")
+        self.files[stage] = path
+        self._clock(stage)
+        return path
+
+    def _name(self, stage: str) -> tuple[str, str]:
+        if stage in self.files:  # a pass that runs twice gets a numbered stage
+            stage = f"{stage}#{sum(s.split('#')[0] == stage for s in self.files) + 1}"
+        return stage, f"{len(self.files):02d}-{stage.replace('#', '-')}"
+
+
+def stage_text(path: Path, stage: str) -> str:
+    """The text of the stage file ``path``. What IREE receives (``iree-input``)
+    is read the way IREE reads it: it may hold IREE's own ops (``util``,
+    ``flow``), which torch-mlir's context cannot parse."""
+    if stage == IREE_INPUT_STAGE:
+        iree_ir = iree_bindings()
+        with iree_ir.Context():
+            return str(iree_ir.Module.parse(Path(path).read_bytes()))
+    with new_context():
+        return str(ir.Module.parse(Path(path).read_bytes()))
