@@ -18,7 +18,7 @@ pipeline instead (anyshape passes directly inside ``builtin.module(...)``).
 ``// expected-error {{...}}`` comments with mlir-opt's rules
 (``anyshape.tools.expected_diagnostics``). ``--load-passes`` runs a Python file that
 registers more passes (as mlir-opt's ``--load-pass-plugin`` loads a library).
-The README lists what differs from torch-mlir-opt.
+docs/api.md ("Tools") lists what differs from torch-mlir-opt.
 """
 
 from __future__ import annotations

@@ -72,3 +72,41 @@ def test_each_fallback_is_one_declared_workaround():
     assert {f"{name}_fallback" for name in FALLBACKS} == {w.name for w in WORKAROUNDS}
     assert {w.name for w in all_workarounds() if w.stage == "iree-fallback"} == \
         {w.name for w in WORKAROUNDS}
+
+
+def _github_anchors(path):
+    """The anchors GitHub gives a Markdown file's headings (a repeated one gets -1, -2, ...)."""
+    anchors, seen, fenced = set(), {}, False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        heading = None if fenced else re.match(r"#+\s+(.*)", line)
+        if heading:
+            slug = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
+            anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def test_readme_is_one_screen():
+    """Issue 64: the README says what anyshape is and how to start; measurements
+    and their history are in docs/."""
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 150
+
+
+def test_relative_links_in_the_docs_resolve():
+    pages = [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path) if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _github_anchors(dest):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, broken
