@@ -9,7 +9,7 @@ nor decoders. A type with a masked-LM head (BERT, RoBERTa, ...) is an encoder
 even where transformers also has a causal-LM head for it, and runs once, as
 an encoder (its masked-LM model; sequence classification where it has none).
 
-Each family is built by ``anyshape.hf.build`` from transformers' default config
+Each family is built by ``anyshape.frontend.hf.build`` from transformers' default config
 of the type, shrunk (``small_overrides``: hidden 64, 2 layers or one of each
 layer type, 4 heads, 2 KV heads where the config has the field (1 where it is 1), intermediate 128,
 vocabulary 1000, a sliding window of 12 where the config has one, so the
@@ -464,7 +464,7 @@ class Family:
                  seed: int = 0, extra: dict | None = None):
         import torch
 
-        from anyshape import hf
+        from anyshape.frontend import hf
 
         self.model_type, self.kind, self.task = model_type, kind, task
         torch.manual_seed(seed)

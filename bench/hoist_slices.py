@@ -35,7 +35,7 @@ import torch
 from torch.export import Dim
 
 import anyshape
-from anyshape.flops import count_flops
+from anyshape.passes.print_flops.flops import count_flops
 from models import MODELS  # bench/models.py: the wrappers shared with bench/compare.py
 
 WITHOUT = ["anyshape-canonicalize-shapes", "anyshape-lower"]

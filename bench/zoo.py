@@ -1,7 +1,7 @@
 """`make zoo`: each HuggingFace family at its default size, compiled once with dynamic
 batch and sequence, checked and timed against eager at L = 128.
 
-Each model comes from ``anyshape.hf.build`` (transformers' default config of the
+Each model comes from ``anyshape.frontend.hf.build`` (transformers' default config of the
 model type, random weights), is compiled in this process with
 ``params="external"`` (so the weight bytes are the archive's) and once more
 with the default ``params="inline"`` for the size of that ``.vmfb``, then run at
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 import anyshape
-from anyshape import hf
+from anyshape.frontend import hf
 
 HERE = Path(__file__).resolve().parent
 

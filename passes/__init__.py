@@ -54,7 +54,7 @@ _BUILTIN: dict[str, str] = {
     "anyshape-hoist-slices": "hoist_slices",
     "anyshape-logsumexp-softmax": "logsumexp_softmax",
     "anyshape-lower": "lower",
-    "anyshape-print-flops": "print_flops",
+    "anyshape-print-flops": "print_flops.pass_",
 }
 
 

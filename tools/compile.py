@@ -17,12 +17,12 @@ import sys
 from pathlib import Path
 
 HF_TASKS = ("sequence-classification", "masked-lm", "causal-lm", "causal-lm-last-token",
-            "seq2seq-lm", "pretraining")  # anyshape.hf.TASKS, without importing torch for --help
+            "seq2seq-lm", "pretraining")  # anyshape.frontend.hf.TASKS, without importing torch for --help
 # A generator (anyshape.compile_generator) that anyshape-generate runs: HF's
-# pipeline task names, each with the model class it builds (anyshape.hf.TASKS).
+# pipeline task names, each with the model class it builds (anyshape.frontend.hf.TASKS).
 GENERATION_TASKS = {"text-generation": "causal-lm", "text2text-generation": "seq2seq-lm"}
 DEFAULT_MAX_BATCH = 16
-DEFAULT_MAX_SEQ = 512   # anyshape.hf.DEFAULT_MAX_SEQ
+DEFAULT_MAX_SEQ = 512   # anyshape.frontend.hf.DEFAULT_MAX_SEQ
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -224,7 +224,7 @@ def _compile_mlir(args, report):
 def _compile_torch(args, report):
     """--hf or --model: build the model and its inputs, then ``anyshape.compile``."""
     import anyshape
-    from anyshape import hf
+    from anyshape.frontend import hf
 
     dynamic = _dynamic_dims(args.dynamic)
     for flag, value in (("--batch", args.batch), ("--seq", args.seq),
@@ -259,7 +259,7 @@ def _compile_generator(args, report):
     ``anyshape.compile_generator`` on the causal LM (the encoder-decoder) of
     that model type; the artifact runs with anyshape-generate."""
     import anyshape
-    from anyshape import hf
+    from anyshape.frontend import hf
 
     overrides = hf.parse_overrides(args.config)
     report(f"building {args.hf} for {args.task} from its default config"
@@ -296,7 +296,7 @@ def _dynamic_dims(text: str) -> set[str]:
 
 
 def _hf_model(args, dynamic, max_batch, report):
-    from anyshape import hf
+    from anyshape.frontend import hf
 
     overrides = hf.parse_overrides(args.config)
     report(f"building {args.hf} for {args.task} from its default config"

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, NotImplementedError) as error:
         print(f"anyshape-generate: {error}", file=sys.stderr)
         return 1
-    from anyshape.generation.generator import Seq2SeqGenerator
+    from anyshape.runtime.generator import Seq2SeqGenerator
 
     encoder_decoder = isinstance(generator, Seq2SeqGenerator)
     for number in range(out.shape[0]):

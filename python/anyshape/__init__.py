@@ -15,8 +15,8 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "compile": ("anyshape.driver.compile", "compile"),
-    "compile_generator": ("anyshape.generation.compile", "compile_generator"),
-    "Generator": ("anyshape.generation.generator", "Generator"),
+    "compile_generator": ("anyshape.generation.causal_lm", "compile_generator"),
+    "Generator": ("anyshape.runtime.generator", "Generator"),
     "import_torch": ("anyshape.frontend.importer", "import_torch"),
     "load": ("anyshape.runtime.compiled_module", "load"),
     "write_parameters": ("anyshape.runtime.compiled_module", "write_parameters"),

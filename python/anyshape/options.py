@@ -1,4 +1,5 @@
-"""The backend options of ``anyshape.compile``, in one object.
+"""The backend options of ``anyshape.compile``, in one object, and where the
+caches live (``ANYSHAPE_CACHE_DIR``: compiled artifacts, built kernels).
 
 ``target``, ``dynamic_shapes``, ``dtype`` and ``padding`` stay plain keywords
 (what users type most); how IREE builds and runs the module is a
@@ -10,7 +11,21 @@ keywords (``compile(cuda_arch=...)``) keep working, with a
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
+from pathlib import Path
+
+CACHE_ENV = "ANYSHAPE_CACHE_DIR"
+
+
+def cache_root() -> Path:
+    """``ANYSHAPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/anyshape``, else
+    ``~/.cache/anyshape``."""
+    configured = os.environ.get(CACHE_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "anyshape"
 
 
 @dataclasses.dataclass(frozen=True)

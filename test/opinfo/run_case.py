@@ -220,10 +220,10 @@ def plain_compile(bytecode: bytes, kinds: list, flags: list | None):
     anyshape's final flags where it compiled, else as its automatic data
     tiling tries (on, then off), each try without peeling where IREE refuses
     what peeling needs (iree/flags.py). Raises the last try's StageError."""
-    from anyshape.iree.flags import PEELING_FAILURE, PEELING_FLAG, make_target
+    from anyshape.iree.flags import PEELING_FAILURE, PEELING_FLAG, iree_flags, make_target
 
     tries = [flags] if flags is not None else \
-        [make_target("cpu", data_tiling=tiled).iree_flags() for tiled in (True, False)]
+        [iree_flags(make_target("cpu", data_tiling=tiled)) for tiled in (True, False)]
     for attempt in tries:
         for flags_tried in (attempt, [f for f in attempt if f != PEELING_FLAG]):
             try:

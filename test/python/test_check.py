@@ -12,7 +12,7 @@ from models import roberta_inputs, shape_queries_case, small_gpt2_last_token
 from torch.export import Dim
 
 import anyshape
-from anyshape.check import LOWER, check
+from anyshape.tools.check import LOWER, check
 from anyshape.passes import DEFAULT_PIPELINE
 
 
@@ -68,7 +68,7 @@ def test_command_line_exit_status(tanh_text, tmp_path):
     assert "2 of 2 trials within atol 1e-05 + rtol 0.0001" in good.stdout
     bad = subprocess.run([sys.executable, "-c",
                           "import runpy, sys; runpy.run_path(sys.argv[1]); "
-                          "from anyshape.check import main; sys.exit(main(sys.argv[2:]))",
+                          "from anyshape.tools.check import main; sys.exit(main(sys.argv[2:]))",
                           plugin, str(path), "--passes", "anyshape-test-drop-op", "--trials", "2"],
                          capture_output=True, text=True)
     assert bad.returncode == 1, bad.stderr

@@ -54,7 +54,7 @@ import sys, torch
 from torch.export import Dim
 import anyshape
 from anyshape.frontend.export import export_program
-from anyshape.runtime.signature import signature_from_program
+from anyshape.frontend.program_signature import signature_from_program
 
 class Sums(torch.nn.Module):
     def forward(self, x, y, z, w):

@@ -1,4 +1,4 @@
-"""anyshape.flops: symbolic FLOP counts of torch-dialect IR, checked by hand and
+"""anyshape.passes.print_flops.flops: symbolic FLOP counts of torch-dialect IR, checked by hand and
 against torch.utils.flop_counter.FlopCounterMode.
 
 FlopCounterMode counts only the matmul family (mm/addmm/bmm/baddbmm, 2*M*N*K,
@@ -14,7 +14,7 @@ from torch.export import Dim
 from torch.utils.flop_counter import FlopCounterMode
 
 import anyshape
-from anyshape.flops import count_flops
+from anyshape.passes.print_flops.flops import count_flops
 from anyshape.mlir import module_to_bytecode, parse_module
 from anyshape.dialects import new_context
 

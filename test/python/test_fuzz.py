@@ -24,7 +24,7 @@ import torch
 from fuzz_programs import EXAMPLE_SHAPE, MAX_LENGTH, dynamic_shapes, example_inputs, generate
 
 import anyshape
-from anyshape.check import check
+from anyshape.tools.check import check
 from anyshape.passes import DEFAULT_PIPELINE
 
 START = int(os.environ.get("ANYSHAPE_FUZZ_START", "0"))

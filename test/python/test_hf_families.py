@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import anyshape
-from anyshape import hf
+from anyshape.frontend import hf
 from anyshape.iree import linear_rows
 
 MAX_SEQ = 128

@@ -35,7 +35,7 @@ from anyshape.driver.stage_files import StageFiles, stage_text
 from anyshape.errors import CompileError, DataTilingFallback
 from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts
-from anyshape.iree.flags import Target, with_constants_for
+from anyshape.iree.flags import Target, iree_flags, with_constants_for
 from anyshape.iree.invocation import compile_with_iree, stop_phase
 from anyshape.iree.linear_rows import kernel_for
 from anyshape.iree.parameters import ARCHIVE
@@ -167,7 +167,8 @@ def _exported(model, args, kwargs, dynamic_shapes, entries: dict, report):
 def _signatures(program, entries: dict, dynamic_shapes) -> tuple[ModuleSignature, dict]:
     """The module's signature (as the manifest records it), and for each
     function the input positions its first results are the new values of."""
-    from anyshape.runtime.signature import dim_labels_from, signature_from_program
+    from anyshape.frontend.program_signature import dim_labels_from
+    from anyshape.frontend.program_signature import signature_from_program
 
     signature = signature_from_program(program, dim_labels_from(program, dynamic_shapes))
     written = {"main": input_positions(signature, signature.input_writes)}
@@ -311,7 +312,7 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
     def made(with_facts: bool) -> Callable[[list[str]], Build]:
         return lambda flags: Build(tuple(flags), bool(target.data_tiling), False, with_facts)
 
-    flags = target.iree_flags()
+    flags = iree_flags(target)
 
     def compile_iree(iree_input: Path, with_facts: bool) -> Path:
         nonlocal flags  # without peeling once, without it in the retry too

@@ -37,17 +37,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-CACHE_ENV = "ANYSHAPE_CACHE_DIR"
+from anyshape.options import CACHE_ENV, cache_root  # noqa: F401  (CACHE_ENV: read here by callers)
+
 LAYOUT = "v1"  # the entries' layout; bump it when what an entry holds changes
 RECORD = "cache-entry.json"
-
-
-def cache_root() -> Path:
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "anyshape"
 
 
 # The files whose bytes decide what a compile emits: the kernels' C sources

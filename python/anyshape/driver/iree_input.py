@@ -14,7 +14,7 @@ from anyshape.driver.stage_files import StageFiles
 from anyshape.errors import CompileError
 from anyshape.iree import attention
 from anyshape.iree.dim_facts import has_dim_facts, inject_dim_facts
-from anyshape.iree.flags import Target, routes_products
+from anyshape.iree.flags import Target, iree_flags, routes_products
 from anyshape.iree.in_place_writes import write_inputs_in_place_file
 from anyshape.iree.linear_rows import kernel_for, route_linears, warn_unavailable
 from anyshape.iree.parameters import externalize_weights
@@ -67,7 +67,7 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
             current = bytecode
         if kernel is not None:
             attention_kernel = attention.kernel()
-            count = route_linears(current, bytecode, kernel, compilation.target.iree_flags(),
+            count = route_linears(current, bytecode, kernel, iree_flags(compilation.target),
                                   text if last == "kernel" and attention_kernel is None else None,
                                   workers=compilation.target.workers or 1)
             report(f"  {count} products with a weight run anyshape's row-exact kernel "
@@ -75,7 +75,7 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
             current = bytecode
             if attention_kernel is not None:
                 count = attention.route_attention(current, bytecode, attention_kernel,
-                                                  compilation.target.iree_flags(),
+                                                  iree_flags(compilation.target),
                                                   text if last == "kernel" else None)
                 report(f"  {count} attentions run anyshape's attention kernel (iree/attention.py)")
         if row_products:

@@ -12,7 +12,7 @@ import torch.export
 
 from anyshape.errors import CompileError
 from anyshape.frontend import export_diagnostics
-from anyshape.runtime.signature import output_roles
+from anyshape.frontend.program_signature import output_roles
 from anyshape.stages import Workaround
 
 # Ops kept whole through import, and why (everything else decomposes to core ATen,

@@ -19,7 +19,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from anyshape.errors import CompileError
-from anyshape.runtime.signature import declared_dims
+from anyshape.frontend.program_signature import declared_dims
 
 _SHAPE_LOG = "torch.fx.experimental.symbolic_shapes"
 _SYMBOL = re.compile(r"\b[su]\d+\b")

@@ -15,7 +15,8 @@ from anyshape.errors import CompileError
 from anyshape.mlir import ir
 from anyshape.dialects import new_context
 from anyshape.passes.torch_ir.mixed_comparisons import mend_mixed_comparisons
-from anyshape.runtime.signature import ordered_range_constraints, output_roles
+from anyshape.frontend.program_signature import ordered_range_constraints
+from anyshape.frontend.program_signature import output_roles
 from anyshape.frontend.export import export_program
 from anyshape.frontend.graph_fixes import apply_graph_fixes
 from anyshape.frontend.graph_fixes.symbolic_scalars import scalar_as_tensor
@@ -49,7 +50,7 @@ def import_programs(programs: dict[str, torch.export.ExportedProgram],
             FxImporter(module=module, hooks=hooks)
         importer._cc.set_symbolic_guards(program)
         # torch-mlir makes the torch.symbolic_int ops in this dict's order: by name,
-        # not in torch.export's hash-dependent one (signature.ordered_range_constraints).
+        # not in torch.export's hash-dependent one (program_signature.ordered_range_constraints).
         guards = importer._cc._symbolic_guards  # integer symbols only (not .item()'s floats)
         importer._cc._symbolic_guards = {str(sym): guards[str(sym)]
                                          for sym, _ in ordered_range_constraints(program)
@@ -70,7 +71,7 @@ def import_programs(programs: dict[str, torch.export.ExportedProgram],
 
 
 def _return_module_results(program: torch.export.ExportedProgram, graph: torch.fx.Graph) -> None:
-    """What the module returns (``signature.output_roles``): the new values of
+    """What the module returns (``program_signature.output_roles``): the new values of
     inputs updated in place, then each output that is not a constant, a Python
     scalar as a 0-d tensor."""
     output = next(n for n in graph.nodes if n.op == "output")
@@ -338,7 +339,7 @@ WORKAROUNDS = (
     Workaround(
         name='symbolic_int_order_by_name', stage='import',
         where='import_program (importer._cc._symbolic_guards reordered; '
-              'signature.ordered_range_constraints)',
+              'program_signature.ordered_range_constraints)',
         upstream='torch.export adds the roots of derived dims (2*A, B+1) while iterating a set of'
                  ' sympy symbols, so its order changes with PYTHONHASHSEED; the manifest and '
                  "torch-mlir's torch.symbolic_int ops follow a name order instead.",

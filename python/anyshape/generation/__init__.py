@@ -1,7 +1,9 @@
-"""Compiled generation for HF causal LMs and encoder-decoders: ``compile_generator`` and ``Generator``.
+"""Compiled generation for HF causal LMs and encoder-decoders: ``compile_generator``.
 
 ``step`` (the function compiled once: new tokens after a cache, for prefill
-and decode), ``seq2seq`` (an encoder-decoder's ``encode`` and decoder step),
-``compile`` (export and compile them), ``generator`` (HF's ``generate``
-contract on them, with the caches kept on the device).
+and decode), ``causal_lm`` (``compile_generator``: export and compile a
+causal LM's step), ``seq2seq`` (an encoder-decoder's ``encode`` and decoder
+step), ``model_spec`` (what both record of the model, and the decode
+entries). What runs them, HF's ``generate`` contract with the caches kept on
+the device, is the runtime's ``Generator`` (``runtime/generator.py``).
 """

@@ -29,7 +29,7 @@ for eager attention (``step.attention_mask_for``).
 
 The decoder is fed one token a step, so beside ``main`` the step is exported
 again at a static batch of 1, 4 and 8 rows and one token, its lengths
-dynamic (``compile.DECODE_ENTRIES``), as for causal LMs: IREE then packs the
+dynamic (``model_spec.DECODE_ENTRIES``), as for causal LMs: IREE then packs the
 products for tiles of that many rows. A batch between them runs as the next
 one up, from ``encode`` on.
 """
@@ -44,7 +44,7 @@ from anyshape.generation.step import (_filled_in_place_layer, attention_mask_for
                                       takes_additive_mask)
 
 # Example sizes for torch.export, each above 1 and each different (see
-# compile.py): the decoder's cache has ``past`` filled slots of ``capacity``.
+# causal_lm.py): the decoder's cache has ``past`` filled slots of ``capacity``.
 _EXAMPLE = {"batch": 2, "source": 5, "new": 3, "past": 5, "capacity": 11}
 
 
@@ -166,7 +166,7 @@ def export_decode_entry(model, own_shapes, cross_shapes, batch: int, states):
     why, where torch.export refuses it (that batch then runs ``main``)."""
     from torch.export import Dim
 
-    from anyshape.generation.compile import export_or_warn
+    from anyshape.generation.model_spec import export_or_warn
 
     inputs = _step_inputs(model, own_shapes, cross_shapes, batch, 1, states)
     s, length, cap = Dim("source", min=1), Dim("length", min=2), Dim("capacity", min=2)
@@ -203,8 +203,8 @@ def export_seq2seq(model, own_shapes, cross_shapes):
 def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
     """``compile_generator`` for an encoder-decoder (``backend`` as it set it)."""
     import anyshape
-    from anyshape.generation.compile import DECODE_ENTRIES, _generation_config, _spec
-    from anyshape.generation.generator import Seq2SeqGenerator
+    from anyshape.generation.model_spec import DECODE_ENTRIES, generation_config_of, model_spec
+    from anyshape.runtime.generator import Seq2SeqGenerator
 
     own_shapes, cross_shapes = probe_caches(model)
     step_program, names, encode_program, states = export_seq2seq(model, own_shapes, cross_shapes)
@@ -217,7 +217,7 @@ def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
     module = anyshape.compile(step_program, dynamic_shapes=names, target=target, backend=backend,
                               cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
                               entries={"encode": encode_program, **decode})
-    spec = {**_spec(model, own_shapes), "kind": "seq2seq",
+    spec = {**model_spec(model, own_shapes), "kind": "seq2seq",
             "cross_cache": [[list(k), list(v)] for k, v in cross_shapes],
             "decode_entry": None,
             "decode_entries": {str(batch): name for batch, name in DECODE_ENTRIES.items()
@@ -225,4 +225,4 @@ def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
     # T5's relative attention has no table of positions to run out of.
     if getattr(model.config, "relative_attention_num_buckets", None):
         spec["max_positions"] = None
-    return Seq2SeqGenerator(module, spec, _generation_config(model))
+    return Seq2SeqGenerator(module, spec, generation_config_of(model))

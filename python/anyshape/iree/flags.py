@@ -14,9 +14,9 @@ import dataclasses
 import re
 import warnings
 
+from anyshape.runtime.target import DEFAULT_OPT_LEVEL, Target
 from anyshape.stages import Workaround
 
-DEFAULT_OPT_LEVEL = "O2"
 PEELING_FLAG = "--iree-llvmcpu-vector-pproc-strategy=peel"
 MICROKERNELS_FLAG = "--iree-llvmcpu-enable-ukernels=all"
 # IREE's refusal of what peeling can need (see the note above).
@@ -41,76 +41,30 @@ _COMMON = ["--iree-input-type=torch", "--iree-dispatch-creation-fuse-multi-use=f
            "--iree-opt-strip-assertions=false"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Target:
-    name: str                # "cpu" or "cuda"
-    driver: str              # IREE runtime driver
-    cuda_arch: str | None = None
-    opt_level: str = DEFAULT_OPT_LEVEL
-    data_tiling: bool | None = None  # None: decided at compile time (compile_module)
-    cpu: str | None = None   # target="cpu": what --iree-llvmcpu-target-cpu gets (iree/cpu.py)
-    # target="cuda": the architecture the user named, where IREE builds for an
-    # older one (cuda_arch) whose PTX the driver compiles for it; else None
-    requested_cuda_arch: str | None = None
-    outer_dim_concat: bool = True  # False: --iree-opt-outer-dim-concat=false (BackendOptions)
-    # True: inputs updated in place are written into the caller's buffers, not
-    # returned (BackendOptions; iree/in_place_writes.py)
-    in_place_writes: bool = False
-    # "medium": the inputs of matrix products in bfloat16, accumulated in float32
-    # (BackendOptions.matmul_precision; with_matmul_precision)
-    matmul_precision: str = "highest"
-    # "anyshape": products with a constant weight run anyshape's row-exact
-    # kernel where it applies (iree/linear_rows.py); "iree": IREE's own
-    # (BackendOptions.product_kernel)
-    product_kernel: str = "anyshape"
-    # target="cpu": the worker threads the module is built for (compile's
-    # ``threads``, or the cores available): anyshape's product kernel splits
-    # its rows into as many runs as it takes to give each of them work, and no
-    # more (iree/linear_rows.py)
-    workers: int | None = None
-    # False: no constant is inlined into a dispatch (INLINE_CONSTANTS_OFF_FLAG;
-    # set for models with bfloat16 weights, workaround bf16_constants_not_inlined)
-    inline_constants: bool = True
-    # Products with a dynamic row count padded to whole tiles
-    # (iree/tiled_products.py); None: on for CUDA targets whose products are
-    # anyshape's (product_kernel "anyshape"), off elsewhere (tiles_products)
-    tiled_products: bool | None = None
-
-    def tiles_products(self) -> bool:
-        if self.tiled_products is not None:
-            return self.tiled_products
-        return self.name == "cuda" and self.product_kernel == "anyshape"
-
-    def iree_flags(self) -> list[str]:
-        if self.data_tiling is None:
-            raise ValueError("data tiling must be decided (True or False) before IREE runs")
-        flags = list(_COMMON) + [f"--iree-opt-level={self.opt_level}"]
-        if self.data_tiling:
-            flags.append("--iree-global-opt-data-tiling")
-        if not self.outer_dim_concat:
-            flags.append("--iree-opt-outer-dim-concat=false")
-        if self.matmul_precision == "medium":
-            flags += BF16_PRODUCT_FLAGS
-        if not self.inline_constants:
-            flags.append(INLINE_CONSTANTS_OFF_FLAG)
-        if self.name == "cpu":
-            flags += [
-                "--iree-hal-target-device=local",
-                "--iree-hal-local-target-device-backends=llvm-cpu",
-                f"--iree-llvmcpu-target-cpu={self.cpu}",
-                MICROKERNELS_FLAG,
-                PEELING_FLAG,
-            ]
-        else:
-            flags += ["--iree-hal-target-device=cuda", f"--iree-cuda-target={self.cuda_arch}"]
-        return flags
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Target":
-        return cls(**data)
+def iree_flags(target: Target) -> list[str]:
+    """The iree-compile flags that build for ``target``."""
+    if target.data_tiling is None:
+        raise ValueError("data tiling must be decided (True or False) before IREE runs")
+    flags = list(_COMMON) + [f"--iree-opt-level={target.opt_level}"]
+    if target.data_tiling:
+        flags.append("--iree-global-opt-data-tiling")
+    if not target.outer_dim_concat:
+        flags.append("--iree-opt-outer-dim-concat=false")
+    if target.matmul_precision == "medium":
+        flags += BF16_PRODUCT_FLAGS
+    if not target.inline_constants:
+        flags.append(INLINE_CONSTANTS_OFF_FLAG)
+    if target.name == "cpu":
+        flags += [
+            "--iree-hal-target-device=local",
+            "--iree-hal-local-target-device-backends=llvm-cpu",
+            f"--iree-llvmcpu-target-cpu={target.cpu}",
+            MICROKERNELS_FLAG,
+            PEELING_FLAG,
+        ]
+    else:
+        flags += ["--iree-hal-target-device=cuda", f"--iree-cuda-target={target.cuda_arch}"]
+    return flags
 
 
 def make_target(target: str, cuda_arch: str | None = None, opt_level: str | None = None,
@@ -315,7 +269,7 @@ WORKAROUNDS = (
         remove_when='when IREE moves past 3.13, revisit (flags.py)'),
     Workaround(
         name='global_opt_data_tiling_path', stage='iree-flags',
-        where='Target.iree_flags (--iree-global-opt-data-tiling rather than '
+        where='iree_flags (--iree-global-opt-data-tiling rather than '
               '--iree-opt-data-tiling)',
         upstream="IREE 3.13's dispatch-creation data tiling (--iree-opt-data-tiling) packs a "
                  "projection's rows for a following batch matmul inside the projection's dispatch"

@@ -1,7 +1,7 @@
 """Inputs a model updates in place, written into the caller's buffers (``BackendOptions(in_place_writes=True)``).
 
 Up to the IREE input a function returns the new value of every input the
-model updates in place (``signature.output_roles``: the writes come first
+model updates in place (``frontend/program_signature.output_roles``: the writes come first
 among its results), so that anyshape's passes see value semantics only. For
 IREE the function is then given torch's own form of an in-place update, the
 one torch-mlir's importer emits for a mutated user input: the argument

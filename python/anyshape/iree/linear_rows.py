@@ -102,7 +102,7 @@ class KernelUnavailable(UserWarning):
 
 
 def _cache_dir() -> Path:
-    from anyshape.driver.compile_cache import cache_root
+    from anyshape.options import cache_root
 
     return cache_root() / "kernels"
 

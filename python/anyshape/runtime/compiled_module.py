@@ -17,9 +17,10 @@ import numpy as np
 import torch
 
 from anyshape.runtime import size_conditions
+from anyshape.runtime.host_arrays import host_tensor
 from anyshape.errors import RunError
-from anyshape.iree.cpu import check_runs_here
-from anyshape.iree.flags import Target
+from anyshape.runtime.host_cpu import check_runs_here
+from anyshape.runtime.target import Target
 from anyshape.runtime.signature import SCHEMA_VERSION, ModuleSignature, TensorSpec, decode_tree
 from anyshape.stages import Workaround
 
@@ -309,7 +310,7 @@ def load(directory: str | os.PathLike, *, threads: int | None = None,
         cpu=manifest.get("cpu"),
     )
     module.cuda_ordinal = cuda_ordinal
-    from anyshape.generation.generator import GENERATOR_FILE, load_generator
+    from anyshape.runtime.generator import GENERATOR_FILE, load_generator
 
     if (path / GENERATOR_FILE).is_file():
         return load_generator(path, module)
@@ -519,30 +520,6 @@ def padding_indices(name: str, mask: np.ndarray) -> list[np.ndarray]:
         tokens = np.zeros(1, dtype=np.int64)
     slots = np.maximum(np.cumsum(flat, dtype=np.int64) - 1, 0)
     return [tokens, slots]
-
-
-def numpy_dtype(name: str) -> np.dtype:
-    """The numpy dtype of a torch dtype's name; bfloat16 is ml_dtypes', which
-    IREE reads and writes."""
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
-
-
-def host_tensor(array: np.ndarray, dtype: str) -> torch.Tensor:
-    """A result as the torch dtype the signature says: IREE's buffers are
-    signless (a uint8 result reads back as int8), and torch takes no numpy
-    bfloat16 (ml_dtypes')."""
-    if array.dtype.name == "bfloat16":
-        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-    tensor = torch.from_numpy(array)
-    want = getattr(torch, dtype, None)
-    if isinstance(want, torch.dtype) and tensor.dtype != want and \
-            tensor.element_size() == want.itemsize:
-        tensor = tensor.view(want)
-    return tensor
 
 
 def _to_array(spec: TensorSpec, value) -> np.ndarray:

@@ -1,6 +1,6 @@
 """What a compiled module takes and returns, as plain JSON-able data.
 
-Built from the exported program at compile time and stored in the artifact's
+Built from the exported program at compile time (``frontend/program_signature.py``) and stored in the artifact's
 manifest; the runtime checks every call against it and rebuilds the model's
 output structure from it. Needs only torch (and sympy, which torch carries),
 never the compilers.
@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import re
 import warnings
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
-from anyshape.runtime import size_conditions
 
 SCHEMA_VERSION = 1
 
@@ -116,203 +114,6 @@ def _output_json(spec: TensorSpec) -> dict:
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
-
-def _dim_entry(size) -> int | str:
-    if isinstance(size, int):
-        return size
-    expr = size.node.expr if isinstance(size, torch.SymInt) else size
-    if getattr(expr, "is_number", False):
-        return int(expr)
-    return str(expr)
-
-
-def _bound(value) -> int | None:
-    """A range end as an int, or None for no bound: torch's ``int_oo`` (the upper
-    end of every ``Dim`` declared without a max) and sympy's infinities, on
-    which ``int()`` raises."""
-    import sympy
-    from torch.utils._sympy.numbers import int_oo
-
-    if value is None or value in (int_oo, -int_oo, sympy.oo, -sympy.oo):
-        return None
-    return int(value)
-
-
-def signature_from_program(program: torch.export.ExportedProgram,
-                           dim_labels: dict[str, str] | None = None) -> ModuleSignature:
-    sig = program.graph_signature
-    user_inputs = set(sig.user_inputs)
-    inputs = []
-    for node in program.graph.nodes:
-        if node.op != "placeholder" or node.name not in user_inputs:
-            continue
-        val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor):
-            raise TypeError(
-                f"input '{node.name}': only tensor inputs can vary at run time, got "
-                f"{type(val).__name__}; pass Python values through a wrapper module")
-        inputs.append(TensorSpec(node.name, dtype_name(val.dtype), [_dim_entry(d) for d in val.shape]))
-
-    outputs, writes = [], []
-    for role, value, written in output_roles(program):
-        if role == "write":
-            writes.append(written)
-            continue
-        name = f"output_{len(outputs)}"
-        if role == "constant":
-            outputs.append(TensorSpec(name, "", [], python="constant", value=value))
-        elif role == "scalar":
-            scalar = scalar_kind(value.meta["val"])
-            outputs.append(TensorSpec(name, SCALAR_DTYPES[scalar], [], python=scalar))
-        else:
-            val = value.meta["val"]
-            outputs.append(TensorSpec(name, dtype_name(val.dtype), [_dim_entry(d) for d in val.shape]))
-
-    labels = dim_labels or {}
-    symbols = {}
-    for sym, rng in ordered_range_constraints(program):
-        name = str(sym)
-        symbols[name] = Symbol(name, _bound(rng.lower), _bound(rng.upper), labels.get(name))
-    dims = {(spec.name, axis): dim for spec in inputs for axis, dim in enumerate(spec.dims)}
-    conditions = size_conditions.from_guards(getattr(program, "_guards_code", None) or [],
-                                             dims, list(symbols))
-    return ModuleSignature(inputs, outputs, symbols, encode_tree(program.call_spec.out_spec),
-                           writes, conditions)
-
-
-def ordered_range_constraints(program: torch.export.ExportedProgram) -> list[tuple]:
-    """``program.range_constraints`` in the order the inputs' dims name them:
-    input by input, axis by axis, a derived dim's root symbols (by name) before
-    the derived dim; any other entry after them, by name.
-
-    torch.export adds the roots of derived dims (``2*A``, ``B+1``) while iterating
-    a set of sympy symbols, so its own order changes with ``PYTHONHASHSEED``; the
-    manifest and the imported ``torch.symbolic_int`` ops follow this order instead."""
-    constraints = program.range_constraints
-    order: list = []
-
-    def add(key) -> None:
-        if key in constraints and key not in order:
-            order.append(key)
-
-    def natural(key):
-        return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(key))]
-
-    for node in program.graph.nodes:
-        val = node.meta.get("val") if node.op == "placeholder" else None
-        for dim in val.shape if isinstance(val, torch.Tensor) else ():
-            if isinstance(dim, torch.SymInt):
-                for root in sorted(dim.node.expr.free_symbols, key=natural):
-                    add(root)
-                add(dim.node.expr)
-    for key in sorted(constraints, key=natural):
-        add(key)
-    return [(key, constraints[key]) for key in order]
-
-
-# The 0-d tensor that carries a Python scalar output through the module.
-SCALAR_DTYPES = {"int": "int64", "float": "float64", "bool": "bool"}
-_CONSTANT_TYPES = (int, float, bool, str, type(None))
-
-
-def scalar_kind(value) -> str | None:
-    """'int', 'float' or 'bool' for a (symbolic) Python scalar, else None."""
-    from anyshape.frontend.graph_fixes.symbolic_scalars import kind
-
-    return kind(value)
-
-
-class Returned(NamedTuple):
-    role: str              # "write", "tensor", "scalar" or "constant"
-    value: Any             # the graph's node, or the constant
-    input: str | None = None  # "write": the input updated in place
-
-
-def output_roles(program: torch.export.ExportedProgram) -> list[Returned]:
-    """What each value the exported graph returns is, in order: "write" for the
-    new value of an input updated in place, "tensor", "scalar" for a Python
-    int, float or bool computed at run time, "constant" for one fixed at
-    export. State updated in place (a buffer, a parameter) is refused: a
-    compiled module's weights are constants."""
-    from torch.export.graph_signature import OutputKind
-
-    output_node = next(n for n in program.graph.nodes if n.op == "output")
-    state = {OutputKind.BUFFER_MUTATION: "buffer", OutputKind.PARAMETER_MUTATION: "parameter"}
-    updated = [f"{state[spec.kind]} '{spec.target}'" for spec in
-               program.graph_signature.output_specs if spec.kind in state]
-    if updated:
-        raise ValueError(
-            f"model: expected a forward that updates no state in place (a compiled module "
-            f"holds its weights and buffers as constants, with no state across calls), got "
-            f"in-place updates of {', '.join(updated)}; in training mode, batch norm updates "
-            f"its running statistics: call model.eval() first (or pass such state as an "
-            f"input, which the module updates as eager does)")
-    roles = []
-    for number, (spec, arg) in enumerate(zip(program.graph_signature.output_specs,
-                                             output_node.args[0])):
-        if spec.kind == OutputKind.USER_INPUT_MUTATION:
-            roles.append(Returned("write", arg, spec.target))
-        elif spec.kind == OutputKind.TOKEN:
-            raise ValueError("model: expected a forward without side effects, got ops torch.export "
-                             "orders by effect tokens (with_effects: error checks such as "
-                             "linalg's, prints), which neither torch-mlir nor a compiled module "
-                             "keeps")
-        elif spec.kind != OutputKind.USER_OUTPUT:
-            raise ValueError(f"model: expected outputs and in-place updates of inputs, got "
-                             f"output {number} of kind {spec.kind.name}")
-        elif isinstance(arg, torch.fx.Node) and isinstance(arg.meta.get("val"), torch.Tensor):
-            roles.append(Returned("tensor", arg))
-        elif isinstance(arg, torch.fx.Node) and scalar_kind(arg.meta.get("val")):
-            roles.append(Returned("scalar", arg))
-        elif not isinstance(arg, torch.fx.Node) and isinstance(arg, _CONSTANT_TYPES):
-            roles.append(Returned("constant", arg))
-        else:
-            got = type(arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg).__name__
-            raise TypeError(f"output {number - sum(r.role == 'write' for r in roles)}: expected a "
-                            f"tensor, a Python int, float, bool, str or None, got {got}")
-    return roles
-
-
-def declared_dims(dynamic_shapes: Any, input_names: list[str]) -> dict[tuple[str, int], str]:
-    """(input name, axis) -> the name of the user's ``Dim`` there.
-
-    Handles the usual forms: a dict keyed by input name, or a tuple/list in
-    input order (``input_names``), each entry a ``{axis: Dim}`` dict or a list
-    of per-axis Dims (``Dim.AUTO`` and ``Dim.DYNAMIC`` have no name).
-    """
-    if isinstance(dynamic_shapes, dict):
-        per_input = dynamic_shapes.items()
-    elif isinstance(dynamic_shapes, (list, tuple)):
-        per_input = zip(input_names, dynamic_shapes)
-    else:
-        return {}
-    declared = {}
-    for input_name, axes in per_input:
-        if not isinstance(axes, (dict, list, tuple)):
-            continue  # None, or a Dim or hint for a non-tensor input
-        for axis, dim in (axes.items() if isinstance(axes, dict) else enumerate(axes)):
-            label = getattr(dim, "__name__", None)
-            if label is not None and isinstance(axis, int):
-                declared[(input_name, axis)] = label
-    return declared
-
-
-def dim_labels_from(program: torch.export.ExportedProgram, dynamic_shapes: Any) -> dict[str, str]:
-    """Map export symbols to the user's ``Dim`` names, where ``dynamic_shapes`` says them."""
-    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    labels = {}
-    names = list(program.graph_signature.user_inputs)
-    for (input_name, axis), label in declared_dims(dynamic_shapes, names).items():
-        node = placeholders.get(input_name)
-        shape = node.meta["val"].shape if node is not None else ()
-        if axis < len(shape):
-            entry = _dim_entry(shape[axis])
-            if isinstance(entry, str) and entry.isidentifier():
-                labels.setdefault(entry, label)
-    return labels
-
-
-# --- output structure -------------------------------------------------------
 
 def encode_tree(spec) -> dict[str, Any]:
     """A pytree spec as JSON: leaves, tuples, lists, dicts, and keyed classes

@@ -291,7 +291,7 @@ class AfterAnEmptyStart(torch.nn.Module):
 
 def test_an_empty_constant_survives_mlir_text():
     # The imported IR printed as text (what anyshape-opt reads) compiles and runs.
-    from anyshape.check import check
+    from anyshape.tools.check import check
 
     text = str(anyshape.import_torch(AfterAnEmptyStart().eval(), (torch.randn(2, 5),),
                                      dynamic_shapes=({0: Dim("rows")},)))

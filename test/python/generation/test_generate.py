@@ -179,7 +179,7 @@ def test_falcon_with_alibi_is_hf_generate():
 def test_grouped_query_attention_exports():
     # Llama's 4 heads share 2 key/value heads: without the export workaround,
     # torch.export refuses the dynamic cache length (step.py).
-    from anyshape.generation.compile import export_step
+    from anyshape.generation.causal_lm import export_step
     from anyshape.generation.step import CausalLMStep, probe_cache
 
     model = small_causal_lm("llama")
@@ -470,13 +470,13 @@ def test_a_model_without_a_cache_is_refused():
 def test_check_validates_the_passes_on_the_step_graph(model_type):
     # Translation validation of the default pipeline on the prefill/decode step
     # (a dynamic cache length, mask length and new-token count), at random sizes.
-    from anyshape.check import check
+    from anyshape.tools.check import check
     from anyshape.frontend.export import prepare_program
     from anyshape.frontend.importer import import_program
-    from anyshape.generation.compile import export_step
+    from anyshape.generation.causal_lm import export_step
     from anyshape.generation.step import CausalLMStep, probe_cache
     from anyshape.passes import DEFAULT_PIPELINE
-    from anyshape.runtime.signature import signature_from_program
+    from anyshape.frontend.program_signature import signature_from_program
     from anyshape.runtime.size_conditions import holds
 
     model = small_causal_lm(model_type)

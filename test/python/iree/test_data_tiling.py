@@ -85,14 +85,15 @@ def test_data_tiling_must_be_a_bool_or_none(roberta):
 def test_data_tiling_automatic_by_default(target):
     from anyshape.driver.pipeline import data_tiling_applies
     from anyshape.runtime.signature import ModuleSignature
-    from anyshape.iree.flags import make_target
+    from anyshape.iree.flags import iree_flags, make_target
 
     automatic = make_target(target)
     assert automatic.data_tiling is None
     with pytest.raises(ValueError, match="must be decided"):
-        automatic.iree_flags()
-    assert "--iree-global-opt-data-tiling" not in make_target(target, data_tiling=False).iree_flags()
-    assert "--iree-global-opt-data-tiling" in make_target(target, data_tiling=True).iree_flags()
+        iree_flags(automatic)
+    assert "--iree-global-opt-data-tiling" not in iree_flags(
+        make_target(target, data_tiling=False))
+    assert "--iree-global-opt-data-tiling" in iree_flags(make_target(target, data_tiling=True))
     static = ModuleSignature(inputs=[], outputs=[], symbols={}, output_tree={})
     assert data_tiling_applies(automatic, static, []) is (target == "cpu")
 

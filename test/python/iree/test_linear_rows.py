@@ -24,7 +24,7 @@ from torch.export import Dim
 import anyshape
 from anyshape.iree import linear_rows
 from anyshape.iree.cpu import host_flags
-from anyshape.iree.flags import make_target, with_product_kernel
+from anyshape.iree.flags import iree_flags, make_target, with_product_kernel
 from anyshape.mlir import iree_tool
 
 KERNEL, UNAVAILABLE = linear_rows.kernel_object()
@@ -280,7 +280,7 @@ def test_without_a_c_compiler_iree_products_run_with_a_warning(monkeypatch):
 def _compile_flags_and_target():
     """iree-compile's flags for a module of the kernel's executable and a
     function that dispatches it (no torch input), and the executable's target."""
-    flags = make_target("cpu", data_tiling=True).iree_flags()
+    flags = iree_flags(make_target("cpu", data_tiling=True))
     target = linear_rows.executable_target(tuple(flags))
     return [flag for flag in flags if not flag.startswith("--iree-input-type")], target
 

@@ -16,7 +16,7 @@ from torch.export import Dim
 
 import anyshape
 from anyshape.iree.cpu import host_flags
-from anyshape.iree.flags import BF16_PRODUCT_FLAGS, make_target, with_matmul_precision
+from anyshape.iree.flags import BF16_PRODUCT_FLAGS, iree_flags, make_target, with_matmul_precision
 from anyshape.tools.compile import summary
 
 HOST_HAS_BF16 = "avx512_bf16" in (host_flags() or set())
@@ -69,7 +69,7 @@ def test_the_refusal_comes_before_the_export():
 def test_highest_is_the_default_and_adds_no_flags():
     target = make_target("cpu", data_tiling=True)
     assert anyshape.BackendOptions().matmul_precision == "highest"
-    assert not set(BF16_PRODUCT_FLAGS) & set(target.iree_flags())
+    assert not set(BF16_PRODUCT_FLAGS) & set(iree_flags(target))
 
 
 @pytest.mark.skipif(not HOST_HAS_BF16, reason="this host's CPU has no AVX-512 BF16")

@@ -7,14 +7,15 @@ from torch.export import Dim
 import anyshape
 from anyshape.iree.flags import MICROKERNELS_FLAG
 from anyshape.iree.flags import PEELING_FLAG as PEEL
-from anyshape.iree.flags import INLINE_CONSTANTS_OFF_FLAG, make_target, with_constants_for
+from anyshape.iree.flags import (INLINE_CONSTANTS_OFF_FLAG, iree_flags, make_target,
+                                 with_constants_for)
 
 
 def test_cpu_peels_partial_vectors_and_cuda_does_not():
     """Peeling (instead of IREE's masked vectors) is a CPU codegen option."""
-    assert PEEL in make_target("cpu", data_tiling=True).iree_flags()
-    assert PEEL in make_target("cpu", data_tiling=False).iree_flags()
-    assert not [f for f in make_target("cuda", data_tiling=False).iree_flags() if "llvmcpu" in f]
+    assert PEEL in iree_flags(make_target("cpu", data_tiling=True))
+    assert PEEL in iree_flags(make_target("cpu", data_tiling=False))
+    assert not [f for f in iree_flags(make_target("cuda", data_tiling=False)) if "llvmcpu" in f]
 
 
 def test_only_models_with_bfloat16_tensors_keep_constants_out_of_dispatches():
@@ -23,7 +24,7 @@ def test_only_models_with_bfloat16_tensors_keep_constants_out_of_dispatches():
     target = make_target("cpu", data_tiling=True)
     for dtypes, inlined in (({torch.float32, torch.int64}, True), ({torch.float16}, True),
                             ({torch.bfloat16, torch.float32}, False)):
-        flags = with_constants_for(target, dtypes).iree_flags()
+        flags = iree_flags(with_constants_for(target, dtypes))
         assert (INLINE_CONSTANTS_OFF_FLAG not in flags) == inlined, dtypes
 
 

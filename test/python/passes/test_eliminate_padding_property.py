@@ -26,7 +26,7 @@ import torch
 from random_programs import MIN_LENGTH, dynamic_shapes, generate
 
 import anyshape
-from anyshape.check import padding_contract
+from anyshape.tools.check import padding_contract
 from anyshape.errors import CompileError
 
 SEEDS = range(2000, 2040)

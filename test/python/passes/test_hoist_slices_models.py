@@ -17,7 +17,7 @@ from models import small_gpt2_last_token
 from torch.export import Dim
 
 import anyshape
-from anyshape.flops import count_flops
+from anyshape.passes.print_flops.flops import count_flops
 
 HIDDEN, INTERMEDIATE, LAYERS, VOCAB = 64, 128, 2, 500
 

@@ -100,7 +100,7 @@ TINY_GPT2 = ["--config", "n_embd=32", "--config", "n_layer=2", "--config", "n_he
 
 @pytest.mark.builds_in_subprocess
 def test_compile_cli_hf_model_with_external_parameters(tmp_path):
-    from anyshape import hf
+    from anyshape.frontend import hf
 
     out = tmp_path / "art"
     result = run("anyshape-compile", "--hf", "gpt2", "--task", "causal-lm-last-token",

@@ -27,7 +27,7 @@ def artifact(tmp_path_factory):
 
 
 def hf_model():
-    from anyshape import hf
+    from anyshape.frontend import hf
 
     overrides = hf.parse_overrides([c for c in CONFIG if c != "--config"])
     return hf.build("gpt2", "causal-lm", overrides).model
@@ -127,7 +127,7 @@ def test_an_encoder_decoder_generates_hf_tokens_from_the_command_line(tmp_path):
                  "--max-new-tokens", "12")
     assert result.returncode == 0, result.stderr
     rows = [[int(t) for t in line.split(",")] for line in result.stdout.splitlines()]
-    from anyshape import hf
+    from anyshape.frontend import hf
 
     overrides = hf.parse_overrides([c for c in BART_CONFIG if c != "--config"])
     model = hf.build("bart", "seq2seq-lm", overrides).model

@@ -3,7 +3,7 @@
 Per function with a body: the total as an expression over the dim symbols,
 its matmul part, which argument dim each symbol is, a line per op kind
 (``name xCOUNT: FLOPs``), the op kinds counted as free, and the ops not
-counted with the reason (see ``anyshape.flops`` for the conventions).
+counted with the reason (see ``flops.py`` for the conventions).
 ``at="s0=1,s1=128"`` also evaluates every count at those sizes; each symbol a
 function's counts use must be given, and a name no function has is an error,
 so a typo cannot pass for a count.
@@ -16,9 +16,7 @@ import dataclasses
 import re
 import sys
 
-# The module, not its names: anyshape.flops imports the passes package, which
-# imports this file, so its names may not exist yet when this line runs.
-from anyshape import flops
+from anyshape.passes.print_flops import flops
 from anyshape.passes import ModulePass, PassFailure, register
 
 _BINDING = re.compile(r"\s*([A-Za-z_]\w*)\s*=\s*(\d+)\s*")

@@ -6,12 +6,12 @@ same objects HF's ``generate`` builds, in its order). The cache stays on the
 device: ``generate`` makes one buffer per layer's keys and values, with room
 for the whole request (the masked first slot, the prompt and
 ``max_new_tokens``), and each step writes its new slots into them in place
-(``step.py``); only the next-token logits come to the host. The buffers are
+(``generation/step.py``); only the next-token logits come to the host. The buffers are
 sized once per call, so they never grow during one, and a call of any length
 needs no recompile. A step writes only past the slots already filled, so a
 step that fails, or is run again, leaves the filled ones as they were.
 ``Seq2SeqGenerator``: the same contract on an encoder-decoder's ``encode``
-and decoder step (``seq2seq.py``).
+and decoder step (``generation/seq2seq.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from anyshape.runtime.compiled_module import host_tensor, numpy_dtype
+from anyshape.runtime.host_arrays import host_tensor, numpy_dtype
 
 GENERATOR_FILE = "generator.json"
 GENERATOR_FORMAT = "anyshape-generator"
@@ -139,7 +139,7 @@ class Generator:
 
     def _decode_rows(self, batch: int) -> int:
         """The rows ``batch`` runs as: the smallest batch with a decode function
-        of its own that holds it (``compile.DECODE_ENTRIES``), else itself."""
+        of its own that holds it (``generation/model_spec.DECODE_ENTRIES``), else itself."""
         sizes = sorted(int(size) for size in self._decode_entries())
         return next((size for size in sizes if size >= batch), batch)
 
@@ -275,7 +275,7 @@ class Generator:
         positions = mask.long().cumsum(-1) - 1
         positions.masked_fill_(mask == 0, 1)
         positions = positions[:, -ids.shape[1]:]
-        # One token at a batch with a function of its own (compile.py).
+        # One token at a batch with a function of its own (generation/causal_lm.py).
         entry = self._decode_entries().get(str(ids.shape[0])) if ids.shape[1] == 1 else None
         results = self.module.invoke([ids.numpy().astype(np.int64),
                                       positions.numpy().astype(np.int64), full_mask, *cache],

@@ -1,4 +1,5 @@
-"""``compile_generator``: an unmodified HF causal LM, compiled once for every length.
+"""``compile_generator``: an unmodified HF causal LM, compiled once for every length
+(an encoder-decoder: ``seq2seq.py``).
 
 The dims are anyshape's to declare: batch, the new tokens of a call (the
 prompt at prefill, 1 at decode), the mask's length (the cache's filled slots
@@ -20,26 +21,19 @@ are real: GPT-2's decode step at batch 4 with 335 slots took 35.6 ms against
 from __future__ import annotations
 
 import copy
-import json
-import warnings
 from typing import Any
 
 import torch
 
-from anyshape.generation.generator import Generator
-from anyshape.generation.step import (CausalLMStep, grouped_query_attention_in_sdpa, probe_cache,
-                                      takes_two_d_mask)
+from anyshape.generation.model_spec import (DECODE_ENTRIES, DECODE_ENTRY, export_or_warn,
+                                             generation_config_of, model_spec)
+from anyshape.runtime.generator import Generator
+from anyshape.generation.step import CausalLMStep, grouped_query_attention_in_sdpa, probe_cache
 
 # Example sizes for torch.export: every dim above 1 (sizes 0 and 1 are
 # specialized), each size different (so that no two dims are taken for one).
 # "capacity": the cache buffers' slots, more than past + new.
 _EXAMPLE = {"batch": 2, "new": 3, "past": 5, "capacity": 11}
-# The module's functions for one new token at a static batch, by batch
-# (generator.py calls them; other batches are padded up to the next one).
-DECODE_ENTRIES = {1: "decode_one", 4: "decode_four", 8: "decode_eight"}
-DECODE_ENTRY = DECODE_ENTRIES[1]
-
-
 def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None,
                       backend=None, cache: bool = True, progress=False,
                       dump_ir_dir=None, threads=None) -> Generator:
@@ -88,11 +82,11 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
     module = anyshape.compile(program, dynamic_shapes=names, target=target, backend=backend,
                               cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
                               entries=entries)
-    spec = {**_spec(model, shapes),
+    spec = {**model_spec(model, shapes),
             "decode_entry": DECODE_ENTRY if DECODE_ENTRY in entries else None,
             "decode_entries": {str(batch): name for batch, name in DECODE_ENTRIES.items()
                                if name in entries}}
-    return Generator(module, spec, _generation_config(model))
+    return Generator(module, spec, generation_config_of(model))
 
 
 def _example_inputs(step: CausalLMStep, shapes, batch: int, new: int, past: int,
@@ -129,21 +123,6 @@ def export_decode_step(step: CausalLMStep, shapes,
         return export_or_warn(step, inputs, dims, batch)
 
 
-def export_or_warn(step: torch.nn.Module, inputs: tuple, dims, batch: int):
-    """``torch.export`` of a decode step for ``batch`` rows; None, with a warning
-    that says why, where torch.export refuses it (that batch then runs the
-    general step, only slower)."""
-    try:
-        with torch.no_grad():
-            return torch.export.export(step, inputs, dynamic_shapes=dims)
-    except Exception as error:  # noqa: BLE001  only speed depends on it: said, not raised
-        first = next((line for line in str(error).splitlines() if line.strip()), "")
-        warnings.warn(f"compile_generator: the batch-{batch} decode step did not export "
-                      f"({type(error).__name__}: {first[:200]}); batch-{batch} decode runs "
-                      f"the general step", stacklevel=4)
-        return None
-
-
 def step_dims(layers: int) -> tuple:
     """The step's dynamic dims: batch, the new tokens, the mask's length (the
     filled slots and the new tokens) and the cache's capacity (torch.export's
@@ -171,37 +150,3 @@ def _check_model(model: Any) -> None:
             f"model: {type(model).__name__}'s encoder takes "
             f"{getattr(model, 'main_input_name', '?')}, not token ids; compile_generator takes "
             f"text encoder-decoders (T5, BART, ...)")
-
-
-def _max_positions(config) -> int | None:
-    for name in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
-def _spec(model, shapes) -> dict:
-    config = model.config
-    dtype = next(model.parameters()).dtype
-    return {
-        "model_type": config.model_type,
-        "model_class": type(model).__name__,
-        "vocab_size": int(model.get_output_embeddings().weight.shape[0]
-                          if model.get_output_embeddings() is not None else config.vocab_size),
-        # ALiBi (BLOOM, Falcon with alibi) has no table of positions to run out of.
-        "max_positions": None if takes_two_d_mask(config) else _max_positions(config),
-        "cache": [[list(k), list(v)] for k, v in shapes],
-        "cache_dtype": str(dtype).removeprefix("torch."),
-        "config": json.loads(config.to_json_string(use_diff=False)),
-    }
-
-
-def _generation_config(model) -> dict:
-    config = getattr(model, "generation_config", None)
-    if config is None:
-        from transformers import GenerationConfig
-
-        config = GenerationConfig.from_model_config(model.config)
-    return config.to_dict()
-

@@ -1,0 +1,68 @@
+"""What the causal-LM and the encoder-decoder compiles share: the decode
+entries, the spec and generation config a compiled generator records of its
+model, and the export of a decode step that torch.export may refuse."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import torch
+
+from anyshape.generation.step import takes_two_d_mask
+
+# The module's functions for one new token at a static batch, by batch
+# (generator.py calls them; other batches are padded up to the next one).
+DECODE_ENTRIES = {1: "decode_one", 4: "decode_four", 8: "decode_eight"}
+DECODE_ENTRY = DECODE_ENTRIES[1]
+
+
+def export_or_warn(step: torch.nn.Module, inputs: tuple, dims, batch: int):
+    """``torch.export`` of a decode step for ``batch`` rows; None, with a warning
+    that says why, where torch.export refuses it (that batch then runs the
+    general step, only slower)."""
+    try:
+        with torch.no_grad():
+            return torch.export.export(step, inputs, dynamic_shapes=dims)
+    except Exception as error:  # noqa: BLE001  only speed depends on it: said, not raised
+        first = next((line for line in str(error).splitlines() if line.strip()), "")
+        warnings.warn(f"compile_generator: the batch-{batch} decode step did not export "
+                      f"({type(error).__name__}: {first[:200]}); batch-{batch} decode runs "
+                      f"the general step", stacklevel=4)
+        return None
+
+
+def max_positions(config) -> int | None:
+    for name in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def model_spec(model, shapes) -> dict:
+    """What a generator records of its model: its type, vocabulary, positions,
+    cache shapes and dtype, and config."""
+    config = model.config
+    dtype = next(model.parameters()).dtype
+    return {
+        "model_type": config.model_type,
+        "model_class": type(model).__name__,
+        "vocab_size": int(model.get_output_embeddings().weight.shape[0]
+                          if model.get_output_embeddings() is not None else config.vocab_size),
+        # ALiBi (BLOOM, Falcon with alibi) has no table of positions to run out of.
+        "max_positions": None if takes_two_d_mask(config) else max_positions(config),
+        "cache": [[list(k), list(v)] for k, v in shapes],
+        "cache_dtype": str(dtype).removeprefix("torch."),
+        "config": json.loads(config.to_json_string(use_diff=False)),
+    }
+
+
+def generation_config_of(model) -> dict:
+    """The model's own generation config, as a dict (``generate`` applies it)."""
+    config = getattr(model, "generation_config", None)
+    if config is None:
+        from transformers import GenerationConfig
+
+        config = GenerationConfig.from_model_config(model.config)
+    return config.to_dict()
