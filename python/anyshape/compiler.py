@@ -30,8 +30,8 @@ from anyshape.iree.flags import (PEELING_FLAG, Target, make_target, with_constan
                                  routes_products, with_matmul_precision, with_product_kernel)
 from anyshape.iree.in_place_writes import write_inputs_in_place_file
 from anyshape.iree.invocation import compile_with_iree, stop_phase
-from anyshape.iree import attention
-from anyshape.iree.linear_rows import kernel_for, route_linears, warn_unavailable
+from anyshape.iree.kernels import attention
+from anyshape.iree.kernels.linear_rows import kernel_for, route_linears, warn_unavailable
 from anyshape.iree.row_products import route_row_products
 from anyshape.iree.tiled_products import tile_products
 from anyshape.iree.parameters import ARCHIVE, externalize_weights

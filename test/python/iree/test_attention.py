@@ -1,4 +1,4 @@
-"""anyshape's attention kernel (``iree/attention.py``, ``kernels/attention.c``).
+"""anyshape's attention kernel (``iree/kernels/attention.py``, ``attention.c``).
 
 The kernel's AVX-512, AVX2 and portable code run directly from a host build
 of its source (each path forced in turn) against float64, over the remainders
@@ -19,10 +19,10 @@ import torch.nn.functional as F
 from torch.export import Dim
 
 import anyshape
-from anyshape.iree import attention, linear_rows
+from anyshape.iree.kernels import attention, build
 from anyshape.iree.cpu import host_flags
 
-KERNEL, UNAVAILABLE = linear_rows.kernel_object(attention.SOURCE)
+KERNEL, UNAVAILABLE = build.kernel_object(attention.SOURCE)
 needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"kernel unavailable: {UNAVAILABLE}")
 FLAGS = host_flags() or set()
 ISAS = {"portable": 1, "avx2": 2, "avx512": 3}
@@ -31,12 +31,12 @@ HOST_HAS = {"portable": True, "avx2": {"avx2", "fma"} <= FLAGS, "avx512": "avx51
 
 def _host_library(tmp_path, isa: str):
     """The kernel's source built for this process, its run-time choice forced to ``isa``."""
-    if linear_rows._compiler() is None:
+    if build.compiler() is None:
         pytest.skip("no C compiler")
     if not HOST_HAS[isa]:
         pytest.skip(f"this host's CPU cannot run the {isa} path")
     library = tmp_path / f"attention_{isa}.so"
-    subprocess.run([linear_rows._compiler(), "-O2", "-shared", "-fPIC",
+    subprocess.run([build.compiler(), "-O2", "-shared", "-fPIC",
                     f"-DANYSHAPE_FORCE_ISA={ISAS[isa]}", str(attention.SOURCE),
                     "-o", str(library)], check=True, capture_output=True)
     kernel = ctypes.CDLL(str(library))
@@ -239,5 +239,5 @@ def test_negative_head_dim_not_a_multiple_of_16_stays_iree():
 def test_an_unbuilt_kernel_says_why(monkeypatch):
     """/// Where the kernel cannot be built, attention keeps IREE's form, and a warning says why."""
     monkeypatch.setattr(attention, "kernel_object", lambda source: (None, "no C compiler here"))
-    with pytest.warns(linear_rows.KernelUnavailable, match="attention.*no C compiler here"):
+    with pytest.warns(build.KernelUnavailable, match="attention.*no C compiler here"):
         assert attention.kernel() is None

@@ -1,4 +1,4 @@
-"""anyshape's row-exact product kernel (``iree/linear_rows.py``, ``kernels/linear_rows.c``).
+"""anyshape's row-exact product kernel (``iree/kernels/linear_rows.py``, ``linear_rows.c``).
 
 IREE's own products compute whole tiles of 16 rows; the kernel computes the
 rows given, so every remainder of every tile it uses (up to 15 rows on AVX-512,
@@ -22,12 +22,12 @@ import torch
 from torch.export import Dim
 
 import anyshape
-from anyshape.iree import linear_rows
+from anyshape.iree.kernels import build, linear_rows
 from anyshape.iree.cpu import host_flags
 from anyshape.iree.flags import make_target, with_product_kernel
 from anyshape.mlir import iree_tool
 
-KERNEL, UNAVAILABLE = linear_rows.kernel_object()
+KERNEL, UNAVAILABLE = build.kernel_object(linear_rows.SOURCE)
 needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"kernel unavailable: {UNAVAILABLE}")
 FLAGS = host_flags() or set()
 ISAS = {"portable": 1, "avx2": 2, "avx512": 3}
@@ -38,7 +38,7 @@ def _host_library(tmp_path, isa: str):
     """The kernel's source built for this process (not IREE's embedded ELF),
     with its run-time choice forced to ``isa``."""
     library = tmp_path / f"linear_rows_{isa}.so"
-    subprocess.run([linear_rows._compiler(), "-O2", "-shared", "-fPIC",
+    subprocess.run([build.compiler(), "-O2", "-shared", "-fPIC",
                     f"-DANYSHAPE_FORCE_ISA={ISAS[isa]}", str(linear_rows.SOURCE),
                     "-o", str(library)], check=True, capture_output=True)
     kernel = ctypes.CDLL(str(library))
@@ -74,7 +74,7 @@ def test_every_path_computes_every_row_count_exactly(tmp_path, isa):
     they share L1 sets), and three blocks, the last one short (2560: each
     block resumes from the partial sums the last one stored). Split over
     workgroups as IREE splits the dispatch (3 x 2 of them), and over one."""
-    if linear_rows._compiler() is None:
+    if build.compiler() is None:
         pytest.skip("no C compiler")
     if not HOST_HAS[isa]:
         pytest.skip(f"this host's CPU cannot run the {isa} path")
@@ -261,16 +261,16 @@ def test_bad_product_kernels_are_named():
 
 def test_without_a_c_compiler_iree_products_run_with_a_warning(monkeypatch):
     monkeypatch.setenv("CC", "/nonexistent/cc")
-    linear_rows.kernel_object.cache_clear()
+    build.kernel_object.cache_clear()
     try:
         torch.manual_seed(3)
         model = torch.nn.Linear(32, 24).eval()
-        with pytest.warns(linear_rows.KernelUnavailable,
+        with pytest.warns(build.KernelUnavailable,
                           match="IREE's own kernel.*the C compiler /nonexistent/cc does not run"):
             module = anyshape.compile(model, (torch.randn(5, 32),), cache=False)
     finally:
         monkeypatch.undo()
-        linear_rows.kernel_object.cache_clear()
+        build.kernel_object.cache_clear()
     assert _routed(module) == 0
     with torch.no_grad():
         x = torch.randn(5, 32)
@@ -281,7 +281,7 @@ def _compile_flags_and_target():
     """iree-compile's flags for a module of the kernel's executable and a
     function that dispatches it (no torch input), and the executable's target."""
     flags = make_target("cpu", data_tiling=True).iree_flags()
-    target = linear_rows.executable_target(tuple(flags))
+    target = build.executable_target(tuple(flags))
     return [flag for flag in flags if not flag.startswith("--iree-input-type")], target
 
 
@@ -379,11 +379,11 @@ SMALL_WORKER_STACK = 48 * 1024
 def test_the_kernels_frames_fit_the_workers_stack(tmp_path, kernel):
     """Every function of each kernel, built as the module builds it, keeps
     its frame under FRAME_BUDGET (GCC's -fstack-usage)."""
-    compiler = linear_rows._compiler()
+    compiler = build.compiler()
     if compiler is None:
         pytest.skip("no C compiler")
     source = linear_rows.SOURCE.with_name(f"{kernel}.c")
-    subprocess.run([compiler, *linear_rows.CFLAGS, "-fstack-usage", "-c", str(source),
+    subprocess.run([compiler, *build.CFLAGS, "-fstack-usage", "-c", str(source),
                     "-o", str(tmp_path / "k.o")], check=True, capture_output=True, cwd=tmp_path)
     frames = {}
     for line in (tmp_path / "k.su").read_text().splitlines():

@@ -2,7 +2,7 @@
 //
 // Attention over a whole sequence (an encoder's self-attention, a decoder's
 // prompt) in one pass, without writing the [B, H, L, S] scores anywhere
-// (iree/attention.py says why IREE's own form costs what it does).
+// (attention.py, beside it, says why IREE's own form costs what it does).
 //
 // Linked into IREE's embedded ELF executables like linear_rows.c: no library
 // calls, no allocation, no thread-local state; the stack holds a workgroup's

@@ -8,12 +8,12 @@
 // runs around it.
 //
 // It is linked into IREE's embedded ELF executables (hal.executable.objects;
-// iree/linear_rows.py writes the dispatch that calls it), so it must not call
+// linear_rows.py, beside it, writes the dispatch that calls it), so it must not call
 // into any library, allocate, or use thread-local state: only registers, the
 // stack and the bindings. Its AVX-512, AVX2 or portable code is chosen at run
 // time (isa.h).
 //
-// The weights come packed (iree/linear_rows.py, in the module's initializers)
+// The weights come packed (linear_rows.py, in the module's initializers)
 // as panels of 16 output columns: packed[p][k][j] = w[16 p + j][k], the last
 // panel padded with zeros. A tile's step over k loads one row of 16 from each
 // of its panels and broadcasts one value of x per row.

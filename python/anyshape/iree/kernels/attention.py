@@ -11,7 +11,7 @@ own, packs the exponentials for the second product, and transposes the heads
 in and out: BART-base's ``encode`` at 4 x 333 tokens spent about 150 ms of
 880 there, for 8 GFLOP of products.
 
-``kernels/attention.c`` computes it in one pass per 32 query rows of a head,
+``attention.c`` computes it in one pass per 32 query rows of a head,
 flash attention's way (a running max and sum per row), reading Q, K and V
 where the projections wrote them (``[B, L, H, D]`` before the head
 transpose) and writing its output as ``[B, L, H, D]``, which the output
@@ -43,14 +43,14 @@ from pathlib import Path
 from typing import Sequence
 
 from anyshape.dialects import vtensor_shape
-from anyshape.iree.linear_rows import (KernelUnavailable, binding_pointers, entry_function,
-                                        executable_target, kernel_executable, kernel_object,
-                                        pipeline_layout)
+from anyshape.iree.kernels.build import (KernelUnavailable, binding_pointers, entry_function,
+                                         executable_target, kernel_executable, kernel_object,
+                                         pipeline_layout)
 from anyshape.iree.torch_constants import (constant_bool, constant_float, constant_int, int_list,
                                            call_with_builtin_tensors, matches, new_constant_int)
 from anyshape.mlir import rewrite_with_iree_bindings
 
-SOURCE = Path(__file__).with_name("kernels") / "attention.c"
+SOURCE = Path(__file__).with_name("attention.c")
 EXECUTABLE = "anyshape_attention"
 ROWS_PER_WORKGROUP = 32  # attention.c's WG_ROWS
 MAX_HEAD_DIM = 128  # attention.c's MAX_D
