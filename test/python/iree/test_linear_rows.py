@@ -4,8 +4,10 @@ IREE's own products compute whole tiles of 16 rows; the kernel computes the
 rows given, so every remainder of every tile it uses (up to 15 rows on AVX-512,
 6 on AVX2) and every run of rows a workgroup takes is a separate code path.
 Each is checked against float64: the kernel's AVX-512, AVX2 and portable code
-run directly from a host build of the same source (each path forced in
-turn), and modules built by ``anyshape.compile`` against eager.
+run directly from the very objects modules link (each built with the module's
+flags for one instruction set, linked into a shared library), and modules
+built by ``anyshape.compile`` against eager, with the AVX2 and portable code
+in modules built for CPUs without AVX-512 or AVX2 (test_attention.py).
 """
 
 import copy
@@ -23,25 +25,16 @@ from torch.export import Dim
 
 import anyshape
 from anyshape.iree.kernels import build, linear_rows
-from anyshape.iree.cpu import host_flags
 from anyshape.iree.flags import make_target, with_product_kernel
 from anyshape.mlir import iree_tool
+from kernel_objects import linked_object
 
 KERNEL, UNAVAILABLE = build.kernel_object(linear_rows.SOURCE)
 needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"kernel unavailable: {UNAVAILABLE}")
-FLAGS = host_flags() or set()
-ISAS = {"portable": 1, "avx2": 2, "avx512": 3}
-HOST_HAS = {"portable": True, "avx2": {"avx2", "fma"} <= FLAGS, "avx512": "avx512f" in FLAGS}
 
 
 def _host_library(tmp_path, isa: str):
-    """The kernel's source built for this process (not IREE's embedded ELF),
-    with its run-time choice forced to ``isa``."""
-    library = tmp_path / f"linear_rows_{isa}.so"
-    subprocess.run([build.compiler(), "-O2", "-shared", "-fPIC",
-                    f"-DANYSHAPE_FORCE_ISA={ISAS[isa]}", str(linear_rows.SOURCE),
-                    "-o", str(library)], check=True, capture_output=True)
-    kernel = ctypes.CDLL(str(library))
+    kernel = linked_object(linear_rows.SOURCE, isa, tmp_path)
     sizes = [ctypes.c_size_t] * 7
     pointer = ctypes.c_void_p
     kernel.anyshape_linear_rows.argtypes = [pointer, ctypes.c_size_t] * 4 + sizes
@@ -72,15 +65,12 @@ def test_every_path_computes_every_row_count_exactly(tmp_path, isa):
     15 rows, and steps of k left over from the held sums' 3 or 4 at a time),
     one whole block (1024: x's rows copied 256 k at a time on AVX-512, as
     they share L1 sets), and three blocks, the last one short (2560: each
-    block resumes from the partial sums the last one stored). Split over
+    block resumes from the partial sums the last one stored); and none (0:
+    y is the bias, as eager's Linear(0, n) gives). Split over
     workgroups as IREE splits the dispatch (3 x 2 of them), and over one."""
-    if build.compiler() is None:
-        pytest.skip("no C compiler")
-    if not HOST_HAS[isa]:
-        pytest.skip(f"this host's CPU cannot run the {isa} path")
     kernel = _host_library(tmp_path, isa)
     rng = np.random.default_rng(0)
-    for k, n in [(301, 37), (1024, 40), (2560, 19)]:
+    for k, n in [(301, 37), (1024, 40), (2560, 19), (0, 19)]:
         _check_row_counts(kernel, rng, isa, k, n)
 
 
@@ -240,6 +230,28 @@ def test_products_read_through_column_slices_are_computed_part_by_part():
     assert len(re.findall(r"call @anyshape_linear_rows_dx32x32_kn_bias\(", text)) == 3
     assert len(re.findall(r"call @anyshape_linear_rows_dx32x48_kn\(", text)) == 1
     _assert_as_close_as_eager(model, module, [(1, 1), (1, 7), (1, 17), (2, 33), (3, 5)], 32)
+
+
+@needs_kernel
+@pytest.mark.parametrize("k, n", [(0, 8), (8, 0)])
+def test_empty_products_are_eagers(k, n):
+    """/// Linear(0, n) is its bias in eager (the vector paths write y from their
+    blocks of k, and with k = 0 there are none); Linear(k, 0) and no rows
+    are empty. Each at 0, 1, 7 and 17 rows."""
+    torch.manual_seed(5)
+    model = torch.nn.Linear(k, n).eval()
+    with torch.no_grad():
+        model.bias.normal_()  # its initialization draws from [-1/sqrt(k), 1/sqrt(k)]: zeros
+    module = anyshape.compile(model, (torch.randn(5, k),),
+                              dynamic_shapes={"input": {0: Dim("rows", min=0)}})
+    assert _routed(module) == 1
+    for m in (0, 1, 7, 17):
+        x = torch.randn(m, k)
+        with torch.no_grad():
+            want = model(x).numpy()
+        got = np.asarray(module(x))
+        assert got.shape == want.shape, (k, n, m)
+        np.testing.assert_array_equal(got, want, err_msg=f"k={k} n={n} m={m}")
 
 
 def test_product_kernel_iree_keeps_iree_products():

@@ -3,9 +3,15 @@ text that calls them: what ``linear_rows`` and ``attention`` share.
 
 Each kernel is compiled, with the machine's C compiler, into an object that
 IREE links into the module's code (``hal.executable.objects``), once per
-source, compiler and flags (``kernel_object``). Where it cannot be built, the
-module keeps IREE's own code for what the kernel would have computed, and a
-``KernelUnavailable`` warning says why.
+source, compiler, flags and instruction set (``kernel_object``). Where it
+cannot be built, or the object fails a check IREE's embedded ELF needs it to
+pass (``object_problem``), the module keeps IREE's own code for what the
+kernel would have computed, and a ``KernelUnavailable`` warning says why.
+
+The object's widest instruction set is the module's target CPU's
+(``isa_for_cpu``; ``isa.h`` caps its run-time choice at it): an artifact built
+for ``x86-64-v3`` runs the kernels' AVX2 code on an AVX-512 host too, and so
+computes there, to the bit, what it computes on an AVX2 host.
 
 IREE 3.13 writes an object given inline (``#hal.executable.object<{data =
 ...}>``) as an empty file before linking (``LLVMCPUTarget.cpp``: the
@@ -15,24 +21,41 @@ file by path (``kernel_executable``).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import os
 import platform
 import shutil
+import stat
+import struct
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from anyshape.iree.cpu import compile_probe
+from anyshape.iree.cpu import HOST, compile_probe, resolve
 from anyshape.workarounds_index import Workaround
 
+# The largest frame a kernel function may have: attention's vector paths
+# need 36 KiB (32 query rows of q and of sums at D = 128), and the tests'
+# workers run on stacks of 48 KiB. A larger frame fails the build
+# (KernelUnavailable), not a worker at run time.
+FRAME_BUDGET = 40 * 1024
 # Freestanding code for IREE's embedded ELF: no library calls, no stack
-# protector (it reads a TLS canary), nothing the embedded loader cannot relocate.
+# protector (it reads a TLS canary), nothing the embedded loader cannot
+# relocate. Stack-clash protection probes a large frame page by page, so that
+# one past a worker's stack faults on its guard page rather than writing past
+# it; on x86-64 GCC and clang probe inline, with no symbol to link.
 CFLAGS = ("-O3", "-std=c11", "-ffreestanding", "-fno-builtin", "-fPIC", "-fno-plt",
-          "-fno-stack-protector", "-fno-stack-clash-protection", "-fcf-protection=none",
+          "-fno-stack-protector", "-fstack-clash-protection",
+          f"-Werror=frame-larger-than={FRAME_BUDGET}", "-fcf-protection=none",
           "-fno-asynchronous-unwind-tables", "-fno-exceptions", "-mno-red-zone")
+
+# isa.h's instruction sets.
+ISA_PORTABLE, ISA_AVX2, ISA_AVX512 = 1, 2, 3
+# platform.machine() -> the ELF machine (e_machine) of an object built for it.
+ELF_MACHINES = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183}
 
 WORKAROUNDS = (
     Workaround(
@@ -54,10 +77,51 @@ class KernelUnavailable(UserWarning):
     """An anyshape kernel could not be built here: IREE's own code runs instead."""
 
 
-def _cache_dir() -> Path:
+def isa_for_cpu(requested: str = HOST) -> int:
+    """The widest of the kernels' instruction sets that the CPU IREE builds
+    for, given ``requested`` (``--iree-llvmcpu-target-cpu``), has."""
+    features = set(resolve(requested).features)
+    if {"avx512f", "fma"} <= features:
+        return ISA_AVX512
+    if {"avx2", "fma"} <= features:
+        return ISA_AVX2
+    return ISA_PORTABLE
+
+
+def target_cpu_of(flags: Sequence[str]) -> str:
+    """The CPU iree-compile's ``flags`` build for (``--iree-llvmcpu-target-cpu``)."""
+    prefix = "--iree-llvmcpu-target-cpu="
+    return next((f[len(prefix):] for f in flags if f.startswith(prefix)), HOST)
+
+
+@functools.lru_cache(maxsize=1)
+def _private_dir() -> Path:
+    """A directory of this process's own (mode 0700), removed at exit."""
+    path = Path(tempfile.mkdtemp(prefix="anyshape-kernels-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def cache_dir() -> Path:
+    """Where built objects are kept: anyshape's cache, in a directory of mode
+    0700 that this user owns; else (it cannot be made, is not writable, or
+    another user owns it or may write into it: an object there would be
+    linked into modules unread) a private temporary directory."""
     from anyshape.compile_cache import cache_root
 
-    return cache_root() / "kernels"
+    shared = cache_root() / "kernels"
+    try:
+        shared.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.stat(shared)
+        if info.st_uid != os.getuid() or not stat.S_ISDIR(info.st_mode):
+            return _private_dir()
+        if info.st_mode & 0o077:  # made by an older anyshape, under its umask
+            os.chmod(shared, 0o700)
+        if not os.access(shared, os.W_OK | os.X_OK):
+            return _private_dir()
+    except OSError:
+        return _private_dir()
+    return shared
 
 
 def compiler() -> str | None:
@@ -72,15 +136,62 @@ def compiler() -> str | None:
     return None
 
 
+def object_problem(data: bytes, machine: str) -> str | None:
+    """Why IREE's embedded ELF loader could not run the object ``data`` on a
+    ``machine`` (``platform.machine()``) host, or None: it must be a 64-bit
+    little-endian ELF object for that machine, and reference no symbol (the
+    loader resolves none: a compiler's own call of memcpy or of a stack
+    probe would fail the module's link, or its load)."""
+    try:
+        return _elf_problem(data, machine)
+    except (struct.error, ValueError) as error:  # cut short, or offsets past its end
+        return f"it is not a whole ELF object ({error})"
+
+
+def _elf_problem(data: bytes, machine: str) -> str | None:
+    def unpack(layout: str, at: int):
+        return struct.unpack_from("<" + layout, data, at)
+
+    if data[:4] != b"\x7fELF" or data[4:6] != b"\x02\x01":
+        return "it is not a 64-bit little-endian ELF object"
+    wanted = ELF_MACHINES.get(machine.lower())
+    (found,) = unpack("H", 18)
+    if found != wanted:
+        return f"it is for ELF machine {found}, not {machine} ({wanted})"
+    (section_offset,) = unpack("Q", 0x28)
+    entry_size, count = unpack("HH", 0x3A)
+    undefined = []
+    for i in range(count):
+        header = section_offset + i * entry_size
+        (kind,) = unpack("I", header + 4)
+        if kind != 2:  # SHT_SYMTAB
+            continue
+        offset, size = unpack("QQ", header + 0x18)
+        (strings_index,) = unpack("I", header + 0x28)
+        (symbol_size,) = unpack("Q", header + 0x38)
+        (strings,) = unpack("Q", section_offset + strings_index * entry_size + 0x18)
+        for at in range(offset, offset + size, symbol_size):
+            name, _, _, section = unpack("IBBH", at)
+            if section == 0 and name:  # SHN_UNDEF
+                end = data.index(b"\0", strings + name)
+                undefined.append(data[strings + name:end].decode(errors="replace"))
+    if undefined:
+        return (f"it calls {', '.join(sorted(undefined))}, which IREE's embedded ELF "
+                f"loader cannot resolve")
+    return None
+
+
 @functools.lru_cache(maxsize=None)
-def kernel_object(source: Path) -> tuple[Path | None, str]:
-    """(the object file of the kernel ``source``, "") or (None, why it could
-    not be built). Kept in anyshape's cache under a name that hashes the
+def kernel_object(source: Path, isa: int = ISA_AVX512) -> tuple[Path | None, str]:
+    """(the object file of the kernel ``source``, its code for instruction
+    sets up to ``isa``, "") or (None, why it could not be built or fails
+    ``object_problem``). Kept in ``cache_dir`` under a name that hashes the
     source, the headers beside it, the compiler's identity and the flags;
     written under a temporary name and renamed, so concurrent builds each see
     a whole file."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return None, f"the kernel is written for x86-64, this host is {platform.machine()}"
+    machine = platform.machine()
+    if machine.lower() not in ("x86_64", "amd64"):
+        return None, f"the kernel is written for x86-64, this host is {machine}"
     cc = compiler()
     if cc is None:
         return None, "no C compiler found (cc, gcc or clang on PATH, or $CC)"
@@ -89,24 +200,27 @@ def kernel_object(source: Path) -> tuple[Path | None, str]:
                                  timeout=60).stdout
     except (OSError, subprocess.SubprocessError) as error:
         return None, f"the C compiler {cc} does not run: {error}"
+    flags = (*CFLAGS, f"-DANYSHAPE_MAX_ISA={isa}")
     digest = hashlib.sha256()
     headers = sorted(source.parent.glob("*.h"))
     for part in (source.read_bytes(), *(h.read_bytes() for h in headers), version.encode(),
-                 " ".join(CFLAGS).encode()):
+                 " ".join(flags).encode()):
         digest.update(part + b"\0")
-    target = _cache_dir() / f"{source.stem}-{digest.hexdigest()[:24]}.o"
-    if target.is_file():
-        return target, ""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
-        built = Path(tmp) / target.name
-        done = subprocess.run([cc, *CFLAGS, "-c", str(source), "-o", str(built)],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            first = next((l for l in done.stderr.splitlines() if "error" in l),
-                         done.stderr.strip()[:300])
-            return None, f"{cc} could not compile {source.name}: {first}"
-        os.replace(built, target)
+    directory = cache_dir()
+    target = directory / f"{source.stem}-{digest.hexdigest()[:24]}.o"
+    if not target.is_file():
+        with tempfile.TemporaryDirectory(dir=directory, prefix=".build-") as tmp:
+            built = Path(tmp) / target.name
+            done = subprocess.run([cc, *flags, "-c", str(source), "-o", str(built)],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                first = next((l for l in done.stderr.splitlines() if "error" in l),
+                             done.stderr.strip()[:300])
+                return None, f"{cc} could not compile {source.name}: {first}"
+            os.replace(built, target)
+    problem = object_problem(target.read_bytes(), machine)
+    if problem is not None:
+        return None, f"{cc}'s object of {source.name} cannot be linked into IREE's code: {problem}"
     return target, ""
 
 

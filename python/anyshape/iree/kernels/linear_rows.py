@@ -35,8 +35,8 @@ from typing import Sequence
 from anyshape.dialects import computed_from_constants, vtensor_shape
 from anyshape.iree.flags import Target, routes_products
 from anyshape.iree.kernels.build import (KernelUnavailable, binding_pointers, entry_function,
-                                         executable_target, kernel_executable, kernel_object,
-                                         pipeline_layout)
+                                         executable_target, isa_for_cpu, kernel_executable,
+                                         kernel_object, pipeline_layout)
 from anyshape.iree.torch_constants import call_with_builtin_tensors, matches, new_constant_int
 from anyshape.mlir import rewrite_with_iree_bindings
 
@@ -67,11 +67,12 @@ IREE_FITTED_ROWS = 16
 
 def kernel_for(target: Target) -> tuple[Path | None, str]:
     """The kernel's object where ``target`` computes its products with it
-    (``routes_products``) and it can be built; else None, with why it could
-    not be built ("" where the target does not use it)."""
+    (``routes_products``) and it can be built, with the instruction sets
+    ``target``'s CPU has; else None, with why it could not be built ("" where
+    the target does not use it)."""
     if not routes_products(target):
         return None, ""
-    return kernel_object(SOURCE)
+    return kernel_object(SOURCE, isa_for_cpu(target.cpu))
 
 
 def warn_unavailable(reason: str) -> None:
