@@ -2,7 +2,7 @@
 
 /// [Pattern: few_rows_projection, kernel_products]
 /// anyshape's product kernel computes float32 products with a constant weight
-/// at any row count (iree/linear_rows.py): projections of a few rows stay
+/// at any row count (iree/kernels/linear_rows.py): projections of a few rows stay
 /// products for it, the weight joined from constants (the fused Q, K and V
 /// projection's cat) as well as a literal.
 // CHECK-LABEL: func.func @few_rows_constant_weights

@@ -178,7 +178,7 @@ def test_a_hit_warns_as_its_compile_did(cache_dir):
 def test_the_source_digest_reads_every_kernel_file():
     """/// A module links the kernels' code into itself: a changed kernel source
     or header must change the key, or a cached artifact keeps the old code."""
-    from anyshape.iree import linear_rows
+    from anyshape.iree.kernels import linear_rows
 
     kernels = [p for p in linear_rows.SOURCE.parent.iterdir() if p.is_file()]
     assert {p.suffix for p in kernels} >= {".c", ".h"}

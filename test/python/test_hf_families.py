@@ -10,7 +10,7 @@ import torch
 
 import anyshape
 from anyshape.frontend import hf
-from anyshape.iree import linear_rows
+from anyshape.iree.kernels import build, linear_rows
 
 MAX_SEQ = 128
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -123,7 +123,7 @@ def test_inline_artifact_holds_tied_weights_once(model_type, config):
                                 dynamic_shapes=built.dynamic_shapes({"batch", "seq"}, 4, 64))
     assert "--iree-global-opt-data-tiling" in compiled.iree_flags
     artifact = compiled.vmfb_path.stat().st_size
-    kernel, _ = linear_rows.kernel_object()
+    kernel, _ = build.kernel_object(linear_rows.SOURCE)
     kernel_code = kernel.stat().st_size if kernel is not None else 0
     assert weights <= artifact <= 1.05 * weights + kernel_code, (artifact, weights, kernel_code)
     inputs = built.example_inputs(3, 21, dec_seq=6, seed=3)

@@ -37,7 +37,7 @@ from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts
 from anyshape.iree.flags import Target, iree_flags, with_constants_for
 from anyshape.iree.invocation import compile_with_iree, stop_phase
-from anyshape.iree.linear_rows import kernel_for
+from anyshape.iree.kernels.linear_rows import kernel_for
 from anyshape.iree.parameters import ARCHIVE
 from anyshape.mlir import MLIRError, diagnostics_of, ir, parse_module, versions
 from anyshape.options import UNSET, BackendOptions, resolve_backend

@@ -12,11 +12,11 @@ from pathlib import Path
 from anyshape.driver.compilation import Compilation
 from anyshape.driver.stage_files import StageFiles
 from anyshape.errors import CompileError
-from anyshape.iree import attention
+from anyshape.iree.kernels import attention
 from anyshape.iree.dim_facts import has_dim_facts, inject_dim_facts
 from anyshape.iree.flags import Target, iree_flags, routes_products
 from anyshape.iree.in_place_writes import write_inputs_in_place_file
-from anyshape.iree.linear_rows import kernel_for, route_linears, warn_unavailable
+from anyshape.iree.kernels.linear_rows import kernel_for, route_linears, warn_unavailable
 from anyshape.iree.parameters import externalize_weights
 from anyshape.iree.row_products import route_row_products
 from anyshape.iree.tiled_products import tile_products

@@ -1,7 +1,7 @@
-"""anyshape's attention kernel (``iree/attention.py``, ``kernels/attention.c``).
+"""anyshape's attention kernel (``iree/kernels/attention.py``, ``attention.c``).
 
-The kernel's AVX-512, AVX2 and portable code run directly from a host build
-of its source (each path forced in turn) against float64, over the remainders
+The kernel's AVX-512, AVX2 and portable code run directly from the objects
+modules link (kernel_objects.linked_object) against float64, over the remainders
 of its tiles (32 query rows, 12 or 6 keys), every bias mode and layout; and
 modules built by ``anyshape.compile`` route attention to it and match eager.
 """
@@ -11,6 +11,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -19,27 +20,16 @@ import torch.nn.functional as F
 from torch.export import Dim
 
 import anyshape
-from anyshape.iree import attention, linear_rows
-from anyshape.iree.cpu import host_flags
+from anyshape.iree.kernels import attention, build, linear_rows
+from kernel_objects import linked_object
 
-KERNEL, UNAVAILABLE = linear_rows.kernel_object(attention.SOURCE)
+KERNEL, UNAVAILABLE = build.kernel_object(attention.SOURCE)
 needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"kernel unavailable: {UNAVAILABLE}")
-FLAGS = host_flags() or set()
-ISAS = {"portable": 1, "avx2": 2, "avx512": 3}
-HOST_HAS = {"portable": True, "avx2": {"avx2", "fma"} <= FLAGS, "avx512": "avx512f" in FLAGS}
 
 
 def _host_library(tmp_path, isa: str):
-    """The kernel's source built for this process, its run-time choice forced to ``isa``."""
-    if linear_rows._compiler() is None:
-        pytest.skip("no C compiler")
-    if not HOST_HAS[isa]:
-        pytest.skip(f"this host's CPU cannot run the {isa} path")
-    library = tmp_path / f"attention_{isa}.so"
-    subprocess.run([linear_rows._compiler(), "-O2", "-shared", "-fPIC",
-                    f"-DANYSHAPE_FORCE_ISA={ISAS[isa]}", str(attention.SOURCE),
-                    "-o", str(library)], check=True, capture_output=True)
-    kernel = ctypes.CDLL(str(library))
+    """The object a module built for ``isa`` links, called from this process."""
+    kernel = linked_object(attention.SOURCE, isa, tmp_path)
     pointer, size = ctypes.c_void_p, ctypes.c_size_t
     kernel.anyshape_attention.argtypes = [pointer, size] * 5 + [size] * 8
     kernel.anyshape_attention_no_bias.argtypes = [pointer, size] * 4 + [size] * 8
@@ -218,6 +208,110 @@ def test_fully_masked_sequence_is_eager(encoder):
     torch.testing.assert_close(module(x, keep), model(x, keep), atol=2e-5, rtol=1e-5)
 
 
+# Workers' stacks no larger than the kernels' frames need: 48 KiB, where the
+# widest frame (the vector paths' 32 query rows of q and of sums) is 36 KiB.
+SMALL_WORKER_STACK = 48 * 1024
+_RUN_ON_SMALL_STACKS = """
+import sys
+import numpy as np
+import iree.runtime
+iree.runtime.flags.parse_flags(f"--task_worker_stack_size={sys.argv[2]}")
+import anyshape
+module = anyshape.load(sys.argv[1])
+for name in sys.argv[3:]:
+    args = np.load(name + ".npz")
+    np.save(name + ".out.npy", np.asarray(module(args["x"], args["keep"])))
+"""
+
+
+@needs_kernel
+def test_encoder_runs_on_workers_with_small_stacks(encoder, tmp_path):
+    """/// The attention kernel's frames fit workers of SMALL_WORKER_STACK (a
+    frame past one faults on its guard page, the stack probed page by page),
+    in a process of its own: one workgroup of rows and several."""
+    model, module = encoder
+    module.save(tmp_path / "module")
+    inputs = {"short": _inputs(1, 7, 7), "long": _inputs(2, 65, 65)}
+    for name, (x, keep) in inputs.items():
+        np.savez(tmp_path / f"{name}.npz", x=x.numpy(), keep=keep.numpy())
+    done = subprocess.run([sys.executable, "-c", _RUN_ON_SMALL_STACKS, str(tmp_path / "module"),
+                           str(SMALL_WORKER_STACK), *(str(tmp_path / n) for n in inputs)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name, args in inputs.items():
+        with torch.no_grad():
+            want = model(*args)
+        torch.testing.assert_close(torch.from_numpy(np.load(tmp_path / f"{name}.out.npy")), want,
+                                   atol=2e-5, rtol=1e-5)
+
+
+# On CPUs without AVX-512 (x86-64-v3) and without AVX2 (x86-64-v2) the
+# modules link the kernels' objects capped at AVX2 and at their portable code.
+CAPPED = {"x86-64-v3": build.ISA_AVX2, "x86-64-v2": build.ISA_PORTABLE}
+
+
+@pytest.fixture(scope="module", params=list(CAPPED))
+def capped_encoder(request):
+    torch.manual_seed(0)
+    model = _TwoAttentions().eval()
+    batch, seq = Dim("batch"), Dim("seq")
+    module = anyshape.compile(model, _inputs(2, 9, 0),
+                              dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
+                              backend=anyshape.BackendOptions(target_cpu=request.param))
+    return request.param, model, module
+
+
+@needs_kernel
+def test_capped_modules_run_the_capped_kernels_as_eager(capped_encoder):
+    """/// The AVX2 and portable code of both kernels, as the module links them
+    (with the module's flags), at odd row counts: the products at rows 1 to
+    65 x 2, attention at one query row to three workgroups of them."""
+    cpu, model, module = capped_encoder
+    text = module.ir("iree-input")
+    for source in (attention.SOURCE, linear_rows.SOURCE):
+        built, why = build.kernel_object(source, CAPPED[cpu])
+        assert built is not None, why
+        assert f'path = "{built}"' in text, (cpu, source.name)
+    assert len(re.findall(r"call @anyshape_attention_\d+\(", text)) == 2
+    assert re.search(r"call @anyshape_linear_rows_", text)
+    for batch, length in [(1, 1), (1, 7), (2, 17), (1, 33), (2, 65)]:
+        args = _inputs(batch, length, length)
+        torch.testing.assert_close(module(*args), model(*args), atol=2e-5, rtol=1e-5)
+
+
+class _HeadDims(torch.nn.Module):
+    """Self-attention at head dims 48, 80, 96 and 112 (2 heads each): the
+    vector paths' output columns in runs of 4 vectors and single ones, mixed."""
+
+    DIMS = (48, 80, 96, 112)
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.ModuleList(torch.nn.Linear(32, 6 * d) for d in self.DIMS)
+        self.out = torch.nn.ModuleList(torch.nn.Linear(2 * d, 32) for d in self.DIMS)
+
+    def forward(self, x):
+        batch, length, _ = x.shape
+        for d, qkv, out in zip(self.DIMS, self.qkv, self.out):
+            q, k, v = (t.view(batch, length, 2, d).transpose(1, 2)
+                       for t in qkv(x).chunk(3, dim=-1))
+            attended = F.scaled_dot_product_attention(q, k, v)
+            x = x + out(attended.transpose(1, 2).reshape(batch, length, 2 * d))
+        return x
+
+
+@needs_kernel
+def test_head_dims_of_both_column_loops_match_eager():
+    torch.manual_seed(2)
+    model = _HeadDims().eval()
+    module = anyshape.compile(model, (torch.randn(2, 9, 32),),
+                              dynamic_shapes={"x": {0: Dim("batch"), 1: Dim("seq")}})
+    assert len(re.findall(r"call @anyshape_attention_\d+\(", module.ir("iree-input"))) == 4
+    for batch, length in [(1, 1), (2, 7), (1, 33), (2, 40)]:
+        x = torch.randn(batch, length, 32)
+        torch.testing.assert_close(module(x), model(x), atol=2e-5, rtol=1e-5)
+
+
 @needs_kernel
 def test_negative_head_dim_not_a_multiple_of_16_stays_iree():
     """/// The vector paths step through D a vector at a time: D = 8 keeps IREE's form."""
@@ -239,5 +333,5 @@ def test_negative_head_dim_not_a_multiple_of_16_stays_iree():
 def test_an_unbuilt_kernel_says_why(monkeypatch):
     """/// Where the kernel cannot be built, attention keeps IREE's form, and a warning says why."""
     monkeypatch.setattr(attention, "kernel_object", lambda source: (None, "no C compiler here"))
-    with pytest.warns(linear_rows.KernelUnavailable, match="attention.*no C compiler here"):
+    with pytest.warns(build.KernelUnavailable, match="attention.*no C compiler here"):
         assert attention.kernel() is None

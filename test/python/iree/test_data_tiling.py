@@ -11,7 +11,7 @@ from models import roberta_inputs, small_gpt2_last_token
 from torch.export import Dim
 
 import anyshape
-from anyshape.iree import linear_rows
+from anyshape.iree.kernels import build, linear_rows
 
 # What anyshape puts between a product and an operand IREE 3.13 must pack on
 # its own (iree/workarounds.py).
@@ -50,7 +50,7 @@ def test_forms_pass_runs_after_hoisting(tiled):
     few_rows = re.search(r"torch.aten.mul.Tensor %\S+, %\S+ : !torch.vtensor<\[\?,1,128\],f32>, "
                          r"!torch.vtensor<\[128,128\],f32> -> !torch.vtensor<\[\?,128,128\],f32>",
                          forms)
-    if linear_rows.kernel_object()[0] is None:
+    if build.kernel_object(linear_rows.SOURCE)[0] is None:
         assert few_rows
     else:
         assert not few_rows

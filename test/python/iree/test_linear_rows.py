@@ -1,11 +1,13 @@
-"""anyshape's row-exact product kernel (``iree/linear_rows.py``, ``kernels/linear_rows.c``).
+"""anyshape's row-exact product kernel (``iree/kernels/linear_rows.py``, ``linear_rows.c``).
 
 IREE's own products compute whole tiles of 16 rows; the kernel computes the
 rows given, so every remainder of every tile it uses (up to 15 rows on AVX-512,
 6 on AVX2) and every run of rows a workgroup takes is a separate code path.
 Each is checked against float64: the kernel's AVX-512, AVX2 and portable code
-run directly from a host build of the same source (each path forced in
-turn), and modules built by ``anyshape.compile`` against eager.
+run directly from the very objects modules link (each built with the module's
+flags for one instruction set, linked into a shared library), and modules
+built by ``anyshape.compile`` against eager, with the AVX2 and portable code
+in modules built for CPUs without AVX-512 or AVX2 (test_attention.py).
 """
 
 import copy
@@ -22,26 +24,17 @@ import torch
 from torch.export import Dim
 
 import anyshape
-from anyshape.iree import linear_rows
-from anyshape.iree.cpu import host_flags
 from anyshape.iree.flags import iree_flags, make_target, with_product_kernel
+from anyshape.iree.kernels import build, linear_rows
 from anyshape.mlir import iree_tool
+from kernel_objects import linked_object
 
-KERNEL, UNAVAILABLE = linear_rows.kernel_object()
+KERNEL, UNAVAILABLE = build.kernel_object(linear_rows.SOURCE)
 needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"kernel unavailable: {UNAVAILABLE}")
-FLAGS = host_flags() or set()
-ISAS = {"portable": 1, "avx2": 2, "avx512": 3}
-HOST_HAS = {"portable": True, "avx2": {"avx2", "fma"} <= FLAGS, "avx512": "avx512f" in FLAGS}
 
 
 def _host_library(tmp_path, isa: str):
-    """The kernel's source built for this process (not IREE's embedded ELF),
-    with its run-time choice forced to ``isa``."""
-    library = tmp_path / f"linear_rows_{isa}.so"
-    subprocess.run([linear_rows._compiler(), "-O2", "-shared", "-fPIC",
-                    f"-DANYSHAPE_FORCE_ISA={ISAS[isa]}", str(linear_rows.SOURCE),
-                    "-o", str(library)], check=True, capture_output=True)
-    kernel = ctypes.CDLL(str(library))
+    kernel = linked_object(linear_rows.SOURCE, isa, tmp_path)
     sizes = [ctypes.c_size_t] * 7
     pointer = ctypes.c_void_p
     kernel.anyshape_linear_rows.argtypes = [pointer, ctypes.c_size_t] * 4 + sizes
@@ -72,15 +65,12 @@ def test_every_path_computes_every_row_count_exactly(tmp_path, isa):
     15 rows, and steps of k left over from the held sums' 3 or 4 at a time),
     one whole block (1024: x's rows copied 256 k at a time on AVX-512, as
     they share L1 sets), and three blocks, the last one short (2560: each
-    block resumes from the partial sums the last one stored). Split over
+    block resumes from the partial sums the last one stored); and none (0:
+    y is the bias, as eager's Linear(0, n) gives). Split over
     workgroups as IREE splits the dispatch (3 x 2 of them), and over one."""
-    if linear_rows._compiler() is None:
-        pytest.skip("no C compiler")
-    if not HOST_HAS[isa]:
-        pytest.skip(f"this host's CPU cannot run the {isa} path")
     kernel = _host_library(tmp_path, isa)
     rng = np.random.default_rng(0)
-    for k, n in [(301, 37), (1024, 40), (2560, 19)]:
+    for k, n in [(301, 37), (1024, 40), (2560, 19), (0, 19)]:
         _check_row_counts(kernel, rng, isa, k, n)
 
 
@@ -242,6 +232,28 @@ def test_products_read_through_column_slices_are_computed_part_by_part():
     _assert_as_close_as_eager(model, module, [(1, 1), (1, 7), (1, 17), (2, 33), (3, 5)], 32)
 
 
+@needs_kernel
+@pytest.mark.parametrize("k, n", [(0, 8), (8, 0)])
+def test_empty_products_are_eagers(k, n):
+    """/// Linear(0, n) is its bias in eager (the vector paths write y from their
+    blocks of k, and with k = 0 there are none); Linear(k, 0) and no rows
+    are empty. Each at 0, 1, 7 and 17 rows."""
+    torch.manual_seed(5)
+    model = torch.nn.Linear(k, n).eval()
+    with torch.no_grad():
+        model.bias.normal_()  # its initialization draws from [-1/sqrt(k), 1/sqrt(k)]: zeros
+    module = anyshape.compile(model, (torch.randn(5, k),),
+                              dynamic_shapes={"input": {0: Dim("rows", min=0)}})
+    assert _routed(module) == 1
+    for m in (0, 1, 7, 17):
+        x = torch.randn(m, k)
+        with torch.no_grad():
+            want = model(x).numpy()
+        got = np.asarray(module(x))
+        assert got.shape == want.shape, (k, n, m)
+        np.testing.assert_array_equal(got, want, err_msg=f"k={k} n={n} m={m}")
+
+
 def test_product_kernel_iree_keeps_iree_products():
     torch.manual_seed(2)
     model = torch.nn.Linear(32, 24).eval()
@@ -261,16 +273,16 @@ def test_bad_product_kernels_are_named():
 
 def test_without_a_c_compiler_iree_products_run_with_a_warning(monkeypatch):
     monkeypatch.setenv("CC", "/nonexistent/cc")
-    linear_rows.kernel_object.cache_clear()
+    build.kernel_object.cache_clear()
     try:
         torch.manual_seed(3)
         model = torch.nn.Linear(32, 24).eval()
-        with pytest.warns(linear_rows.KernelUnavailable,
+        with pytest.warns(build.KernelUnavailable,
                           match="IREE's own kernel.*the C compiler /nonexistent/cc does not run"):
             module = anyshape.compile(model, (torch.randn(5, 32),), cache=False)
     finally:
         monkeypatch.undo()
-        linear_rows.kernel_object.cache_clear()
+        build.kernel_object.cache_clear()
     assert _routed(module) == 0
     with torch.no_grad():
         x = torch.randn(5, 32)
@@ -281,7 +293,7 @@ def _compile_flags_and_target():
     """iree-compile's flags for a module of the kernel's executable and a
     function that dispatches it (no torch input), and the executable's target."""
     flags = iree_flags(make_target("cpu", data_tiling=True))
-    target = linear_rows.executable_target(tuple(flags))
+    target = build.executable_target(tuple(flags))
     return [flag for flag in flags if not flag.startswith("--iree-input-type")], target
 
 
@@ -379,11 +391,11 @@ SMALL_WORKER_STACK = 48 * 1024
 def test_the_kernels_frames_fit_the_workers_stack(tmp_path, kernel):
     """Every function of each kernel, built as the module builds it, keeps
     its frame under FRAME_BUDGET (GCC's -fstack-usage)."""
-    compiler = linear_rows._compiler()
+    compiler = build.compiler()
     if compiler is None:
         pytest.skip("no C compiler")
     source = linear_rows.SOURCE.with_name(f"{kernel}.c")
-    subprocess.run([compiler, *linear_rows.CFLAGS, "-fstack-usage", "-c", str(source),
+    subprocess.run([compiler, *build.CFLAGS, "-fstack-usage", "-c", str(source),
                     "-o", str(tmp_path / "k.o")], check=True, capture_output=True, cwd=tmp_path)
     frames = {}
     for line in (tmp_path / "k.su").read_text().splitlines():

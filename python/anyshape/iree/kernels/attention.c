@@ -2,7 +2,7 @@
 //
 // Attention over a whole sequence (an encoder's self-attention, a decoder's
 // prompt) in one pass, without writing the [B, H, L, S] scores anywhere
-// (iree/attention.py says why IREE's own form costs what it does).
+// (attention.py, beside it, says why IREE's own form costs what it does).
 //
 // Linked into IREE's embedded ELF executables like linear_rows.c: no library
 // calls, no allocation, no thread-local state; the stack holds a workgroup's
@@ -128,6 +128,7 @@ static void rows_portable(const attention_t* a, size_t b, size_t h, size_t l0, s
     p = FMADD(p, r, SET1(1.0f));                        \
   } while (0)
 
+#if ANYSHAPE_MAX_ISA >= ISA_AVX512
 #define FN512 __attribute__((target("avx512f,fma")))
 
 FN512 static inline __m512 exp512(__m512 x) {
@@ -169,6 +170,9 @@ FN512 static inline __m512 load_first512(const float* p, size_t count) {
   _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(m, _mm512_set1_ps(NEG_INF), _CMP_EQ_OQ), V_ZERO())
 #include "attention_body.h"
 
+#endif  // ANYSHAPE_MAX_ISA >= ISA_AVX512
+
+#if ANYSHAPE_MAX_ISA >= ISA_AVX2
 #define FN256 __attribute__((target("avx2,fma")))
 
 FN256 static inline __m256 exp256(__m256 x) {
@@ -214,6 +218,8 @@ FN256 static inline __m256 load_first256(const float* p, size_t count) {
   _mm256_andnot_ps(_mm256_cmp_ps(m, _mm256_set1_ps(NEG_INF), _CMP_EQ_OQ), m)
 #include "attention_body.h"
 
+#endif  // ANYSHAPE_MAX_ISA >= ISA_AVX2
+
 // --------------------------------------------------------------------------
 // Entry points.
 // --------------------------------------------------------------------------
@@ -234,12 +240,16 @@ static void workgroup(const attention_t* a, float* o, size_t gx, size_t gy) {
   // The output is [B, L, H, D]: the rows of a head are H * D apart.
   float* out = o + (b * a->L + l0) * a->heads * a->D + h * a->D;
   switch (isa()) {
+#if ANYSHAPE_MAX_ISA >= ISA_AVX512
     case ISA_AVX512:
       rows_avx512(a, b, h, l0, l1, out);
       return;
+#endif
+#if ANYSHAPE_MAX_ISA >= ISA_AVX2
     case ISA_AVX2:
       rows_avx2(a, b, h, l0, l1, out);
       return;
+#endif
     default:
       rows_portable(a, b, h, l0, l1, out);
   }

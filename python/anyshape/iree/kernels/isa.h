@@ -2,14 +2,23 @@
 //
 // Each kernel is compiled for baseline x86-64; its AVX-512 and AVX2 code
 // carries its own target attributes and is chosen here from CPUID, once per
-// process. Tests force a path with -DANYSHAPE_FORCE_ISA=<1|2|3>.
+// process, up to ANYSHAPE_MAX_ISA: the widest the module's target CPU has
+// (kernels/build.py), so that an artifact built for AVX2 computes on an
+// AVX-512 host what it computes on an AVX2 one. Code past it is not compiled.
 
 #ifndef ANYSHAPE_KERNELS_ISA_H_
 #define ANYSHAPE_KERNELS_ISA_H_
 
 #include <stdint.h>
 
-enum { ISA_UNKNOWN = 0, ISA_PORTABLE = 1, ISA_AVX2 = 2, ISA_AVX512 = 3 };
+// Macros, not an enum: the kernels compare ANYSHAPE_MAX_ISA with them in #if.
+#define ISA_UNKNOWN 0
+#define ISA_PORTABLE 1
+#define ISA_AVX2 2
+#define ISA_AVX512 3
+#ifndef ANYSHAPE_MAX_ISA
+#define ANYSHAPE_MAX_ISA ISA_AVX512
+#endif
 
 static void cpuid(uint32_t leaf, uint32_t subleaf, uint32_t regs[4]) {
   __asm__ volatile("cpuid"
@@ -23,10 +32,7 @@ static uint64_t xgetbv0(void) {
   return ((uint64_t)hi << 32) | lo;
 }
 
-static int detect_isa(void) {
-#ifdef ANYSHAPE_FORCE_ISA  // the tests run each path on one host
-  return ANYSHAPE_FORCE_ISA;
-#endif
+static int host_isa(void) {
   uint32_t r[4];
   cpuid(0, 0, r);
   if (r[0] < 7) return ISA_PORTABLE;
@@ -46,10 +52,11 @@ static int detect_isa(void) {
 // once per dispatch would cost microseconds.)
 static volatile int chosen_isa = ISA_UNKNOWN;
 
-static int isa(void) {
+__attribute__((unused)) static int isa(void) {  // a portable-only build never asks
   int found = chosen_isa;
   if (found == ISA_UNKNOWN) {
-    found = detect_isa();
+    found = host_isa();
+    if (found > ANYSHAPE_MAX_ISA) found = ANYSHAPE_MAX_ISA;
     chosen_isa = found;
   }
   return found;

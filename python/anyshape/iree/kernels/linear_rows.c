@@ -8,12 +8,12 @@
 // runs around it.
 //
 // It is linked into IREE's embedded ELF executables (hal.executable.objects;
-// iree/linear_rows.py writes the dispatch that calls it), so it must not call
+// linear_rows.py, beside it, writes the dispatch that calls it), so it must not call
 // into any library, allocate, or use thread-local state: only registers, the
 // stack and the bindings. Its AVX-512, AVX2 or portable code is chosen at run
 // time (isa.h).
 //
-// The weights come packed (iree/linear_rows.py, in the module's initializers)
+// The weights come packed (linear_rows.py, in the module's initializers)
 // as panels of 16 output columns: packed[p][k][j] = w[16 p + j][k], the last
 // panel padded with zeros. A tile's step over k loads one row of 16 from each
 // of its panels and broadcasts one value of x per row.
@@ -104,6 +104,10 @@
 #define PASS_K 128
 #define PASS_STRIDE (PASS_K + 16)
 #define TILES512_ROWS 14  // the most rows of a tile past ONE_PASS_MAX (tiles)
+// A workgroup's run of rows is a multiple of this but the last (workgroup(),
+// and linear_rows.py's TILE_ROWS for the count region), with every ISA, so
+// that every ISA splits a dispatch alike.
+#define TILE512_ROWS 12
 
 typedef struct {
   const float* x;       // rows of x, `k` floats apart
@@ -119,6 +123,7 @@ static size_t panel_cols(const linear_rows_t* a, size_t panel) {
   return a->n - col < PANEL ? a->n - col : PANEL;
 }
 
+#if ANYSHAPE_MAX_ISA >= ISA_AVX512
 // Whether more than 4 of a tile's rows of x, k floats apart, fall in one set
 // of a 64-set L1 (Zen 4's and Skylake's 32 KiB, 8 ways): 4 KiB apart they all
 // do (k = 1024, 3072), 3 KiB apart (k = 768) every fourth does.
@@ -162,14 +167,14 @@ static const float* rows_of_x(const linear_rows_t* a, int copy, float* copied,
   return copied;
 }
 
+#endif  // ANYSHAPE_MAX_ISA >= ISA_AVX512
+
+#if ANYSHAPE_MAX_ISA >= ISA_AVX512
 // --------------------------------------------------------------------------
 // AVX-512: tiles of up to 15 rows by 2 panels (30 accumulators).
 // --------------------------------------------------------------------------
 
 #define AVX512_FN __attribute__((target("avx512f,fma")))
-// A workgroup's run of rows is a multiple of this but the last
-// (workgroup(), and linear_rows.py's TILE_ROWS for the count region).
-#define TILE512_ROWS 12
 
 AVX512_FN static inline __mmask16 mask16(size_t cols) {
   return cols >= PANEL ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
@@ -266,6 +271,8 @@ AVX512_FN static void tile512(const linear_rows_t* a, const float* xp, size_t xs
     CASE512(1) CASE512(2) CASE512(3) CASE512(4) CASE512(5) CASE512(6)
     CASE512(7) CASE512(8) CASE512(9) CASE512(10) CASE512(11) CASE512(12)
     CASE512(13) CASE512(14) CASE512(15)
+    default:
+      __builtin_trap();  // a tile the callers never ask for
   }
 #undef CASE512
 }
@@ -378,9 +385,16 @@ PASSES512(DEFINE_PASS512)
 NOINLINE AVX512_FN static void pass512(const linear_rows_t* a, const float* xp,
                                        size_t row, size_t rows, size_t panel,
                                        size_t k0, size_t k1, float* held) {
-  switch (rows) { PASSES512(CASE_PASS512) }
+  switch (rows) {
+    PASSES512(CASE_PASS512)
+    default:
+      __builtin_trap();  // a pass the callers never ask for
+  }
 }
 
+#endif  // ANYSHAPE_MAX_ISA >= ISA_AVX512
+
+#if ANYSHAPE_MAX_ISA >= ISA_AVX2
 // --------------------------------------------------------------------------
 // AVX2: tiles of up to 3 rows by 2 panels or 6 rows by 1 panel (each panel
 // two 8-wide halves), and passes of up to TILES256_ROWS rows by 2 panels.
@@ -527,6 +541,8 @@ AVX2_FN static void tile256(const linear_rows_t* a, const float* xp, size_t xs,
   switch (rows) {
     CASE256_WIDE(1) CASE256_WIDE(2) CASE256_WIDE(3)
     CASE256(4) CASE256(5) CASE256(6)
+    default:
+      __builtin_trap();  // a tile the callers never ask for
   }
 #undef CASE256
 #undef CASE256_WIDE
@@ -630,6 +646,8 @@ AVX2_FN static void panels256(const linear_rows_t* a, const float* xp, size_t xs
   }
 }
 
+#endif  // ANYSHAPE_MAX_ISA >= ISA_AVX2
+
 // --------------------------------------------------------------------------
 // Portable (an x86-64 without AVX2 or FMA): one row by one panel at a time.
 // --------------------------------------------------------------------------
@@ -647,11 +665,19 @@ static void row_portable(const linear_rows_t* a, size_t row, size_t panel) {
     a->y[row * a->n + col + j] = acc[j] + (a->bias ? a->bias[col + j] : 0.0f);
 }
 
+// A row of y where k = 0: the bias (torch's linear of no inputs), or zeros.
+static void row_without_k(const linear_rows_t* a, size_t row, size_t panel0, size_t panel1) {
+  size_t col1 = panel1 * PANEL < a->n ? panel1 * PANEL : a->n;
+  for (size_t col = panel0 * PANEL; col < col1; ++col)
+    a->y[row * a->n + col] = a->bias ? a->bias[col] : 0.0f;
+}
+
 // --------------------------------------------------------------------------
 // One workgroup: rows [row0, row1) by panels [panel0, panel1).
 // --------------------------------------------------------------------------
 
 
+#if ANYSHAPE_MAX_ISA >= ISA_AVX512
 // One AVX-512 tile of up to WIDE512_ROWS rows (a decode step's batch, a
 // short prompt): each panel is read once. Where the rows do not share L1
 // sets, x is read in place over the whole k, as blocks of k would only
@@ -697,6 +723,9 @@ NOINLINE AVX512_FN static void one_pass512(const linear_rows_t* a, size_t row0,
   }
 }
 
+#endif  // ANYSHAPE_MAX_ISA >= ISA_AVX512
+
+#if ANYSHAPE_MAX_ISA >= ISA_AVX2
 // Past WIDE256_ROWS rows on AVX2: tiles of rows dealt out evenly (at most
 // TILES256_ROWS each), each a pass over a block of K_BLOCK k of the
 // workgroup's panels (in L2 for the tiles after the first), x read in place.
@@ -715,6 +744,9 @@ NOINLINE AVX2_FN static void tiles256(const linear_rows_t* a, size_t row0, size_
   }
 }
 
+#endif  // ANYSHAPE_MAX_ISA >= ISA_AVX2
+
+#if ANYSHAPE_MAX_ISA >= ISA_AVX512
 // Past ONE_PASS_MAX rows on AVX-512: tiles of rows over blocks of K_BLOCK
 // k; each block of the workgroup's panels stays in L2 while the tiles of
 // rows take it in turn. The rows are dealt out evenly to tiles of at most
@@ -747,10 +779,20 @@ NOINLINE AVX512_FN static void tiles512(const linear_rows_t* a, size_t row0, siz
   }
 }
 
+#endif  // ANYSHAPE_MAX_ISA >= ISA_AVX512
+
 static void block(const linear_rows_t* a, size_t row0, size_t row1,
                   size_t panel0, size_t panel1) {
+  if (a->k == 0) {
+    // The vector paths write y from their blocks of k, and there are none.
+    for (size_t row = row0; row < row1; ++row) row_without_k(a, row, panel0, panel1);
+    return;
+  }
+#if ANYSHAPE_MAX_ISA >= ISA_AVX2
   const int found = isa();
   const size_t rows = row1 - row0;
+#endif
+#if ANYSHAPE_MAX_ISA >= ISA_AVX512
   if (found == ISA_AVX512) {
     if (rows <= WIDE512_ROWS)
       one_tile512(a, row0, rows, panel0, panel1);
@@ -758,7 +800,11 @@ static void block(const linear_rows_t* a, size_t row0, size_t row1,
       one_pass512(a, row0, rows, panel0, panel1);
     else
       tiles512(a, row0, row1, panel0, panel1);
-  } else if (found == ISA_AVX2) {
+    return;
+  }
+#endif
+#if ANYSHAPE_MAX_ISA >= ISA_AVX2
+  if (found == ISA_AVX2) {
     if (rows <= WIDE256_ROWS) {
       // As one_tile512 (rows this few never share L1 sets).
       const float* xp = a->x + row0 * a->k;
@@ -767,10 +813,11 @@ static void block(const linear_rows_t* a, size_t row0, size_t row1,
     } else {
       tiles256(a, row0, row1, panel0, panel1);
     }
-  } else {
-    for (size_t p = panel0; p < panel1; ++p)
-      for (size_t row = row0; row < row1; ++row) row_portable(a, row, p);
+    return;
   }
+#endif
+  for (size_t p = panel0; p < panel1; ++p)
+    for (size_t row = row0; row < row1; ++row) row_portable(a, row, p);
 }
 
 // Workgroup (gx, gy) of (nx, ny) takes the gx-th of nx runs of panels and the

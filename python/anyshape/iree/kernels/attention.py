@@ -11,7 +11,7 @@ own, packs the exponentials for the second product, and transposes the heads
 in and out: BART-base's ``encode`` at 4 x 333 tokens spent about 150 ms of
 880 there, for 8 GFLOP of products.
 
-``kernels/attention.c`` computes it in one pass per 32 query rows of a head,
+``attention.c`` computes it in one pass per 32 query rows of a head,
 flash attention's way (a running max and sum per row), reading Q, K and V
 where the projections wrote them (``[B, L, H, D]`` before the head
 transpose) and writing its output as ``[B, L, H, D]``, which the output
@@ -43,14 +43,14 @@ from pathlib import Path
 from typing import Sequence
 
 from anyshape.dialects import vtensor_shape
-from anyshape.iree.linear_rows import (KernelUnavailable, binding_pointers, entry_function,
-                                        executable_target, kernel_executable, kernel_object,
-                                        pipeline_layout)
+from anyshape.iree.kernels.build import (KernelUnavailable, binding_pointers, entry_function,
+                                         executable_target, isa_for_cpu, kernel_executable,
+                                         kernel_object, pipeline_layout, target_cpu_of)
 from anyshape.iree.torch_constants import (constant_bool, constant_float, constant_int, int_list,
                                            call_with_builtin_tensors, matches, new_constant_int)
 from anyshape.mlir import rewrite_with_iree_bindings
 
-SOURCE = Path(__file__).with_name("kernels") / "attention.c"
+SOURCE = Path(__file__).with_name("attention.c")
 EXECUTABLE = "anyshape_attention"
 ROWS_PER_WORKGROUP = 32  # attention.c's WG_ROWS
 MAX_HEAD_DIM = 128  # attention.c's MAX_D
@@ -58,10 +58,12 @@ MAX_HEAD_DIM = 128  # attention.c's MAX_D
 BIAS_BATCH, BIAS_HEADS, BIAS_ROWS = 1, 2, 4
 
 
-def kernel() -> Path | None:
-    """The attention kernel's object file; None, with a ``KernelUnavailable``
-    warning that says why, where it cannot be built."""
-    built, why = kernel_object(SOURCE)
+def kernel(target_cpu: str | None = None) -> Path | None:
+    """The attention kernel's object file, with the instruction sets
+    ``target_cpu`` has (None: every one the kernel has code for); None, with a
+    ``KernelUnavailable`` warning that says why, where it cannot be built."""
+    built, why = kernel_object(SOURCE, *(() if target_cpu is None else
+                                         (isa_for_cpu(target_cpu),)))
     if built is None:
         warnings.warn(f"attention over a whole sequence keeps IREE's form, because anyshape's "
                       f"attention kernel is unavailable: {why}", KernelUnavailable, stacklevel=4)
@@ -378,10 +380,18 @@ def route_attention(in_file: Path, out_file: Path, object_path: Path, flags: Seq
     """Rewrite ``in_file`` (torch-dialect IR, the iree-input stage) into
     ``out_file`` (bytecode; ``text_file`` as text when given) with every
     attention ``_match`` finds computed by the kernel, for the module that
-    iree-compile builds with ``flags``. Returns how many."""
+    iree-compile builds with ``flags``. Returns how many.
+
+    ``object_path``: the kernel as ``kernel()`` built it. The module links
+    the object built for the CPU ``flags`` name instead where that is
+    another (a target CPU without AVX-512 on a host with it); where that
+    cannot be built, attention keeps IREE's form, with a warning."""
+    if object_path == kernel_object(SOURCE)[0]:
+        object_path = kernel(target_cpu_of(flags))
+
     def rewrite(ir, module) -> int:
         found = matches(ir, module, ("torch.aten.where.self",), _match)
-        if not found:
+        if not found or object_path is None:
             return 0
 
         def constant(value: int):

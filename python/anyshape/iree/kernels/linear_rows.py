@@ -2,12 +2,11 @@
 
 IREE 3.13's CPU products run its ``mmt4d`` kernel over whole tiles of 16 rows
 (8 on AVX2): 17 tokens cost what 32 cost, and a batch-1 model's latency steps
-up past every multiple of 16. ``kernels/linear_rows.c`` computes exactly the
-rows given. This module
+up past every multiple of 16. ``linear_rows.c``, beside this module,
+computes exactly the rows given. This module
 
-- compiles it, with the machine's C compiler, into an object that IREE links
-  into the module's code (``hal.executable.objects``), once per source and
-  compiler (``kernel_object``);
+- has it built into an object that IREE links into the module's code
+  (``kernel_for``; ``build.py``);
 - rewrites the IREE input (``route_linears``): each float32 ``aten.linear``
   whose weight is a constant of the model, and each ``aten.mm``/``addmm``
   whose right operand is one, becomes a call of a function that packs the
@@ -22,36 +21,26 @@ rows given. This module
 The object picks its AVX-512, AVX2 or portable code at run time from CPUID, so
 the module runs on any x86-64 host its other code runs on. Where no C
 compiler works, modules are built with IREE's own products and a
-``KernelUnavailable`` warning says why.
-
-IREE 3.13 writes an object given inline (``#hal.executable.object<{data =
-...}>``) as an empty file before linking (``LLVMCPUTarget.cpp``: the
-temporary is created, never written), so the executable names the object's
-file by path. ``test_linear_rows.py`` guards both the kernel's numerics and
-that path.
+``KernelUnavailable`` warning says why. ``test_linear_rows.py`` guards the
+kernel's numerics and the executable's object named by path
+(``executable_object_by_path``, ``build.py``).
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Sequence
 
 from anyshape.dialects import computed_from_constants, vtensor_shape
-from anyshape.iree.cpu import compile_probe
 from anyshape.iree.flags import Target, routes_products
+from anyshape.iree.kernels.build import (KernelUnavailable, binding_pointers, entry_function,
+                                         executable_target, isa_for_cpu, kernel_executable,
+                                         kernel_object, pipeline_layout)
 from anyshape.iree.torch_constants import call_with_builtin_tensors, matches, new_constant_int
 from anyshape.mlir import rewrite_with_iree_bindings
-from anyshape.stages import Workaround
 
-SOURCE = Path(__file__).with_name("kernels") / "linear_rows.c"
+SOURCE = Path(__file__).with_name("linear_rows.c")
 EXECUTABLE = "anyshape_row_products"
 # Entry point -> whether it takes a bias.
 ENTRY_POINTS = {"linear_rows": True, "linear_rows_no_bias": False}
@@ -69,27 +58,6 @@ PANEL = 16
 ROWS_PER_WORKGROUP = 192
 PANELS_PER_WORKGROUP = 8
 TILE_ROWS = 12  # linear_rows.c's TILE512_ROWS: a workgroup's run of rows is a multiple of it
-# Freestanding code for IREE's embedded ELF: no library calls, no stack
-# protector (it reads a TLS canary), nothing the embedded loader cannot relocate.
-CFLAGS = ("-O3", "-std=c11", "-ffreestanding", "-fno-builtin", "-fPIC", "-fno-plt",
-          "-fno-stack-protector", "-fno-stack-clash-protection", "-fcf-protection=none",
-          "-fno-asynchronous-unwind-tables", "-fno-exceptions", "-mno-red-zone")
-
-WORKAROUNDS = (
-    Workaround(
-        name="executable_object_by_path", stage="iree-input",
-        where="anyshape.iree.linear_rows.executable_text (#hal.executable.object<{path = ...}>)",
-        upstream="IREE 3.13's LLVMCPU target writes an inline object "
-                 "(#hal.executable.object<{data = ...}>) as an empty temporary file before "
-                 "linking it (compiler/plugins/target/LLVMCPU/LLVMCPUTarget.cpp: "
-                 "Artifact::createTemporary, never written), and iree-lld then reports the "
-                 "kernel's symbol undefined. The executable names the compiled object's file "
-                 "in anyshape's cache instead of holding its bytes.",
-        guard="test/python/iree/test_linear_rows.py::test_inline_object_is_still_written_empty",
-        remove_when="when IREE writes inline objects: the IR then carries its object"),
-)
-
-
 # A static row count up to this many rows (a decode function's batch of 1, 4
 # or 8) gets IREE tiles of its own size, which waste no rows: those products
 # stay IREE's, which the decode functions were measured with. The kernel takes
@@ -97,162 +65,20 @@ WORKAROUNDS = (
 IREE_FITTED_ROWS = 16
 
 
-class KernelUnavailable(UserWarning):
-    """anyshape's row-exact products could not be built here: IREE's own run instead."""
-
-
-def _cache_dir() -> Path:
-    from anyshape.options import cache_root
-
-    return cache_root() / "kernels"
-
-
-def _compiler() -> str | None:
-    configured = os.environ.get("CC")
-    if configured:
-        return shutil.which(configured) or configured
-    for name in ("cc", "gcc", "clang"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def kernel_object(source: Path = SOURCE) -> tuple[Path | None, str]:
-    """(the object file of the kernel ``source``, "") or (None, why it could
-    not be built). Kept in anyshape's cache under a name that hashes the
-    source, the headers beside it, the compiler's identity and the flags;
-    written under a temporary name and renamed, so concurrent builds each see
-    a whole file."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return None, f"the kernel is written for x86-64, this host is {platform.machine()}"
-    compiler = _compiler()
-    if compiler is None:
-        return None, "no C compiler found (cc, gcc or clang on PATH, or $CC)"
-    try:
-        version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
-                                 timeout=60).stdout
-    except (OSError, subprocess.SubprocessError) as error:
-        return None, f"the C compiler {compiler} does not run: {error}"
-    digest = hashlib.sha256()
-    headers = sorted(source.parent.glob("*.h"))
-    for part in (source.read_bytes(), *(h.read_bytes() for h in headers), version.encode(),
-                 " ".join(CFLAGS).encode()):
-        digest.update(part + b"\0")
-    target = _cache_dir() / f"{source.stem}-{digest.hexdigest()[:24]}.o"
-    if target.is_file():
-        return target, ""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
-        built = Path(tmp) / target.name
-        done = subprocess.run([compiler, *CFLAGS, "-c", str(source), "-o", str(built)],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            first = next((l for l in done.stderr.splitlines() if "error" in l),
-                         done.stderr.strip()[:300])
-            return None, f"{compiler} could not compile {source.name}: {first}"
-        os.replace(built, target)
-    return target, ""
-
-
 def kernel_for(target: Target) -> tuple[Path | None, str]:
     """The kernel's object where ``target`` computes its products with it
-    (``routes_products``) and it can be built; else None, with why it could
-    not be built ("" where the target does not use it)."""
+    (``routes_products``) and it can be built, with the instruction sets
+    ``target``'s CPU has; else None, with why it could not be built ("" where
+    the target does not use it)."""
     if not routes_products(target):
         return None, ""
-    return kernel_object()
+    return kernel_object(SOURCE, isa_for_cpu(target.cpu))
 
 
 def warn_unavailable(reason: str) -> None:
     warnings.warn(f"products with a weight use IREE's own kernel, which computes whole tiles "
                   f"of 16 rows (8 on AVX2), because anyshape's row-exact kernel is "
                   f"unavailable: {reason}", KernelUnavailable, stacklevel=4)
-
-
-_TARGET_START = '#hal.executable.target<"llvm-cpu"'
-
-
-@functools.lru_cache(maxsize=None)
-def executable_target(flags: tuple[str, ...]) -> str:
-    """The ``#hal.executable.target`` IREE builds the module's code for with
-    ``flags``, read back from a tiny module compiled a few phases in. The
-    kernel's executable must name exactly that target: IREE links executables
-    of one target into one variant, and a variant of another (a target of our
-    own) would be a second binary the runtime chooses instead of the module's,
-    whose dispatches it then lacks ("export not found in library")."""
-    done = compile_probe(flags)
-    start = done.stdout.find(_TARGET_START)
-    if done.returncode != 0 or start < 0:
-        raise RuntimeError(f"iree-compile did not show the CPU target for {' '.join(flags)}: "
-                           f"{done.stderr.strip()[:500]}")
-    depth, at = 0, start
-    while True:  # to the '>' that closes the attribute (it nests #iree_cpu...<>)
-        char = done.stdout[at]
-        depth += char == "<"
-        depth -= char == ">"
-        at += 1
-        if depth == 0 and char == ">":
-            return done.stdout[start:at]
-
-
-def pipeline_layout(constants: int, bindings: Sequence[bool]) -> str:
-    """A ``#hal.pipeline.layout`` of ``constants`` push constants and one
-    storage buffer per binding (True: read only)."""
-    kinds = ["<storage_buffer, ReadOnly>" if read_only else "<storage_buffer>"
-             for read_only in bindings]
-    return (f"#hal.pipeline.layout<constants = {constants}, bindings = [" +
-            ", ".join(f"#hal.pipeline.binding{kind}" for kind in kinds) + "]>")
-
-
-def binding_pointers(layout: str, sizes: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
-    """(lines, arguments, their types): each binding of ``layout`` (``sizes``:
-    its size in floats, an SSA name) as the base pointer and offset an
-    ``llvm.bareptr`` function takes."""
-    lines, arguments, types = [], [], []
-    for i, size in enumerate(sizes):
-        lines.append(f"%b{i} = hal.interface.binding.subspan layout({layout}) binding({i}) "
-                     f"alignment(64) offset(%c0) : memref<?xf32>{{{size}}}")
-        lines.append(f"%p{i}, %o{i}, %s{i}, %t{i} = iree_codegen.extract_strided_metadata "
-                     f"%b{i} : memref<?xf32> -> memref<f32>, index, index, index")
-        arguments += [f"%p{i}", f"%o{i}"]
-        types += ["memref<f32>", "index"]
-    return lines, arguments, types
-
-
-def entry_function(name: str, types: Sequence[str], lines: Sequence[str],
-                   arguments: Sequence[str]) -> str:
-    """The executable's function ``name`` (each workgroup runs it): ``lines``
-    (with ``%c0`` defined), then a call of the kernel's ``anyshape_<name>``
-    on ``arguments`` of ``types``, declared for ``llvm.bareptr``."""
-    signature = ", ".join(types)
-    body = "\n        ".join(lines)
-    return f"""
-      func.func private @anyshape_{name}({signature})
-          attributes {{hal.import.static, llvm.bareptr = true}}
-      func.func @{name}() {{
-        %c0 = arith.constant 0 : index
-        {body}
-        func.call @anyshape_{name}({", ".join(arguments)}) : ({signature}) -> ()
-        return
-      }}"""
-
-
-def kernel_executable(executable: str, object_path: Path, target: str,
-                      exports: Sequence[str], functions: Sequence[str]) -> str:
-    """A ``hal.executable`` for ``target`` whose code links the object at
-    ``object_path`` (named by path: ``executable_object_by_path``)."""
-    path = str(object_path).replace("\\", "\\\\").replace('"', '\\"')
-    return f"""
-hal.executable private @{executable} {{
-  hal.executable.variant public @x86_64 target({target}) objects([
-      #hal.executable.object<{{path = "{path}"}}>]) {{{"".join(exports)}
-    builtin.module {{{"".join(functions)}
-    }}
-  }}
-}}
-"""
 
 
 def executable_text(object_path: Path, target: str, workers: int = 1) -> str:

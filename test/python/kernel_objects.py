@@ -1,0 +1,31 @@
+"""The objects anyshape's C kernels are linked into modules as, called from
+the test process: each built with the module's flags for one instruction set
+(``kernels/build.py``), linked into a shared library."""
+
+import ctypes
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from anyshape.iree.cpu import host_flags
+from anyshape.iree.kernels import build
+
+FLAGS = host_flags() or set()
+ISAS = {"portable": build.ISA_PORTABLE, "avx2": build.ISA_AVX2, "avx512": build.ISA_AVX512}
+HOST_HAS = {"portable": True, "avx2": {"avx2", "fma"} <= FLAGS, "avx512": "avx512f" in FLAGS}
+
+
+def linked_object(source: Path, isa: str, tmp_path: Path) -> ctypes.CDLL:
+    """The object a module built for a CPU whose widest instruction set is
+    ``isa`` links (its run-time choice capped there), as a shared library."""
+    if build.compiler() is None:
+        pytest.skip("no C compiler")
+    if not HOST_HAS[isa]:
+        pytest.skip(f"this host's CPU cannot run the {isa} path")
+    built, why = build.kernel_object(source, ISAS[isa])
+    assert built is not None, why
+    library = tmp_path / f"{source.stem}_{isa}.so"
+    subprocess.run([build.compiler(), "-shared", str(built), "-o", str(library)],
+                   check=True, capture_output=True)
+    return ctypes.CDLL(str(library))
