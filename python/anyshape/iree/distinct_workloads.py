@@ -22,7 +22,7 @@ the inputs' dims sit ahead of every dispatch.
 
 from __future__ import annotations
 
-from anyshape.iree.torch_constants import matches
+from anyshape.iree.torch_ir_builders import matches
 
 # Pure ops on sizes that may move up within their block: they read only
 # their operands, and a block runs all of its ops or none.

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from anyshape.iree.torch_constants import matches
 from anyshape.mlir import iree_bindings, rewrite_with_iree_bindings
 from anyshape.stages import Workaround
+from anyshape.iree.torch_ir_builders import matches
 
 _TO_VTENSOR = "torch.copy.to_vtensor"
 _OVERWRITE = "torch.overwrite.tensor.contents"

@@ -37,13 +37,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from anyshape.dialects import builtin_tensor_text, computed_from_constants, vtensor_shape
-from anyshape.iree.torch_constants import constant_bool as _constant_bool
-from anyshape.iree.torch_constants import constant_float_bits as _constant_float
-from anyshape.iree.torch_constants import constant_int as _constant_int
-from anyshape.iree.torch_constants import int_list as _int_list
-from anyshape.iree.torch_constants import matches
 from anyshape.mlir import rewrite_with_iree_bindings
 from anyshape.stages import Workaround
+from anyshape.iree.torch_ir_builders import matches
+from anyshape.passes.torch_ir.constants import (constant_bool, constant_float32_bits, constant_int,
+                                               int_list)
 
 WORKAROUNDS = (
     Workaround(
@@ -83,19 +81,19 @@ def _keys_through_swap(value):
     op = value.owner
     scale = None
     if getattr(op, "name", None) == "torch.aten.mul.Scalar":
-        scale = _constant_float(op.operands[1])
+        scale = constant_float32_bits(op.operands[1])
         if scale is None:
             return None
         op = op.operands[0].owner
     if getattr(op, "name", None) == "torch.aten.permute":
         rank = len(vtensor_shape(op.operands[0].type)[0])
-        order = _int_list(op.operands[1])
+        order = int_list(op.operands[1])
         swapped = list(range(rank - 2)) + [rank - 1, rank - 2]
         if order is None or [d % rank for d in order] != swapped:
             return None
     elif getattr(op, "name", None) == "torch.aten.transpose.int":
         rank = len(vtensor_shape(op.operands[0].type)[0])
-        dims = {_constant_int(op.operands[1]), _constant_int(op.operands[2])}
+        dims = {constant_int(op.operands[1]), constant_int(op.operands[2])}
         if None in dims or {d % rank for d in dims} != {rank - 1, rank - 2}:
             return None
     else:
@@ -110,15 +108,15 @@ def _shared_heads(value):
     its own dispatch's input, the expanded copy would be written out whole."""
     flatten = value.owner
     if getattr(flatten, "name", None) != "torch.aten.flatten.using_ints" \
-            or [_constant_int(v) for v in flatten.operands[1:3]] != [1, 2]:
+            or [constant_int(v) for v in flatten.operands[1:3]] != [1, 2]:
         return value, 1
     expand = flatten.operands[0].owner
     if getattr(expand, "name", None) != "torch.aten.expand":
         return value, 1
     unsqueeze = expand.operands[0].owner
-    sizes = _int_list(expand.operands[1])
+    sizes = int_list(expand.operands[1])
     if getattr(unsqueeze, "name", None) != "torch.aten.unsqueeze" \
-            or _constant_int(unsqueeze.operands[1]) != 2 or sizes is None or len(sizes) != 5:
+            or constant_int(unsqueeze.operands[1]) != 2 or sizes is None or len(sizes) != 5:
         return value, 1
     x = unsqueeze.operands[0]
     x_sizes = (vtensor_shape(x.type) or ([], None))[0]
@@ -148,9 +146,9 @@ def _match(op):
     if out is None or out[1] not in _DTYPES or len(out[0]) < 3:
         return None
     rank = len(out[0])
-    dims = _int_list(op.operands[1])
+    dims = int_list(op.operands[1])
     if dims is None or [d % rank for d in dims] != [rank - 2] \
-            or _constant_bool(op.operands[2]) is not True:
+            or constant_bool(op.operands[2]) is not True:
         return None
     for a, b in (product.operands, reversed(list(product.operands))):
         a_shape = vtensor_shape(a.type)

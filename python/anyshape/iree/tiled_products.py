@@ -55,10 +55,10 @@ from pathlib import Path
 
 from anyshape.dialects import vtensor_shape
 from anyshape.iree.rewrite_cli import rewrite_main
-from anyshape.iree.torch_constants import (call_with_builtin_tensors, constant_bool,
-                                           constant_float, matches)
 from anyshape.mlir import rewrite_with_iree_bindings
 from anyshape.stages import Workaround
+from anyshape.iree.torch_ir_builders import call_with_builtin_tensors, matches
+from anyshape.passes.torch_ir.constants import constant_as_float, constant_bool
 
 WORKAROUNDS = (
     Workaround(
@@ -171,7 +171,7 @@ def _half_source(value) -> str | None:
     op = _through_views(value)
     name = getattr(op, "name", None)
     if name in ("torch.aten.mul.Scalar", "torch.aten.div.Scalar"):
-        factor = constant_float(op.operands[1])
+        factor = constant_as_float(op.operands[1])
         if factor is None or factor == 0:
             return None
         scale = factor if name == "torch.aten.mul.Scalar" else 1 / factor
@@ -194,7 +194,7 @@ def _probabilities(value) -> bool:
         return False
     sub = op.operands[0].owner
     if getattr(sub, "name", None) != "torch.aten.sub.Tensor" or \
-            constant_float(sub.operands[2]) != 1.0:
+            constant_as_float(sub.operands[2]) != 1.0:
         return False
     amax = sub.operands[1].owner
     return getattr(amax, "name", None) == "torch.aten.amax" and \
@@ -268,7 +268,7 @@ def _match(op) -> tuple[Product, list] | None:
             return None  # a dim static in one operand and dynamic in the other
         bias = None
         if name == "torch.aten.addmm":
-            if constant_float(op.operands[3]) != 1.0 or constant_float(op.operands[4]) != 1.0 \
+            if constant_as_float(op.operands[3]) != 1.0 or constant_as_float(op.operands[4]) != 1.0 \
                     or n is None or _sizes(op.operands[0]) != ([n], out):
                 return None
             bias = n

@@ -46,9 +46,10 @@ from anyshape.dialects import vtensor_shape
 from anyshape.iree.kernels.build import (KernelUnavailable, binding_pointers, entry_function,
                                          executable_target, isa_for_cpu, kernel_executable,
                                          kernel_object, pipeline_layout, target_cpu_of)
-from anyshape.iree.torch_constants import (constant_bool, constant_float, constant_int, int_list,
-                                           call_with_builtin_tensors, matches, new_constant_int)
 from anyshape.mlir import rewrite_with_iree_bindings
+from anyshape.iree.torch_ir_builders import call_with_builtin_tensors, matches, new_constant_int
+from anyshape.passes.torch_ir.constants import (constant_as_float, constant_bool, constant_int,
+                                               int_list)
 
 SOURCE = Path(__file__).with_name("attention.c")
 EXECUTABLE = "anyshape_attention"
@@ -107,7 +108,7 @@ def _fill_of(value, of) -> float | None:
     op = _owner(value, "torch.aten.full_like")
     if op is None or op.operands[0] != of:
         return None
-    return constant_float(op.operands[1])
+    return constant_as_float(op.operands[1])
 
 
 def _scaled(value):
@@ -115,7 +116,7 @@ def _scaled(value):
     op = _owner(value, "torch.aten.mul.Scalar")
     if op is None:
         return value, 1.0
-    factor = constant_float(op.operands[1])
+    factor = constant_as_float(op.operands[1])
     return (op.operands[0], factor) if factor is not None else (None, None)
 
 
@@ -157,7 +158,7 @@ def _scores(scores, heads: int, head_dim: int):
     bias = None
     add = _owner(scores, "torch.aten.add.Tensor")
     if add is not None:
-        if constant_float(add.operands[2]) != 1.0:
+        if constant_as_float(add.operands[2]) != 1.0:
             return None
         for product, other in (add.operands[:2], reversed(list(add.operands[:2]))):
             if _unflattened_from(product) is not None:
@@ -186,7 +187,7 @@ def _scores(scores, heads: int, head_dim: int):
         rhs, mask = rhs_parts.operands
         ones_of = _owner(ones, "torch.aten.full_like")
         column = ones_of is not None and _owner(ones_of.operands[0], "torch.aten.slice.Tensor")
-        if not column or column.operands[0] != lhs or constant_float(ones_of.operands[1]) != 1.0 \
+        if not column or column.operands[0] != lhs or constant_as_float(ones_of.operands[1]) != 1.0 \
                 or [constant_int(v) for v in column.operands[1:]] not in ([2, 0, 1, 1],
                                                                          [-1, 0, 1, 1]):
             return None
@@ -236,7 +237,7 @@ def _match(guard):
     if not exp or v4 is None or total.operands[0] != exps:
         return None
     shifted = _owner(exp.operands[0], "torch.aten.sub.Tensor")
-    if shifted is None or constant_float(shifted.operands[2]) != 1.0:
+    if shifted is None or constant_as_float(shifted.operands[2]) != 1.0:
         return None
     scores, row_max = shifted.operands[:2]
     amax = _owner(row_max, "torch.aten.amax")
@@ -246,7 +247,7 @@ def _match(guard):
     all_minus_inf = _flattened_from(condition)
     equal = all_minus_inf is not None and _owner(all_minus_inf, "torch.aten.eq.Scalar")
     if not equal or equal.operands[0] != row_max \
-            or constant_float(equal.operands[1]) != -math.inf:
+            or constant_as_float(equal.operands[1]) != -math.inf:
         return None
     sizes, dtype = _shape(scores)
     v_sizes, v_dtype = _shape(v4)

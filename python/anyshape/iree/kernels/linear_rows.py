@@ -37,8 +37,8 @@ from anyshape.iree.flags import Target, routes_products
 from anyshape.iree.kernels.build import (KernelUnavailable, binding_pointers, entry_function,
                                          executable_target, isa_for_cpu, kernel_executable,
                                          kernel_object, pipeline_layout)
-from anyshape.iree.torch_constants import call_with_builtin_tensors, matches, new_constant_int
 from anyshape.mlir import rewrite_with_iree_bindings
+from anyshape.iree.torch_ir_builders import call_with_builtin_tensors, matches, new_constant_int
 
 SOURCE = Path(__file__).with_name("linear_rows.c")
 EXECUTABLE = "anyshape_row_products"
