@@ -342,7 +342,7 @@ class _Rewrites:
         x_shape, w_shape = vtensor_shape(x.type), vtensor_shape(weight.type)
         if self.kernel_products and x_shape is not None and x_shape[1] == "f32" \
                 and len(x_shape[0]) == 2 and computed_from_constants(weight):
-            return False  # the kernel takes float32 rows (iree/linear_rows.py's _routable)
+            return False  # the kernel takes float32 rows (iree/kernels/linear_rows.py's _routable)
         result = vtensor_shape(op.results[0].type)
         if x_shape is None or w_shape is None or result is None:
             return False
@@ -655,7 +655,7 @@ class DataTilingFormsPass(ModulePass):
                    "as multiply-reduce, linears on flattened rows, padding masks as a "
                    "contraction step of the attention scores: forms IREE's data tiling "
                    "compiles well")
-    # Products with a constant weight run anyshape's kernel (iree/linear_rows.py),
+    # Products with a constant weight run anyshape's kernel (iree/kernels/linear_rows.py),
     # which computes any row count: those of a few rows stay products.
     kernel_products: bool = False
 

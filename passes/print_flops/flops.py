@@ -67,12 +67,11 @@ from typing import Callable, Iterable, Sequence
 
 import sympy
 
-from anyshape.dialects import vtensor_shape
-from anyshape.mlir import ir, parse_module
-from anyshape.dialects import new_context
+from anyshape.dialects import new_context, vtensor_shape
+from anyshape.mlir import ir, parse_module, torch_ops
 from anyshape.passes.torch_ir.constants import constant_number, is_none
 from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
-from anyshape.passes.torch_ir.values import forget_identities
+from anyshape.passes.torch_ir.values import forget_identities, is_a
 
 __all__ = ["FlopReport", "UnknownOp", "count_flops", "count_module_flops", "FREE",
            "PER_OUTPUT_ELEMENT", "PER_INPUT_ELEMENT", "MATMULS"]
@@ -402,7 +401,7 @@ class _FunctionCounter:
             candidates.append(lhs[-1])
         if rhs:
             # linear's weight is [out, in]; matrices are [..., K, N]; a vector is [K].
-            axis = -1 if op.name == "torch.aten.linear" else (0 if len(rhs) == 1 else -2)
+            axis = -1 if is_a(op, torch_ops.AtenLinearOp) else (0 if len(rhs) == 1 else -2)
             candidates.append(rhs[axis])
         known = [c for c in candidates if c is not None]
         if not known:
@@ -436,10 +435,10 @@ class _FunctionCounter:
         out = self.numel(op.results[0], "the result")
         contraction = 2 * out * self.contracted(op, lhs_at, rhs_at)
         extra = 0
-        if op.name == "torch.aten.linear":
+        if is_a(op, torch_ops.AtenLinearOp):
             has_bias = len(op.operands) > 2 and not is_none(op.operands[2])
             extra = out if has_bias else 0
-        elif op.name in ("torch.aten.addmm", "torch.aten.baddbmm"):
+        elif is_a(op, torch_ops.AtenAddmmOp, torch_ops.AtenBaddbmmOp):
             beta, alpha = (constant_number(v) for v in op.operands[3:5])
             if beta != 0:
                 extra += out  # + self

@@ -163,3 +163,13 @@ def test_padding_elimination_is_checked_on_random_masks():
     trials = check(text, ["anyshape-canonicalize-shapes", "anyshape-eliminate-padding{mask=1}"],
                    trials=3, seed=2)
     assert len(trials) == 3 and all(t.ok for t in trials), trials
+
+
+def test_anyshape_check_is_an_installed_tool():
+    """``anyshape-check`` is the console script pyproject.toml installs beside the
+    interpreter, as ``anyshape-compile`` is; ``python -m anyshape.check`` above
+    is the same tool under its old name."""
+    tool = Path(sys.executable).with_name("anyshape-check")
+    result = subprocess.run([str(tool), "--help"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: anyshape-check") and "--passes" in result.stdout

@@ -71,13 +71,13 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
                                   text if last == "kernel" and attention_kernel is None else None,
                                   workers=compilation.target.workers or 1)
             report(f"  {count} products with a weight run anyshape's row-exact kernel "
-                   f"(iree/linear_rows.py)")
+                   f"(iree/kernels/linear_rows.py)")
             current = bytecode
             if attention_kernel is not None:
                 count = attention.route_attention(current, bytecode, attention_kernel,
                                                   iree_flags(compilation.target),
                                                   text if last == "kernel" else None)
-                report(f"  {count} attentions run anyshape's attention kernel (iree/attention.py)")
+                report(f"  {count} attentions run anyshape's attention kernel (iree/kernels/attention.py)")
         if row_products:
             count = route_row_products(current, bytecode, text if last == "row_products" else None)
             report(f"  {count} products of a query row with the cache tiled for its rows (iree/row_products.py)")

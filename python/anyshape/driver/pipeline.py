@@ -180,7 +180,7 @@ def with_data_tiling_forms(pass_names: list[str], kernel_products: bool = False)
     (whose one-row work it rewrites), else right before ``anyshape-lower``
     (it reads the shape bindings lowering removes); unless already there, or
     neither is. ``kernel_products``: anyshape's kernel computes the products
-    with a constant weight (iree/linear_rows.py), so the pass leaves those of
+    with a constant weight (iree/kernels/linear_rows.py), so the pass leaves those of
     a few rows as products."""
     names = [split_pass_element(p)[0] for p in pass_names]
     if DATA_TILING_FORMS in names:

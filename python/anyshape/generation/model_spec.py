@@ -12,7 +12,7 @@ import torch
 from anyshape.generation.step import takes_two_d_mask
 
 # The module's functions for one new token at a static batch, by batch
-# (generator.py calls them; other batches are padded up to the next one).
+# (runtime/generator.py calls them; other batches are padded up to the next one).
 DECODE_ENTRIES = {1: "decode_one", 4: "decode_four", 8: "decode_eight"}
 DECODE_ENTRY = DECODE_ENTRIES[1]
 

@@ -146,7 +146,7 @@ PRODUCT_KERNELS = ("anyshape", "iree")
 def with_product_kernel(target: Target, kernel) -> Target:
     """``target`` with its products computed by ``kernel``: "anyshape"
     (default: on x86-64 CPU targets whose products are float32, those with a
-    constant weight run the row-exact kernel of iree/linear_rows.py; on CUDA
+    constant weight run the row-exact kernel of iree/kernels/linear_rows.py; on CUDA
     targets, every product with a dynamic row count is padded to whole tiles,
     iree/tiled_products.py) or "iree" (IREE's own configuration everywhere)."""
     if kernel not in PRODUCT_KERNELS:
@@ -157,7 +157,7 @@ def with_product_kernel(target: Target, kernel) -> Target:
 
 def routes_products(target: Target) -> bool:
     """Whether ``target`` builds its products with a constant weight with
-    anyshape's kernel (where the kernel can be built: iree/linear_rows.py)."""
+    anyshape's kernel (where the kernel can be built: iree/kernels/linear_rows.py)."""
     return target.name == "cpu" and target.product_kernel == "anyshape" \
         and target.matmul_precision == "highest"
 

@@ -30,13 +30,13 @@ class Target:
     # (BackendOptions.matmul_precision; with_matmul_precision)
     matmul_precision: str = "highest"
     # "anyshape": products with a constant weight run anyshape's row-exact
-    # kernel where it applies (iree/linear_rows.py); "iree": IREE's own
+    # kernel where it applies (iree/kernels/linear_rows.py); "iree": IREE's own
     # (BackendOptions.product_kernel)
     product_kernel: str = "anyshape"
     # target="cpu": the worker threads the module is built for (compile's
     # ``threads``, or the cores available): anyshape's product kernel splits
     # its rows into as many runs as it takes to give each of them work, and no
-    # more (iree/linear_rows.py)
+    # more (iree/kernels/linear_rows.py)
     workers: int | None = None
     # False: no constant is inlined into a dispatch (INLINE_CONSTANTS_OFF_FLAG;
     # set for models with bfloat16 weights, workaround bf16_constants_not_inlined)
