@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 PYTEST_WORKERS ?= auto
 XDIST := -n $(PYTEST_WORKERS) --maxprocesses=4 --dist loadscope
 
-.PHONY: test check check-pytest check-fuzz lit pytest docs demo gpu-check bench bench-sweep bench-steps bench-served bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
+.PHONY: test check check-pytest check-fuzz lit pytest docs demo gpu-check bench bench-kernels bench-sweep bench-steps bench-served bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
 
 # PIP_CONSTRAINT, not only -c: it also pins what pip installs to build anyshape
 # itself (setuptools, in pip's isolated build environment).
@@ -60,6 +60,13 @@ docs: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info test/*/Output
+
+# Not a test: the product kernel's object, as modules link it, timed on
+# roberta-base's products at rows 1..192, 2 threads then 1 (bench/kernels/; a
+# few minutes). E.g. make bench-kernels KERNEL_BENCH_ARGS='--isa avx2 --rows 16 17'
+KERNEL_BENCH_ARGS ?=
+bench-kernels: $(STAMP)
+	$(PY) bench/kernels/run.py $(KERNEL_BENCH_ARGS)
 
 # Not a test: latency with and without anyshape-hoist-slices (several minutes).
 bench-hoist-slices: $(STAMP)

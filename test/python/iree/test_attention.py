@@ -332,6 +332,7 @@ def test_negative_head_dim_not_a_multiple_of_16_stays_iree():
 
 def test_an_unbuilt_kernel_says_why(monkeypatch):
     """/// Where the kernel cannot be built, attention keeps IREE's form, and a warning says why."""
-    monkeypatch.setattr(attention, "kernel_object", lambda source: (None, "no C compiler here"))
+    monkeypatch.setattr(attention, "kernel_object",
+                        lambda source, isa: (None, "no C compiler here"))
     with pytest.warns(build.KernelUnavailable, match="attention.*no C compiler here"):
         assert attention.kernel() is None

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Sequence
 
 from anyshape.dialects import vtensor_shape
+from anyshape.iree.cpu import HOST
 from anyshape.iree.kernels.build import (KernelUnavailable, binding_pointers, entry_function,
                                          executable_target, isa_for_cpu, kernel_executable,
                                          kernel_object, pipeline_layout, target_cpu_of)
@@ -59,12 +60,11 @@ MAX_HEAD_DIM = 128  # attention.c's MAX_D
 BIAS_BATCH, BIAS_HEADS, BIAS_ROWS = 1, 2, 4
 
 
-def kernel(target_cpu: str | None = None) -> Path | None:
+def kernel(target_cpu: str = HOST) -> Path | None:
     """The attention kernel's object file, with the instruction sets
-    ``target_cpu`` has (None: every one the kernel has code for); None, with a
-    ``KernelUnavailable`` warning that says why, where it cannot be built."""
-    built, why = kernel_object(SOURCE, *(() if target_cpu is None else
-                                         (isa_for_cpu(target_cpu),)))
+    ``target_cpu`` has; None, with a ``KernelUnavailable`` warning that says
+    why, where it cannot be built."""
+    built, why = kernel_object(SOURCE, isa_for_cpu(target_cpu))
     if built is None:
         warnings.warn(f"attention over a whole sequence keeps IREE's form, because anyshape's "
                       f"attention kernel is unavailable: {why}", KernelUnavailable, stacklevel=4)
@@ -383,11 +383,11 @@ def route_attention(in_file: Path, out_file: Path, object_path: Path, flags: Seq
     attention ``_match`` finds computed by the kernel, for the module that
     iree-compile builds with ``flags``. Returns how many.
 
-    ``object_path``: the kernel as ``kernel()`` built it. The module links
-    the object built for the CPU ``flags`` name instead where that is
-    another (a target CPU without AVX-512 on a host with it); where that
-    cannot be built, attention keeps IREE's form, with a warning."""
-    if object_path == kernel_object(SOURCE)[0]:
+    ``object_path``: the kernel as ``kernel()`` built it, for this host. The
+    module links the object built for the CPU ``flags`` name instead where
+    that is another (a target CPU without AVX-512 on a host with it); where
+    that cannot be built, attention keeps IREE's form, with a warning."""
+    if object_path == kernel_object(SOURCE, isa_for_cpu(HOST))[0]:
         object_path = kernel(target_cpu_of(flags))
 
     def rewrite(ir, module) -> int:

@@ -35,75 +35,35 @@
 // theirs (noinline): inlined into one function, their frames would add up
 // past the worker's stack.
 #define NOINLINE __attribute__((noinline))
+// The figures behind these constants, and the variants measured and not
+// kept, are in docs/iree-notes.md ("The product kernel's lab log"); `make
+// bench-kernels` (bench/kernels/) measures them again.
+//
 // Blocks of k: a block of a workgroup's panels stays in L2 across its tiles
-// of rows. Longer blocks stream the weights in longer runs and store and
-// reload the partial sums less often: on Zen 4 (2 threads, roberta-base's
-// products) 1024 ran 2-10 % ahead of 512 at every row count from 4 to 333,
-// with the AVX-512 and the AVX2 code alike, and 2048 or whole rows of k were
-// level with it.
+// of rows (1024 ran 2-10 % ahead of 512; longer blocks level).
 #define K_BLOCK 1024
-// Rows of x a multiple of 4 KiB apart (k = 1024, 3072, ...) would share a
-// set of L1 and evict each other; a tile's rows are then copied, COPY_K of k
-// at a time, COPY_STRIDE floats (17 cache lines) apart, and the tile takes
-// those COPY_K in one call. The copies live on the worker's stack, and IREE's
-// workers have little of it: with copies of 1024 k (up to 62 KiB of frame)
-// the python runtime's workers overran theirs and a DistilBERT classifier's
-// logits came out 1e-3 off, silently, where `--task_worker_stack_size=73728`
-// or more gave 3e-7 (test_the_kernels_frames_fit_the_workers_stack). With copies of
-// 256 k every frame is under 32 KiB.
+// Rows of x a multiple of 4 KiB apart (k = 1024, 3072) share L1 sets, so a
+// tile's rows are copied COPY_K at a time, 17 cache lines apart, on the
+// worker's stack: 256 keeps every frame under FRAME_BUDGET (kernels/build.py).
 #define COPY_K 256
 #define COPY_STRIDE (COPY_K + 16)
-// Each step over k reads one cache line of each panel; the line read
-// PREFETCH_STEPS steps later is asked for now. The hardware prefetchers alone
-// let a tile wait on the weights' first read from memory with its FMAs idle:
-// on a Xeon with AVX-512 (2 threads, roberta-base's products) asking 64 steps
-// (4 KiB) ahead took 12 rows from 18.7 to 13.6 ms, 24 from 29 to 22 and 128
-// from 103 to 90; 16 or 256 steps ahead gained less. On Zen 4 prefetching 8
-// to 64 steps ahead was level with none.
+// The line PREFETCH_STEPS steps of k ahead is asked for now: without it a
+// tile's FMAs wait on the weights' first read from memory (12 rows: 18.7 ->
+// 13.6 ms on a Xeon).
 #define PREFETCH_STEPS 64
-// Rows past one tile (issue 40's steps from L to L + 1): while a product
-// streams its weights from memory, a tile's FMAs wait on them much of the
-// time, so the rows of one tile cost little more than one row. The widest
-// tile (15 rows by 2 panels: 30 accumulators and 2 rows of weights, all 32
-// zmm registers) therefore takes up to 15 rows in one pass. A second tile
-// over the same weights runs after the first, not under it. Before this
-// pass (at 3d37ea2) a second tile of one row, taking each 256 k of a panel
-// pair from L1 after the first, cost 1.4 ms on roberta-base's 72 products
-// in a C harness (Xeon, 2 threads: +9 % from 15 to 16 rows), where a rerun
-// of it on the same, hot, weights cost 0.7: its loads and FMAs overlapped
-// nothing, and the memory stream paused under it.
-//
-// So from 16 to ONE_PASS_MAX rows one tile takes all the rows in one pass
-// (one_pass512): some rows keep their sums in registers, the others in a
-// buffer in L1, each loaded, given several steps' FMAs and stored, so that
-// the stores stay well under one per FMA. In the compiled model
-// (bench/steps.py, anyshape alone, 24-40 rounds) 15 -> 16 went from +7.4 %
-// to +3.3 to +5.1 % (four runs) and 16 -> 17 from +6.3 % to +3.0 to +4.2 %.
-// Measured and not kept (C harness, roberta-base's products, medians of 9-25 rounds):
-// - one FMA per load and store of a held sum (as GCC's own spills of a tile
-//   of 18 or more rows): 20-40 % slower from 20 rows on, the stores;
-// - 2, 3 or 8 steps per load and store with 4 to 14 rows in registers up
-//   to 28 rows: level or behind 4 steps with 12; past 28 rows, 6 with 8
-//   (8 with 6 level);
-// - held sums taking their rows of weights from L1 rather than registers,
-//   with 13 or 14 rows in registers: 5-25 % slower hot;
-// - the second tile (of the kernel before) asking for the next chunk's
-//   lines at the memory's pace while it ran (every 4 to 32 steps, into L1
-//   or L2): level;
-// - GCC's own tile of 16 rows (3 sums spilled) for 16 rows: +2.8 % from 15
-//   to 16 in the model but +5.4 % from 16 to 17 (the two steps add up to
-//   the same).
-// Past 32 rows, tiles over blocks of K_BLOCK (tiles512(), below): from 33 to
-// 36 rows the pass was 2.6-4 % slower than they were, and its steps were
-// +3.4 % from 32 to 33 rows with tiles past 32 (+6.5 % from 28 to 29 when
-// tiles took over past 28).
+// The widest tile (15 rows by 2 panels: 30 accumulators and 2 rows of
+// weights, all 32 zmm registers) takes up to 15 rows in one pass over the
+// weights, whose rows cost little more than one while they stream from memory.
 #define WIDE512_ROWS 15
+// 16 to ONE_PASS_MAX rows take one pass too (one_pass512: a second tile over
+// the same weights overlapped nothing); past it tiles over blocks of K_BLOCK
+// are ahead (2.6-4 % from 33 to 36 rows).
 #define ONE_PASS_MAX 32
-// The pass copies x 128 k at a time: 32 rows in 18 KiB of its frame (256 k
-// at a time was level from 16 to 28 rows).
+// The pass copies x 128 k at a time: 32 rows in 18 KiB of its frame (256
+// was level).
 #define PASS_K 128
 #define PASS_STRIDE (PASS_K + 16)
-#define TILES512_ROWS 14  // the most rows of a tile past ONE_PASS_MAX (tiles)
+#define TILES512_ROWS 14  // the most rows of a tile past ONE_PASS_MAX (15: 2-6 % slower)
 // A workgroup's run of rows is a multiple of this but the last (workgroup(),
 // and linear_rows.py's TILE_ROWS for the count region), with every ISA, so
 // that every ISA splits a dispatch alike.
@@ -368,8 +328,8 @@ AVX512_FN static void tile512(const linear_rows_t* a, const float* xp, size_t xs
   }
 
 // The passes by rows (MR, SPILL_STEPS, REG_ROWS): up to 28 rows 12 in
-// registers and the held sums 4 steps at a time; past that 8 and 6
-// (measured in the kernel's notes).
+// registers and the held sums 4 steps at a time; past that 8 and 6 (the
+// fastest of 2 to 8 steps with 4 to 14 rows in registers).
 #define PASSES512(X)                                                         \
   X(16, 4, 12) X(17, 4, 12) X(18, 4, 12) X(19, 4, 12) X(20, 4, 12)          \
   X(21, 4, 12) X(22, 4, 12) X(23, 4, 12) X(24, 4, 12) X(25, 4, 12)          \
@@ -400,38 +360,20 @@ NOINLINE AVX512_FN static void pass512(const linear_rows_t* a, const float* xp,
 // two 8-wide halves), and passes of up to TILES256_ROWS rows by 2 panels.
 // --------------------------------------------------------------------------
 //
-// Measured with AVX2 forced on the Xeon with AVX-512 (its only host at
-// 451e0e8 and since; C harness of roberta-base's 72 products, 2 threads,
-// each pair timed in alternation), against the AVX2 code of 451e0e8 (tiles
-// of 1 to 6 rows by one panel; one pass of 7 to 32 rows by one panel, x
-// copied 128 k at a time, 3 rows in registers; passes of up to 32 rows past
-// that): 17-31 % faster at every row count from 1 to 192.
-// - Two panels at a time, as the AVX-512 code takes them: tiles of one panel
-//   read the weights at 13.7 ms for 1 row and 16.4 for 4, where two panels
-//   at a time (two streams of lines from memory) took 12.0 and 13.5.
-// - x is broadcast with _mm256_set1_ps of a value, not _mm256_broadcast_ss
-//   of its address: given the address, GCC 12 kept every tile's
-//   accumulators in memory as well as in registers and stored each of them
-//   after every FMA (a tile of 3 rows: 12 stores a step); 1 to 6 rows then
-//   took 3-9 % longer.
-// - Past 3 rows every row's sums are held in L1 (pass256), and x is read in
-//   place over a whole block of k: copied 128 k at a time (to keep x's rows
-//   in different L1 sets), 16 to 32 rows took 8-9 % longer, and 33 rows 18
-//   % longer as two passes. With k = 1024 (x's rows 4 KiB apart, all in
-//   one L1 set) in place was 3-9 % ahead from 4 to 97 rows and level at 192.
+// Two panels at a time, as the AVX-512 code takes them (two streams of lines
+// from memory); x broadcast with _mm256_set1_ps of a value, not
+// _mm256_broadcast_ss of its address (given the address, GCC 12 stored every
+// accumulator after every FMA).
 
 #define AVX2_FN __attribute__((target("avx2,fma")))
 #define WIDE256_ROWS 3  // the most rows of a tile of 2 panels (block(), past it passes)
 #define TILE256_ROWS 6  // the most rows of a tile of 1 panel (a last odd panel)
-// The most rows of a pass: held sums of 64 rows take 8 KiB of L1 (Zen 3 has
-// 32 KiB). Passes of up to 96 or 192 rows were level with 64 up to 128 rows,
-// and 192 rows in one pass 8 % slower than in two of 96.
+// The most rows of a pass: held sums of 64 rows take 8 KiB of L1 (longer
+// passes were level, or slower).
 #define TILES256_ROWS 64
-// The pass keeps each row's 4 sums (2 panels of 2 halves) in L1, loads
-// them, gives them SPILL256_STEPS steps' FMAs and stores them, while those
-// steps' rows of weights stay in 4 x SPILL256_STEPS registers (of 16). With
-// the weights read by the FMAs instead (from L1) and 2 rows in registers,
-// 12 to 32 rows took 11-13 % longer: 5 loads for 4 FMAs, and a store a step.
+// The pass keeps each row's 4 sums (2 panels of 2 halves) in L1 and gives
+// them SPILL256_STEPS steps' FMAs per load and store, those steps' weights in
+// 4 x SPILL256_STEPS registers of 16 (weights read from L1: 11-13 % slower).
 #define SPILL256_STEPS 3
 
 // Lanes [0, cols) of 8 (all 8 for cols >= 8): masked loads and stores of a
@@ -552,9 +494,7 @@ AVX2_FN static void tile256(const linear_rows_t* a, const float* xp, size_t xs,
 // from `panel`, over k in [k0, k1): every row's sums held in `held` (32
 // floats a row, 32-byte aligned), SPILL256_STEPS steps at a time. The lines
 // asked for past k1 are the ones read next, `next` (the next pair of
-// panels, or the first pair's next block), not the panels' own lines past
-// k1: in the C harness, when the pass took x 128 k at a time (a pair's
-// lines 128 steps long), 7 to 16 rows ran 5-10 % faster, 32 level.
+// panels, or the first pair's next block), not the panels' own past k1.
 NOINLINE AVX2_FN static void pass256(const linear_rows_t* a, const float* xp,
                                      size_t xs, size_t row, size_t rows, size_t panel,
                                      size_t k0, size_t k1, const float* next,
@@ -590,10 +530,8 @@ NOINLINE AVX2_FN static void pass256(const linear_rows_t* a, const float* xp,
     }
     const float* xr = xp + i;
     float* sums = held;
-    // Unrolled over the rows (as GCC did for up to 8 of them, where the row
-    // count was a constant), it hoisted loads out of the loop body and
-    // spilled them: 6 and 8 rows took 25-30 % longer (one thread, the
-    // weights in L2).
+    // Unrolled over the rows, GCC hoisted loads out of the body and spilled
+    // them (6 and 8 rows 25-30 % slower).
 #pragma GCC unroll 1
     for (size_t r = 0; r < rows; ++r, xr += xs, sums += 32) {
       __m256 xv[S];
@@ -750,12 +688,8 @@ NOINLINE AVX2_FN static void tiles256(const linear_rows_t* a, size_t row0, size_
 // Past ONE_PASS_MAX rows on AVX-512: tiles of rows over blocks of K_BLOCK
 // k; each block of the workgroup's panels stays in L2 while the tiles of
 // rows take it in turn. The rows are dealt out evenly to tiles of at most
-// TILES512_ROWS: a last tile of one to three rows read the block out of L2
-// with too few FMAs to keep up, a pass costing 3-5 % of the call from 36 to
-// 37 rows, 48 to 49 and 60 to 61 with tiles of 12 (C harness, each pair
-// timed in alternation); dealt out to tiles of up to 14 these steps were
-// +0.1 to +1.8 %, and 29 to 512 rows took 0.92-1.0x the time. Tiles of up
-// to 15 were 2-6 % slower from 192 rows on.
+// TILES512_ROWS: a last tile of one to three rows reads the block out of L2
+// with too few FMAs to keep up (3-5 % of the call with tiles of 12).
 NOINLINE AVX512_FN static void tiles512(const linear_rows_t* a, size_t row0, size_t row1,
                                         size_t panel0, size_t panel1) {
   const size_t count = (row1 - row0 + TILES512_ROWS - 1) / TILES512_ROWS;

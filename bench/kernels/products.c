@@ -1,0 +1,126 @@
+// Times anyshape's product kernel (python/anyshape/iree/kernels/linear_rows.c)
+// on roberta-base's products: per layer Q, K, V and the output projection (k
+// = n = 768), the feed-forward up (768 -> 3072) and down (3072 -> 768), every
+// layer's weights of their own, so that they stream from memory as in the
+// model. The kernel is the object a module links (run.py builds it with the
+// module's flags and links it here); the workgroups are split as the module's
+// dispatch splits them (linear_rows.py's executable_text) and taken by
+// `threads` workers in turn, as IREE's task system takes them.
+//
+// usage: products <threads> <layers> <rounds> <rows>...
+// prints, per row count: rows, threads, the median and the fastest round in ms.
+
+#define _POSIX_C_SOURCE 200809L  // pthread barriers, clock_gettime
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void anyshape_linear_rows(const float* x, size_t x_offset, const float* packed,
+                          size_t packed_offset, const float* bias, size_t bias_offset,
+                          float* y, size_t y_offset, size_t m, size_t n, size_t k,
+                          size_t gx, size_t nx, size_t gy, size_t ny);
+
+// linear_rows.py's PANEL, ROWS_PER_WORKGROUP, PANELS_PER_WORKGROUP, TILE_ROWS.
+enum { PANEL = 16, ROWS_PER_WG = 192, PANELS_PER_WG = 8, TILE_ROWS = 12 };
+
+typedef struct {
+  size_t k, n;
+  float *packed, *bias;
+} product_t;
+
+static product_t* products;
+static size_t count, rows, threads;
+static float *x, *y;  // rows x 3072 at most, each product's input and output
+static atomic_size_t* next;  // per product: its next workgroup
+static pthread_barrier_t barrier;
+
+static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// The dispatch's workgroup count (x: runs of panels, y: runs of rows).
+static void grid(const product_t* p, size_t* nx, size_t* ny) {
+  *nx = ceil_div(ceil_div(p->n, PANEL), PANELS_PER_WG);
+  size_t runs = ceil_div(rows, ROWS_PER_WG), tiles = ceil_div(rows, TILE_ROWS);
+  size_t for_workers = ceil_div(threads, *nx > 0 ? *nx : 1);
+  size_t spread = tiles < for_workers ? tiles : for_workers;
+  *ny = runs > spread ? runs : spread;
+}
+
+static void* worker(void* arg) {
+  (void)arg;
+  for (size_t i = 0; i < count; ++i) {
+    const product_t* p = &products[i];
+    size_t nx, ny;
+    grid(p, &nx, &ny);
+    for (size_t g; (g = atomic_fetch_add(&next[i], 1)) < nx * ny;)
+      anyshape_linear_rows(x, 0, p->packed, 0, p->bias, 0, y, 0, rows, p->n, p->k, g % nx,
+                           nx, g / nx, ny);
+    pthread_barrier_wait(&barrier);  // as the module's dispatches, one after the other
+  }
+  return NULL;
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static int by_value(const void* a, const void* b) {
+  double d = *(const double*)a - *(const double*)b;
+  return (d > 0) - (d < 0);
+}
+
+static float* filled(size_t n) {
+  float* p = aligned_alloc(64, ceil_div(n * sizeof(float), 64) * 64);
+  for (size_t i = 0; i < n; ++i) p[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+  return p;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    fprintf(stderr, "usage: %s <threads> <layers> <rounds> <rows>...\n", argv[0]);
+    return 2;
+  }
+  threads = strtoul(argv[1], 0, 10);
+  size_t layers = strtoul(argv[2], 0, 10), rounds = strtoul(argv[3], 0, 10);
+  const size_t shapes[6][2] = {{768, 768}, {768, 768}, {768, 768}, {768, 768},
+                               {768, 3072}, {3072, 768}};  // (k, n)
+  count = layers * 6;
+  products = calloc(count, sizeof(product_t));
+  for (size_t i = 0; i < count; ++i) {
+    product_t* p = &products[i];
+    p->k = shapes[i % 6][0];
+    p->n = shapes[i % 6][1];
+    p->packed = filled(ceil_div(p->n, PANEL) * PANEL * p->k);
+    p->bias = filled(p->n);
+  }
+  next = calloc(count, sizeof(atomic_size_t));
+  double* times = calloc(rounds, sizeof(double));
+  pthread_t* pool = calloc(threads, sizeof(pthread_t));
+  for (int a = 4; a < argc; ++a) {
+    rows = strtoul(argv[a], 0, 10);
+    x = filled(rows * 3072);
+    y = filled(rows * 3072);
+    for (size_t r = 0; r <= rounds; ++r) {  // round 0 warms up
+      for (size_t i = 0; i < count; ++i) atomic_store(&next[i], 0);
+      pthread_barrier_init(&barrier, NULL, (unsigned)threads);
+      double start = now_ms();
+      for (size_t t = 1; t < threads; ++t) pthread_create(&pool[t], NULL, worker, NULL);
+      worker(NULL);
+      for (size_t t = 1; t < threads; ++t) pthread_join(pool[t], NULL);
+      if (r > 0) times[r - 1] = now_ms() - start;
+      pthread_barrier_destroy(&barrier);
+    }
+    qsort(times, rounds, sizeof(double), by_value);
+    printf("rows %zu threads %zu: %.2f ms median, %.2f fastest (%zu rounds of %zu products)\n",
+           rows, threads, times[rounds / 2], times[0], rounds, count);
+    fflush(stdout);
+    free(x);
+    free(y);
+  }
+  return 0;
+}

@@ -1,0 +1,56 @@
+"""Build and run the product kernel's harness (``products.c``, ``make bench-kernels``).
+
+The kernel is the object a module links: ``kernels/build.py`` builds it with
+the module's flags, its instruction set capped at ``--isa`` (as a module for a
+CPU without AVX-512, or without AVX2, links it), and the harness is linked
+against it. Not a test: it prints milliseconds per round of roberta-base's
+products, for the figures ``linear_rows.c`` and docs/iree-notes.md cite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from anyshape.iree.cpu import host_flags
+from anyshape.iree.kernels import build, linear_rows
+
+ISAS = {"portable": build.ISA_PORTABLE, "avx2": build.ISA_AVX2, "avx512": build.ISA_AVX512}
+HERE = Path(__file__).parent
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, nargs="+", default=[2, 1])
+    parser.add_argument("--rows", type=int, nargs="+",
+                        default=[1, 4, 12, 15, 16, 17, 24, 32, 33, 48, 49, 64, 96, 97, 128, 192])
+    parser.add_argument("--isa", choices=list(ISAS), default="avx512",
+                        help="the widest instruction set (the host's, where it has less)")
+    parser.add_argument("--layers", type=int, default=12, help="roberta-base has 12")
+    parser.add_argument("--rounds", type=int, default=9, help="timed rounds (the median is shown)")
+    args = parser.parse_args(argv)
+    built, why = build.kernel_object(linear_rows.SOURCE, ISAS[args.isa])
+    if built is None:
+        print(f"the kernel cannot be built: {why}", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory(prefix="anyshape-bench-kernels-") as tmp:
+        harness = Path(tmp) / "products"
+        subprocess.run([build.compiler(), "-O2", "-std=c11", "-pthread", str(HERE / "products.c"),
+                        str(built), "-o", str(harness)], check=True)
+        flags = host_flags() or set()
+        host = "avx512" if "avx512f" in flags else "avx2" if {"avx2", "fma"} <= flags \
+            else "portable"
+        runs = min(args.isa, host, key=ISAS.get)
+        print(f"{linear_rows.SOURCE.name} ({built.name}), --isa {args.isa}: the {runs} code "
+              f"runs, {args.layers} layers of roberta-base's products", flush=True)
+        for threads in args.threads:
+            subprocess.run([str(harness), str(threads), str(args.layers), str(args.rounds),
+                            *map(str, args.rows)], check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
