@@ -108,7 +108,8 @@ def without_dim_facts(first: Callable[[], T], second: Callable[[], T], build: Bu
         failure = error
     report(f"compiling again {dim_facts.change}: " + failure.diagnostic.splitlines()[0])
     reproducer = Path(failure.reproducer)
-    kept = reproducer.rename(reproducer.with_name(reproducer.name + ".first"))  # the retry's may take its name
+    # Set aside: the retry's reproducer may take its name.
+    kept = reproducer.rename(reproducer.with_name(reproducer.name + ".first"))
     try:
         result = second()
     except CompileError as second_failure:
