@@ -169,3 +169,18 @@ def test_negative_type_checking_imports_are_not_edges():
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                      "    from anyshape.b import c\n")
     assert [t for _, t in _imports(tree, "anyshape.a", False) if t.startswith("anyshape")] == []
+
+
+def test_anyshape_opt_starts_without_torch():
+    """``anyshape-opt`` runs once per pass in test_opt_compat (hundreds of
+    processes) and in every lit test: importing torch (2 s and more) in its
+    start-up would multiply both. Its modules take torch-only names under
+    ``TYPE_CHECKING`` only."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, anyshape.tools.opt, anyshape.tools.opt_session; "
+             "print(sorted({'torch', 'transformers'} & set(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

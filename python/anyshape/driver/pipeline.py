@@ -11,13 +11,14 @@ splits ``builtin.module(...)`` into elements and adds anyshape passes itself.
 from __future__ import annotations
 
 import re
-
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from anyshape.iree.flags import Target
 from anyshape.mlir import ir, passmanager
 from anyshape.passes import lookup
-from anyshape.runtime.signature import ModuleSignature
+
+if TYPE_CHECKING:  # the signature module imports torch, which anyshape-opt does without
+    from anyshape.runtime.signature import ModuleSignature
 
 
 # --- pipeline text ---------------------------------------------------------
