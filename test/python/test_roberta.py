@@ -11,6 +11,8 @@ import torch
 from conftest import MAX_LEN
 from models import roberta_inputs
 
+from without_compilers import FORBID_COMPILERS
+
 import anyshape
 
 LENGTHS = [1, 2, 7, 64, MAX_LEN]
@@ -62,17 +64,7 @@ def test_manifest(compiled_roberta, tmp_path):
     assert set(manifest["versions"]) >= {"torch", "torch-mlir", "iree-base-compiler", "iree-base-runtime"}
 
 
-LOAD_IN_FRESH_PROCESS = textwrap.dedent("""
-    import sys, importlib.abc
-
-    class Forbid(importlib.abc.MetaPathFinder):
-        # The runtime side must not need the compilers.
-        def find_spec(self, name, path, target=None):
-            if name.split(".")[0] == "torch_mlir" or name.startswith("iree.compiler"):
-                raise ImportError(f"{name} must not be imported to run an artifact")
-            return None
-
-    sys.meta_path.insert(0, Forbid())
+LOAD_IN_FRESH_PROCESS = FORBID_COMPILERS + textwrap.dedent("""
     import torch, anyshape
     artifact, data = sys.argv[1], sys.argv[2]
     inputs = torch.load(data)

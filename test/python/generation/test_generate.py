@@ -21,6 +21,8 @@ import pytest
 import torch
 from invocations import record_invocations
 
+from without_compilers import FORBID_COMPILERS
+
 import anyshape
 
 NEW_TOKENS = 64
@@ -394,16 +396,7 @@ def test_save_and_load_give_the_same_generate(tmp_path):
     assert torch.equal(loaded.generate(ids, attention_mask=mask, max_new_tokens=20), want)
 
 
-GENERATE_WITHOUT_THE_COMPILERS = textwrap.dedent("""
-    import sys, importlib.abc
-
-    class Forbid(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name.split(".")[0] == "torch_mlir" or name.startswith("iree.compiler"):
-                raise ImportError(f"{name} must not be imported to generate")
-            return None
-
-    sys.meta_path.insert(0, Forbid())
+GENERATE_WITHOUT_THE_COMPILERS = FORBID_COMPILERS + textwrap.dedent("""
     import torch, anyshape
     artifact, data = sys.argv[1], sys.argv[2]
     inputs = torch.load(data)
