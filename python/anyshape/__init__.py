@@ -6,11 +6,11 @@ iree-base-runtime. Everything is imported on first use, so the command-line
 tools start without importing torch.
 """
 
-from anyshape.errors import CompileError, DataTilingFallback, RunError
+from anyshape.errors import CompileError, DataTilingFallback, DimBoundedByConfig, RunError
 
 __all__ = ["compile", "compile_generator", "import_torch", "load", "write_parameters",
            "BackendOptions", "CompiledModule", "Generator", "CompileError", "CudaArchSubstituted", "DataTilingFallback",
-           "RunError"]
+           "DimBoundedByConfig", "RunError"]
 __version__ = "0.1.0"
 
 _LAZY = {

@@ -32,6 +32,12 @@ class DataTilingFallback(UserWarning):
     compiled without it."""
 
 
+class DimBoundedByConfig(UserWarning):
+    """A dim of ``dynamic_shapes`` was given the max the model's config implies
+    (its position count), which torch.export needed to export the model
+    (``frontend/config_bounds.py``); ``strict_dims=True`` refuses instead."""
+
+
 class RunError(RuntimeError):
     """A compiled module failed while it ran: the message names the function,
     the inputs' shapes and IREE's own message (``iree_message``)."""

@@ -53,7 +53,8 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
             backend: BackendOptions | None = None,
             passes: Sequence[str] | None = None, dump_ir_dir: str | Path | None = None,
             progress: bool | Callable[[str], None] = False, cache: bool = True,
-            entries: dict | None = None, cuda_arch=UNSET, opt_level=UNSET, data_tiling=UNSET,
+            entries: dict | None = None, strict_dims: bool = False,
+            cuda_arch=UNSET, opt_level=UNSET, data_tiling=UNSET,
             threads=UNSET, params=UNSET, target_cpu=UNSET) -> CompiledModule:
     """Export ``model`` with ``torch.export`` (``dynamic_shapes`` as there), run the
     anyshape passes and compile with IREE for ``target`` ("cpu" or "cuda").
@@ -105,8 +106,14 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     it: static sizes where the entry function has dims), sharing its weights,
     which the module stores once; ``module.invoke(arrays, entry=name)`` runs
     one. The passes run on every function.
+    ``strict_dims`` (default False): where torch.export's only objection to
+    ``dynamic_shapes`` is a max that the model's config implies (its
+    position count: BERT's ``seq <= 512``), the dim gets that max, with a
+    ``DimBoundedByConfig`` warning naming it; True: refused, as torch does.
     """
     entries = check_model_and_inputs(model, args, kwargs, dtype, entries)
+    if not isinstance(strict_dims, bool):
+        raise TypeError(f"strict_dims: expected True or False, got {strict_dims!r}")
     backend = resolve_backend(backend, {
         "cuda_arch": cuda_arch, "opt_level": opt_level, "data_tiling": data_tiling,
         "threads": threads, "params": params, "target_cpu": target_cpu}, stacklevel=2)
@@ -117,7 +124,8 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     report = _progress_printer(progress)
 
     started = time.monotonic()
-    program, entries = _exported(model, args, kwargs, dynamic_shapes, entries, report)
+    program, entries = _exported(model, args, kwargs, dynamic_shapes, entries, report,
+                                 strict_dims)
     compile_target = with_constants_for(compile_target, _tensor_dtypes(program, *entries.values()))
     exported = time.monotonic()
     report("importing into the torch dialect")
@@ -148,7 +156,7 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     return module
 
 
-def _exported(model, args, kwargs, dynamic_shapes, entries: dict, report):
+def _exported(model, args, kwargs, dynamic_shapes, entries: dict, report, strict_dims: bool):
     """The program to compile, and the ``entries`` decomposed as it is."""
     import torch
 
@@ -159,7 +167,7 @@ def _exported(model, args, kwargs, dynamic_shapes, entries: dict, report):
         program = prepare_program(model)
     else:
         report("exporting with torch.export")
-        program = export_program(model, args, kwargs, dynamic_shapes)
+        program = export_program(model, args, kwargs, dynamic_shapes, strict_dims, stacklevel=4)
     return program, {name: prepare_program(entry_program)
                      for name, entry_program in entries.items()}
 

@@ -3,15 +3,17 @@ anyshape imports (``decomposition_table``: core ATen with a few ops kept whole).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import re
 import warnings
 from typing import Any
 
 import torch
 import torch.export
 
-from anyshape.errors import CompileError
-from anyshape.frontend import export_diagnostics
+from anyshape.errors import CompileError, DimBoundedByConfig
+from anyshape.frontend import config_bounds, export_diagnostics
 from anyshape.frontend.program_signature import output_roles
 from anyshape.stages import Workaround
 
@@ -92,25 +94,60 @@ def _squeeze_one_dim_at_a_time(x: torch.Tensor, dims) -> torch.Tensor:
 
 
 def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
-                   dynamic_shapes: Any) -> torch.export.ExportedProgram:
+                   dynamic_shapes: Any, strict_dims: bool = False,
+                   stacklevel: int = 3) -> torch.export.ExportedProgram:
+    """``torch.export`` of ``model``, decomposed (``prepare_program``). Where
+    torch's only objection is a max its config implies on one of the user's
+    dims, exported with that max and a ``DimBoundedByConfig`` warning
+    (``config_bounds.py``); ``strict_dims=True``: refused, as torch refuses.
+    ``stacklevel``: the warnings' (the caller's caller: the user's line)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     if model.training:
         warnings.warn(
             "model is in training mode: dropout and batch-norm statistics are exported as "
             "training ops; call model.eval() first to compile for inference",
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
-    with torch.no_grad(), export_diagnostics.listening() as shape_log:
-        try:
-            program = torch.export.export(model, args, kwargs or {},
-                                          dynamic_shapes=dynamic_shapes, strict=False)
-        except Exception as error:
-            names = list(inspect.signature(model.forward).parameters)
-            raise export_diagnostics.export_error(error, shape_log, dynamic_shapes,
-                                                  names) from error
+    applied: list[config_bounds.Bound] = []
+    while True:
+        with torch.no_grad(), export_diagnostics.listening() as shape_log:
+            try:
+                program = torch.export.export(model, args, kwargs or {},
+                                              dynamic_shapes=dynamic_shapes, strict=False)
+                break
+            except Exception as error:
+                retry = None if strict_dims or len(applied) >= _MAX_BOUND_RETRIES else \
+                    config_bounds.bounded(str(error), model, dynamic_shapes)
+                names = list(inspect.signature(model.forward).parameters)
+                refusal = export_diagnostics.export_error(error, shape_log, dynamic_shapes, names)
+                if retry is None:
+                    raise refusal from error
+                dynamic_shapes, bounds = retry
+                applied += [dataclasses.replace(bound, source=f"{bound.source}; torch.export "
+                                                f"needs it: {_needed_at(refusal)}")
+                            for bound in bounds]
+    for bound in applied:
+        warnings.warn(f"dynamic_shapes: dim '{bound.dim}' is bounded to at most {bound.max}, as "
+                      f"the model's config implies ({bound.source}); declare "
+                      f"Dim('{bound.dim}', max={bound.max}) to say so, or pass strict_dims=True "
+                      f"to refuse instead", DimBoundedByConfig, stacklevel=stacklevel)
     return prepare_program(program)
+
+
+# torch asks for one bound at a time where a model needs several.
+_MAX_BOUND_RETRIES = 4
+
+
+def _needed_at(refusal: CompileError) -> str:
+    """Where the model's code needs the bound, from the refusal's explanation."""
+    match = re.search(r"the condition (.+?) holds only for some sizes, added at (.+?):\n\s*(.+)",
+                      refusal.diagnostic)
+    if match is None:
+        return refusal.diagnostic.splitlines()[0]
+    condition = re.sub(r"L\['(\w+)'\]", r"\1", match[1])  # as the inputs are named
+    return f"{condition} at {match[2]}: {match[3].strip()}"
 
 
 def prepare_program(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:

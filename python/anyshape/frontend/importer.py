@@ -167,12 +167,13 @@ def _shape_expressions_as_affine_maps():
 
 
 def import_torch(model: torch.nn.Module, args, kwargs: dict | None = None, *,
-                 dynamic_shapes: Any = None) -> ir.Module:
+                 dynamic_shapes: Any = None, strict_dims: bool = False) -> ir.Module:
     """The import stage on its own: the torch-dialect module, weights included.
+    ``strict_dims`` as ``anyshape.compile`` takes it.
 
     ``str()`` of the result is complete MLIR text that ``anyshape-opt`` reads back.
     """
-    return import_program(export_program(model, args, kwargs, dynamic_shapes))
+    return import_program(export_program(model, args, kwargs, dynamic_shapes, strict_dims))
 
 
 def _inline_state(program: torch.export.ExportedProgram,
