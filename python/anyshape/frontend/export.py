@@ -13,7 +13,7 @@ import torch
 import torch.export
 
 from anyshape.errors import CompileError, DimBoundedByConfig
-from anyshape.frontend import config_bounds, export_diagnostics
+from anyshape.frontend import config_bounds, export_diagnostics, grouped_experts
 from anyshape.frontend.program_signature import output_roles
 from anyshape.stages import Workaround
 
@@ -63,7 +63,21 @@ def decomposition_table() -> dict:
     table[sdpa] = contiguous_attention
     table[torch.ops.aten.squeeze.dims] = _squeeze_one_dim_at_a_time
     table[torch.ops.aten._native_batch_norm_legit_no_training.default] = _batch_norm_eval
+    table[torch.ops.aten.empty_permuted.default] = _empty_permuted_as_permuted_empty
+    table.update(grouped_experts.decompositions())
     return table
+
+
+def _empty_permuted_as_permuted_empty(size, physical_layout, dtype=None, layout=None,
+                                      device=None, pin_memory=None):
+    # torch decomposes empty_like to empty_permuted (its memory order), which
+    # torch-mlir has no op for (an opaque `torch.operator`; transformers' MoE
+    # experts invert their sort with `empty_like(perm)`): an empty tensor in
+    # memory order, permuted to the logical order, as torch's own op builds it.
+    physical = [size[axis] for axis in physical_layout]
+    logical = sorted(range(len(physical_layout)), key=lambda i: physical_layout[i])
+    return torch.empty(physical, dtype=dtype, device=device,
+                       pin_memory=bool(pin_memory)).permute(logical)
 
 
 def _batch_norm_eval(x, weight, bias, running_mean, running_var, momentum, eps):
@@ -175,6 +189,15 @@ WORKAROUNDS = (
         guard=('test/python/frontend/test_import.py::test_squeezes_compile_and_match_eager',
                'test/python/test_hf_families.py::test_squeezed_head_reaches_iree_as_a_known_op'),
         remove_when='(inferred) when torch-mlir has an op/lowering for aten.squeeze.dims'),
+    Workaround(
+        name='empty_permuted_as_permuted_empty', stage='export',
+        where='_empty_permuted_as_permuted_empty (decomposition_table)',
+        upstream="torch decomposes empty_like to aten.empty_permuted, for which torch-mlir has "
+                 "no op: it imports as an opaque `torch.operator` that IREE cannot lower "
+                 "(transformers' MoE experts invert their sort with empty_like).",
+        guard='test/python/frontend/test_grouped_experts.py::'
+              'test_empty_like_compiles_with_a_dynamic_length',
+        remove_when='(inferred) when torch-mlir has an op/lowering for aten.empty_permuted'),
     Workaround(
         name='batch_norm_eval_elementwise', stage='export',
         where='_batch_norm_eval (decomposition_table)',

@@ -180,6 +180,24 @@ def test_falcon_with_alibi_is_hf_generate():
     assert torch.equal(generator.generate(ids, attention_mask=mask, max_new_tokens=40), want)
 
 
+# Four experts, two per token: a mixed batch uses every expert, a short prompt not.
+MOE = dict(num_local_experts=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+           shared_expert_intermediate_size=64)
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type", ["mixtral", "qwen2_moe", "qwen3_moe"])
+def test_mixture_of_experts_as_loaded_is_hf_generate(model_type):
+    model, generator = built(model_type, **MOE)
+    assert model.config._experts_implementation == "grouped_mm"  # transformers' default
+    for lengths, seed in (([17, 1, 7], 1), ([7], 14)):
+        ids, mask = mixed_batch(lengths, seed=seed)
+        want = hf_generate(model, ids, mask, max_new_tokens=NEW_TOKENS, do_sample=False)
+        got = generator.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS)
+        assert torch.equal(got, want), f"{model_type} {lengths}:\n{got[:, ids.shape[1]:]}\n" \
+                                       f"HF:\n{want[:, ids.shape[1]:]}"
+
+
 @pytest.mark.builds_after_export
 def test_grouped_query_attention_exports():
     # Llama's 4 heads share 2 key/value heads: without the export workaround,
