@@ -24,7 +24,15 @@ from anyshape.frontend.program_signature import declared_dims
 _SHAPE_LOG = "torch.fx.experimental.symbolic_shapes"
 _SYMBOL = re.compile(r"\b[su]\d+\b")
 # "L['x'].size()[1]" -> ("x", "1"); a keyword argument is "L['kwargs']['mask']".
-_SIZE_SOURCE = re.compile(r"L(?:\['\w+'\])*\['(\w+)'\]\.size\(\)\[(\d+)\]")
+# A size's source as torch writes it: L['x'].size()[1], L['kwargs']['x'].size()[1],
+# and for an input nested in a list or tuple L['past'][0].size()[2] (named past[0]).
+_SIZE_SOURCE = re.compile(r"L(?:\['\w+'\])*\['(\w+)'\]((?:\[\d+\])*)\.size\(\)\[(\d+)\]")
+
+
+def _input_and_axis(source: str) -> tuple[str, int] | None:
+    """(input, axis) of a size's source (``past[0]`` for a nested input), or None."""
+    match = _SIZE_SOURCE.fullmatch(source)
+    return (match.group(1) + match.group(2), int(match.group(3))) if match else None
 
 ADVICE = ("Python code there used the size as a plain number (math.sqrt and the other "
           "math functions, float(), int(), or a branch on its value), so torch.export "
@@ -131,9 +139,9 @@ def _explain_specializations(text: str, log: ShapeLog,
         guard = _restricting_guard(symbol, log)
         if guard is None:
             continue
-        match = _SIZE_SOURCE.fullmatch(source)
-        where_dim = f"{match.group(1)}.size()[{match.group(2)}]" if match else source
-        label = labels.get((match.group(1), int(match.group(2)))) if match else None
+        where = _input_and_axis(source)
+        where_dim = f"{where[0]}.size()[{where[1]}]" if where else source
+        label = labels.get(where) if where else None
         named = f"'{label}' ({where_dim})" if label else where_dim
         if _pins(guard.expr, symbol):
             pinned.append(f"torch.export fixed dim {named} to its example value {hint} "
@@ -193,8 +201,8 @@ _VIOLATED = re.compile(r"Not all values of (\w+) = (\S+) in the specified range(
 
 
 def _dim_of(source: str) -> str:
-    match = _SIZE_SOURCE.fullmatch(source)
-    return f"{match.group(1)}.size()[{match.group(2)}]" if match else source
+    where = _input_and_axis(source)
+    return f"{where[0]}.size()[{where[1]}]" if where else source
 
 
 def _holds_by_declaration(expr: str, log: ShapeLog, labels: dict[tuple[str, int], str]) -> bool:
@@ -209,16 +217,31 @@ def _holds_by_declaration(expr: str, log: ShapeLog, labels: dict[tuple[str, int]
     by_label: dict[str, sympy.Symbol] = {}
     sizes = {}  # each symbol as a positive integer, one per declared Dim
     for symbol in sorted(getattr(parsed, "free_symbols", ()), key=str):
-        source = _SIZE_SOURCE.fullmatch(log.sources.get(str(symbol), ("",))[0])
-        label = labels.get((source.group(1), int(source.group(2)))) if source else None
-        fresh = sympy.Symbol(f"size_{label or symbol}", integer=True, positive=True)
-        sizes[symbol] = by_label.setdefault(label, fresh) if label else fresh
-    if len(set(sizes.values())) == len(sizes):
-        return False  # no two sizes of one Dim
+        where = _input_and_axis(log.sources.get(str(symbol), ("",))[0])
+        label = labels.get(where) if where else None
+        if label is None:
+            sizes[symbol] = sympy.Symbol(f"size_{symbol}", integer=True, positive=True)
+        elif label.isidentifier():
+            sizes[symbol] = _size_named(label, by_label)
+        else:  # a derived Dim ('past + 1', '2*seq'): its expression in its root's size
+            try:
+                sizes[symbol] = sympy.sympify(label, locals={
+                    name: _size_named(name, by_label) for name in re.findall(r"[A-Za-z_]\w*", label)})
+            except (sympy.SympifyError, TypeError, SyntaxError):
+                sizes[symbol] = sympy.Symbol(f"size_{symbol}", integer=True, positive=True)
+    roots = set().union(*(size.free_symbols for size in sizes.values()))
+    if len(roots) == len(sizes) and all(size.is_Symbol for size in sizes.values()):
+        return False  # no two sizes of one Dim, no size derived from another
     try:
         return bool(sympy.simplify(parsed.subs(sizes)) in (sympy.true, True))
     except (TypeError, ValueError):
         return False
+
+
+def _size_named(label: str, by_label: dict):
+    import sympy
+
+    return by_label.setdefault(label, sympy.Symbol(f"size_{label}", integer=True, positive=True))
 
 
 def _as_sympy(condition: str, log: ShapeLog):

@@ -169,7 +169,9 @@ def declared_dims(dynamic_shapes: Any, input_names: list[str]) -> dict[tuple[str
 
     Handles the usual forms: a dict keyed by input name, or a tuple/list in
     input order (``input_names``), each entry a ``{axis: Dim}`` dict or a list
-    of per-axis Dims (``Dim.AUTO`` and ``Dim.DYNAMIC`` have no name).
+    of per-axis Dims (``Dim.AUTO`` and ``Dim.DYNAMIC`` have no name); an input
+    that is a list or tuple of tensors (a cache's keys and values) has a spec
+    per tensor, named ``past[0]``, ``past[1]``, ... as torch's sources name them.
     """
     if isinstance(dynamic_shapes, dict):
         per_input = dynamic_shapes.items()
@@ -177,15 +179,23 @@ def declared_dims(dynamic_shapes: Any, input_names: list[str]) -> dict[tuple[str
         per_input = zip(input_names, dynamic_shapes)
     else:
         return {}
-    declared = {}
-    for input_name, axes in per_input:
-        if not isinstance(axes, (dict, list, tuple)):
-            continue  # None, or a Dim or hint for a non-tensor input
-        for axis, dim in (axes.items() if isinstance(axes, dict) else enumerate(axes)):
-            label = getattr(dim, "__name__", None)
-            if label is not None and isinstance(axis, int):
-                declared[(input_name, axis)] = label
+    declared: dict[tuple[str, int], str] = {}
+    for input_name, spec in per_input:
+        _declare(str(input_name), spec, declared)
     return declared
+
+
+def _declare(name: str, spec: Any, declared: dict[tuple[str, int], str]) -> None:
+    if isinstance(spec, (list, tuple)) and any(isinstance(s, (dict, list, tuple)) for s in spec):
+        for index, inner in enumerate(spec):  # one spec per tensor of a nested input
+            _declare(f"{name}[{index}]", inner, declared)
+        return
+    if not isinstance(spec, (dict, list, tuple)):
+        return  # None, or a Dim or hint for a non-tensor input
+    for axis, dim in (spec.items() if isinstance(spec, dict) else enumerate(spec)):
+        label = getattr(dim, "__name__", None)
+        if label is not None and isinstance(axis, int):
+            declared[(name, axis)] = label
 
 
 def dim_labels_from(program: torch.export.ExportedProgram, dynamic_shapes: Any) -> dict[str, str]:

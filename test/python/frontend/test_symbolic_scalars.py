@@ -165,6 +165,31 @@ def test_dim_restricted_by_a_branch_names_the_condition_and_torchs_fix():
     assert "n = Dim('n', max=9)" in message
 
 
+class NestedCache(torch.nn.Module):
+    """A hand-written decode step's shape: keys and values passed as a list."""
+
+    def forward(self, ids, past):
+        new = ids[:, None, :, None].float().expand(-1, 2, -1, 4)
+        keys, values = torch.cat([past[0], new], dim=2), torch.cat([past[1], new], dim=2)
+        return keys * 2 + values if keys.shape[2] > 8 else keys - values
+
+
+def test_dims_of_a_nested_input_are_named_and_what_they_declare_is_not_blamed():
+    """past[0] and past[1] share ids' Dim("batch") and one Dim("past"): torch's
+    guards relating them hold by that declaration. Only the branch is reported,
+    with the user's dims (it named L['past'][1].size()[0] and blamed those)."""
+    batch, past, new = Dim("batch"), Dim("past"), Dim("new")
+    with pytest.raises(CompileError) as caught:
+        anyshape.compile(NestedCache().eval(),
+                         (torch.ones(2, 3, dtype=torch.long), [torch.randn(2, 2, 5, 4)] * 2),
+                         dynamic_shapes={"ids": {0: batch, 1: new},
+                                         "past": [{0: batch, 2: past}, {0: batch, 2: past}]})
+    message = str(caught.value)
+    assert "could not keep dims 'new' (ids.size()[1]) and 'past' (past[0].size()[2])" in message
+    assert "if keys.shape[2] > 8" in message
+    assert "could not keep dim L[" not in message and "Eq(" not in message, message
+
+
 class MaskedAndShifted(torch.nn.Module):
     def forward(self, h, mask):
         return h * mask[:, -h.shape[1]:][:, :, None], mask[:, 1:]
