@@ -20,12 +20,11 @@ from typing import Any
 from torch.export import Dim
 from torch.export.dynamic_shapes import _DerivedDim
 
+from anyshape.frontend.hf import POSITIONS_AFTER_PADDING
+
 # Config fields that count positions, as transformers' configs name them.
 POSITION_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length",
                    "max_source_positions", "max_target_positions")
-# Families whose position ids start after the padding index (RoBERTa's
-# create_position_ids_from_input_ids): pad_token_id + 1 positions are never a token's.
-_POSITIONS_AFTER_PADDING = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert"}
 
 # One line of torch's "Suggested fixes:", as torch 2.13 prints a plain dim.
 _FIX = re.compile(r"(\w+) = Dim\('(\w+)'(?:, min=(\d+))?(?:, max=(\d+))?\)")
@@ -47,7 +46,7 @@ def config_limits(model) -> dict[int, str]:
     if config is None:
         return {}
     limits: dict[int, str] = {}
-    padded = getattr(config, "model_type", None) in _POSITIONS_AFTER_PADDING
+    padded = getattr(config, "model_type", None) in POSITIONS_AFTER_PADDING
     pad = getattr(config, "pad_token_id", None)
     for field in POSITION_FIELDS:
         value = getattr(config, field, None)

@@ -34,7 +34,7 @@ DEFAULT_MAX_SEQ = 512
 # Their released checkpoints (roberta-base, xlm-roberta-base) have that many more
 # positions than transformers' default config (514, not 512: 512 tokens), and
 # so does the default here, unless --config sets max_position_embeddings.
-_POSITIONS_AFTER_PADDING = {"roberta", "xlm-roberta", "camembert", "xlm-roberta-xl"}
+POSITIONS_AFTER_PADDING = {"roberta", "xlm-roberta", "camembert", "xlm-roberta-xl"}
 
 
 class LastTokenLogits(torch.nn.Module):
@@ -116,7 +116,7 @@ def default_config(model_type: str, overrides: dict[str, Any] | None = None):
     if unknown:
         raise ValueError(f"--config: {model_type}'s config ({type(config).__name__}) has no "
                          f"field {', '.join(repr(k) for k in unknown)}")
-    if model_type in _POSITIONS_AFTER_PADDING and "max_position_embeddings" not in (overrides or {}):
+    if model_type in POSITIONS_AFTER_PADDING and "max_position_embeddings" not in (overrides or {}):
         config.max_position_embeddings += (config.pad_token_id or 0) + 1
     for key, value in (overrides or {}).items():
         setattr(config, key, value)
@@ -151,7 +151,7 @@ def _max_positions(config, model_type: str) -> int | None:
     for field in ("max_position_embeddings", "n_positions"):
         positions = getattr(config, field, None)
         if isinstance(positions, int):
-            if model_type in _POSITIONS_AFTER_PADDING:
+            if model_type in POSITIONS_AFTER_PADDING:
                 positions -= (config.pad_token_id or 0) + 1
             return positions
     return None
