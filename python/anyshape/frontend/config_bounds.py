@@ -24,7 +24,7 @@ from anyshape.frontend.hf import POSITIONS_AFTER_PADDING
 
 # Config fields that count positions, as transformers' configs name them.
 POSITION_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length",
-                   "max_source_positions", "max_target_positions")
+                   "max_source_positions", "max_target_positions", "max_seq_len")
 
 # One line of torch's "Suggested fixes:", as torch 2.13 prints a plain dim.
 _FIX = re.compile(r"(\w+) = Dim\('(\w+)'(?:, min=(\d+))?(?:, max=(\d+))?\)")
@@ -68,11 +68,17 @@ def suggested_fixes(text: str) -> list[str]:
     return [line.strip() for line in block.splitlines() if line.strip()]
 
 
-def bounded(error_text: str, model, dynamic_shapes: Any) -> tuple[Any, list[Bound]] | None:
+def bounded(error_text: str, model, dynamic_shapes: Any,
+            violated: list[tuple[str, Any]] = ()) -> tuple[Any, list[Bound]] | None:
     """``dynamic_shapes`` with the maxes torch.export suggests in ``error_text``
     applied, and those maxes; None unless every suggestion lowers the max of a
-    plain dim of the user's to a position count of the model's config."""
-    fixes = suggested_fixes(error_text)
+    plain dim of the user's to a position count of the model's config.
+
+    Where torch suggests nothing (it cannot solve ``seq == 2048 - max(0, 2048 - seq)``
+    for a bound), ``violated`` (``export_diagnostics.violated_conditions``) decides:
+    each condition must hold at a position count of the config and fail one past
+    it; the next export then shows whether it holds at every size up to there."""
+    fixes = suggested_fixes(error_text) or _fixes_at_the_boundary(violated, config_limits(model))
     if not fixes:
         return None
     declared: dict[str, Any] = {}
@@ -102,6 +108,18 @@ def bounded(error_text: str, model, dynamic_shapes: Any) -> tuple[Any, list[Boun
     new = {bound.dim: Dim(bound.dim, min=declared[bound.dim].min, max=bound.max)
            for bound in bounds}
     return _replaced(dynamic_shapes, new), bounds
+
+
+def _fixes_at_the_boundary(violated: list[tuple[str, Any]], limits: dict[int, str]) -> list[str]:
+    """torch's fix lines (``seq = Dim('seq', max=2048)``) for conditions that flip
+    from true to false just past one of ``limits``; empty unless every condition does."""
+    maxes: dict[str, int] = {}
+    for name, holds_at in violated:
+        flips = [limit for limit in sorted(limits)
+                 if holds_at(limit) is True and holds_at(limit + 1) is False]
+        if len(flips) != 1 or maxes.setdefault(name, flips[0]) != flips[0]:
+            return []
+    return [f"{name} = Dim('{name}', max={high})" for name, high in maxes.items()]
 
 
 def _dims(shapes: Any):

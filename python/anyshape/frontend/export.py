@@ -14,6 +14,7 @@ import torch.export
 
 from anyshape.errors import CompileError, DimBoundedByConfig
 from anyshape.frontend import config_bounds, export_diagnostics, grouped_experts
+from anyshape.frontend.layout_probes import static_layout_probes
 from anyshape.frontend.program_signature import output_roles
 from anyshape.stages import Workaround
 
@@ -124,16 +125,20 @@ def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
             stacklevel=stacklevel,
         )
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    args, kwargs = _owning_their_storage((args, kwargs or {}))
     applied: list[config_bounds.Bound] = []
     while True:
-        with torch.no_grad(), export_diagnostics.listening() as shape_log:
+        with torch.no_grad(), static_layout_probes(), \
+                export_diagnostics.listening() as shape_log:
             try:
                 program = torch.export.export(model, args, kwargs or {},
                                               dynamic_shapes=dynamic_shapes, strict=False)
                 break
             except Exception as error:
                 retry = None if strict_dims or len(applied) >= _MAX_BOUND_RETRIES else \
-                    config_bounds.bounded(str(error), model, dynamic_shapes)
+                    config_bounds.bounded(str(error), model, dynamic_shapes,
+                                          export_diagnostics.violated_conditions(str(error),
+                                                                                 shape_log))
                 names = list(inspect.signature(model.forward).parameters)
                 refusal = export_diagnostics.export_error(error, shape_log, dynamic_shapes, names)
                 if retry is None:
@@ -148,6 +153,16 @@ def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
                       f"Dim('{bound.dim}', max={bound.max}) to say so, or pass strict_dims=True "
                       f"to refuse instead", DimBoundedByConfig, stacklevel=stacklevel)
     return prepare_program(program)
+
+
+def _owning_their_storage(example):
+    """``example`` with each tensor that is a view of another (HF's sliding-window
+    cache hands out ``keys[:, :, -window + 1:]``) copied to a tensor of its own.
+    torch.export traces a view input through its base, and relates the user's
+    dims to the base's sizes, which no run passes; the values are the same."""
+    return torch.utils._pytree.tree_map_only(
+        torch.Tensor, lambda t: t.clone(memory_format=torch.contiguous_format)
+        if t._is_view() else t, example)
 
 
 # torch asks for one bound at a time where a model needs several.
@@ -168,7 +183,8 @@ def prepare_program(program: torch.export.ExportedProgram) -> torch.export.Expor
     """An exported program (``export_program``'s, or one a user passes to
     ``compile``) decomposed as anyshape imports it (``decomposition_table``)."""
     try:
-        program = program.run_decompositions(decomposition_table())
+        with static_layout_probes():
+            program = program.run_decompositions(decomposition_table())
     except Exception as error:
         first = next((line for line in str(error).splitlines() if line.strip()), "")
         raise CompileError("export", f"decomposing the exported program to core ATen ops "

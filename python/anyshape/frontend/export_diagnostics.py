@@ -258,6 +258,31 @@ def _as_sympy(condition: str, log: ShapeLog):
     return _parse(text)
 
 
+def violated_conditions(text: str, log: ShapeLog) -> list[tuple[str, object]]:
+    """The guards torch says narrow a declared dim, as (dim's name, a test of the
+    condition at one size of that dim: True, False, or None where it cannot
+    tell), for conditions over that one size only."""
+    import sympy
+
+    found = []
+    for label, _source, condition in _VIOLATED.findall(text):
+        expr = _as_sympy(condition, log)
+        symbols = getattr(expr, "free_symbols", set()) if expr is not None else set()
+        if len(symbols) != 1:
+            found.append((label, lambda size: None))
+            continue
+
+        def holds_at(size: int, expr=expr, symbol=next(iter(symbols))) -> bool | None:
+            try:
+                value = sympy.simplify(expr.subs(symbol, size))
+            except (TypeError, ValueError, ArithmeticError):
+                return None
+            return True if value in (sympy.true, True) else \
+                False if value in (sympy.false, False) else None
+        found.append((label, holds_at))
+    return found
+
+
 def _small_sizes_failing(condition: str, source: str, log: ShapeLog) -> list[int]:
     """The sizes 0 to 3 of ``source``'s dim at which ``condition`` is false
     (every size of the same Dim set alike): what a min would rule out."""

@@ -1,0 +1,89 @@
+"""torch's layout probes without guards, while anyshape exports.
+
+torch asks "is this tensor contiguous?" of every intermediate result it records
+(``fx.passes.shape_prop._extract_tensor_metadata``) and in its fake kernels'
+``definitely_contiguous`` checks. Those probes pass ``false_if_dde=True``: they may
+answer "no" when they cannot tell. But for sizes torch has a hint for, they still
+decide by the hint and record it as a guard. A slice of a buffer by the length
+(GPT-Neo's and OpenAI-GPT's ``self.bias[:, :, :seq, :seq]``) is contiguous only at
+``seq == 512``; a length-1 check on ``seq - 1`` (MobileBERT) holds only at ``seq == 2``.
+So a probe whose answer no op depends on refuses the user's unbounded ``Dim("seq")``.
+
+``static_layout_probes`` makes those probes answer from what holds at every size
+(``statically_known_true``), as pytorch/pytorch#185166 and #185084 do upstream. A
+probe that answers "not known contiguous" is always safe: the result's layout is
+only recorded, and ops that need one copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Iterator
+
+import torch._prims_common as prims_common
+from torch.fx.experimental import symbolic_shapes
+
+from anyshape.stages import Workaround
+
+WORKAROUNDS = (Workaround(
+    name="static_layout_probes", stage="export", where="static_layout_probes",
+    upstream="torch 2.13's false_if_dde contiguity probes (fx shape_prop's tensor metadata, "
+             "fake kernels) record guards from the example sizes: seq != 512 for a causal-mask "
+             "buffer sliced by the length (OpenAI-GPT, GPT-Neo), seq - 1 != 1 (MobileBERT); "
+             "fixed upstream by pytorch/pytorch#185166 and #185084.",
+    guard=("test/python/frontend/test_length_sliced_state.py::"
+           "test_a_buffer_sliced_by_the_length_needs_only_the_configs_bound",
+           "test/python/test_hf_family_sweep.py::test_matches_eager[mobilebert-1-7]"),
+    remove_when="the pinned torch has pytorch/pytorch#185166 and #185084 (the guards pass "
+                "without it)"),)
+
+# The probes that take ``false_if_dde``; each looks guard_or_false / guard_or_true up
+# in symbolic_shapes when it runs, and calls the others through prims_common.
+_PROBES = ("is_contiguous", "is_channels_last_contiguous_2d",
+           "is_channels_last_contiguous_3d", "check_contiguous_sizes_strides")
+
+
+def _static_guard_or_false(condition) -> bool:
+    return symbolic_shapes.statically_known_true(condition)
+
+
+def _static_guard_or_true(condition) -> bool:
+    return not symbolic_shapes.statically_known_false(condition)
+
+
+@contextlib.contextmanager
+def _static_guards() -> Iterator[None]:
+    saved = symbolic_shapes.guard_or_false, symbolic_shapes.guard_or_true
+    symbolic_shapes.guard_or_false = _static_guard_or_false
+    symbolic_shapes.guard_or_true = _static_guard_or_true
+    try:
+        yield
+    finally:
+        symbolic_shapes.guard_or_false, symbolic_shapes.guard_or_true = saved
+
+
+def _without_guards(probe):
+    signature = inspect.signature(probe)
+
+    @functools.wraps(probe)
+    def probe_statically(*args, **kwargs):
+        if not signature.bind(*args, **kwargs).arguments.get("false_if_dde", False):
+            return probe(*args, **kwargs)
+        with _static_guards():
+            return probe(*args, **kwargs)
+    return probe_statically
+
+
+@contextlib.contextmanager
+def static_layout_probes() -> Iterator[None]:
+    """Within: torch's ``false_if_dde`` layout probes add no guards."""
+    saved = {name: getattr(prims_common, name) for name in _PROBES}
+    for name, probe in saved.items():
+        setattr(prims_common, name, _without_guards(probe))
+    try:
+        yield
+    finally:
+        for name, probe in saved.items():
+            setattr(prims_common, name, probe)
