@@ -89,3 +89,28 @@ class ToBytes(torch.nn.Module):
 # CHECK-NOT: si64
 # CHECK: -> !torch.vtensor<[3],si32>
 show("float_to_unsigned_through_int64", ToBytes(), (torch.rand(3),))
+
+
+class RowsFromTheEnd(torch.nn.Module):
+    def __init__(self, rows):
+        super().__init__()
+        self.register_buffer("bias", torch.randn(4, rows, 8))
+
+    def forward(self, x):
+        return self.bias[:, max(0, self.bias.size(1) - x.size(1)):] * 2
+
+
+# /// MPT's one-row ALiBi bias sliced from max(0, 1 - seq): one row at every
+# /// length, which torch records as 1 - Max(0, 1 - seq). Imported as the static
+# /// 1 it is, so that torch-mlir broadcasts it instead of taking it for seq.
+# CHECK-LABEL: // CASE: constant_sizes_one_row_at_every_length
+# CHECK: torch.aten.slice.Tensor {{.*}} -> !torch.vtensor<[4,1,8],f32>
+# CHECK: torch.aten.mul.Scalar {{.*}} -> !torch.vtensor<[4,1,8],f32>
+show("constant_sizes_one_row_at_every_length", RowsFromTheEnd(1), (torch.randn(2, 16),),
+     ({0: Dim("batch"), 1: Dim("seq")},))
+
+# /// Three rows from the end are min(3, seq) rows: that size stays dynamic.
+# CHECK-LABEL: // CASE: negative_constant_sizes_rows_that_vary
+# CHECK: torch.aten.slice.Tensor {{.*}} -> !torch.vtensor<[4,?,8],f32>
+show("negative_constant_sizes_rows_that_vary", RowsFromTheEnd(3), (torch.randn(2, 16),),
+     ({0: Dim("batch"), 1: Dim("seq")},))

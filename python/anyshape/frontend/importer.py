@@ -197,9 +197,30 @@ def _inline_state(program: torch.export.ExportedProgram,
         if name not in state:
             raise KeyError(f"exported program has no value for '{name}' (input {node.name})")
         names.setdefault(id(state[name]), name)
+        in_lists = [user for user in node.users if _within_a_list(user, node)]
+        if in_lists:
+            _read_as_attribute(program.graph_module, node, state[name], in_lists)
         node.replace_all_uses_with(state[name])
         graph.erase_node(node)
     return graph
+
+
+def _within_a_list(user: torch.fx.Node, node: torch.fx.Node) -> bool:
+    return any(isinstance(arg, (list, tuple)) and node in arg
+               for arg in (*user.args, *user.kwargs.values()))
+
+
+def _read_as_attribute(module: torch.fx.GraphModule, node: torch.fx.Node,
+                       tensor: torch.Tensor, users: list[torch.fx.Node]) -> None:
+    """``users`` (``cat([x, self.weight])``, MobileBERT's LM head) read ``tensor``
+    through a ``get_attr`` node: torch-mlir's importer takes a tensor inside a
+    list argument only as a node, and imports a get_attr's value as a literal."""
+    attribute = f"_anyshape_state_{node.name}"
+    setattr(module, attribute, tensor)
+    with module.graph.inserting_after(node):
+        read = module.graph.get_attr(attribute)
+    for user in users:
+        user.replace_input_with(node, read)
 
 
 # Integer tensors up to this size are imported as readable dense elements.
@@ -311,6 +332,16 @@ WORKAROUNDS = (
                'test/python/runtime/test_run_errors.py::test_reshape_of_two_dynamic_dims_is_exact'),
         remove_when="(inferred) when torch-mlir's importer translates FloorDiv/PythonMod and "
                     'tolerates non-affine shape expressions'),
+    Workaround(
+        name='state_in_lists_as_attributes', stage='import',
+        where='_read_as_attribute',
+        upstream="torch-mlir's FX importer takes a tensor inside a list argument only as a node "
+                 "(\"Heterogeneous lists are not supported: expected vtensor, got Parameter\"): "
+                 "MobileBERT's LM head concatenates two weights; those uses read the weight "
+                 'through a get_attr node, which it imports as a literal.',
+        guard='test/python/frontend/test_length_sliced_state.py::'
+              'test_weights_concatenated_in_a_list_import',
+        remove_when="torch-mlir's importer takes tensor literals inside list arguments"),
     Workaround(
         name='non_persistent_buffers_inlined', stage='import',
         where='_inline_state',

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from anyshape.frontend.graph_fixes.checked_det import check_det
+from anyshape.frontend.graph_fixes.constant_sizes import make_constant_sizes_static
 from anyshape.frontend.graph_fixes.constant_subexpressions import compute_constant_subexpressions
 from anyshape.frontend.graph_fixes.edge_value_math import rewrite_edge_value_math
 from anyshape.frontend.graph_fixes.integer_negation import rewrite_integer_negation
@@ -43,6 +44,7 @@ GRAPH_FIXES: tuple[tuple[str, Callable[[torch.fx.Graph], None]], ...] = (
     ("integer_negation", rewrite_integer_negation),
     ("nonnegative_dims", count_dims_from_the_front),
     ("whole_dim_slices", drop_whole_dim_slices),
+    ("constant_sizes", make_constant_sizes_static),
     ("edge_value_math", rewrite_edge_value_math),
     ("rank0_softmax", rewrite_rank0_softmax),
     ("stable_logcumsumexp", rewrite_logcumsumexp),
