@@ -75,7 +75,33 @@ def signature_from_program(program: torch.export.ExportedProgram,
     conditions = size_conditions.from_guards(getattr(program, "_guards_code", None) or [],
                                              dims, list(symbols))
     return ModuleSignature(inputs, outputs, symbols, encode_tree(program.call_spec.out_spec),
-                           writes, conditions)
+                           writes, conditions,
+                           input_tree=_nested_inputs(program, [spec.name for spec in inputs]))
+
+
+def _nested_inputs(program: torch.export.ExportedProgram, leaves: list[str]) -> dict:
+    """``ModuleSignature.input_tree``: the arguments passed as lists, tuples or
+    dicts, with the names torch.export gave their tensors (``past_0``, ...)."""
+    args_spec, kwargs_spec = program.call_spec.in_spec.children()
+    names = list(getattr(program.module_call_graph[0].signature, "forward_arg_names", None) or [])
+    top = list(zip(names, args_spec.children())) + \
+        list(zip(kwargs_spec.context or [], kwargs_spec.children()))
+    if len(names) < args_spec.num_children or \
+            sum(spec.num_leaves for _, spec in top) != len(leaves):
+        return {}  # inputs that are not all tensors: passed flat, by their own names
+    nested, at = {}, 0
+    for name, spec in top:
+        if not spec.is_leaf():
+            if not _containers_only(spec):
+                return {}
+            nested[name] = {"tree": encode_tree(spec), "leaves": leaves[at:at + spec.num_leaves]}
+        at += spec.num_leaves
+    return nested
+
+
+def _containers_only(spec) -> bool:
+    return spec.is_leaf() or (spec.type in (list, tuple, dict) and
+                              all(_containers_only(child) for child in spec.children()))
 
 
 def ordered_range_constraints(program: torch.export.ExportedProgram) -> list[tuple]:

@@ -21,7 +21,8 @@ from anyshape.runtime.host_arrays import host_tensor
 from anyshape.errors import RunError
 from anyshape.runtime.host_cpu import check_runs_here
 from anyshape.runtime.target import Target
-from anyshape.runtime.signature import SCHEMA_VERSION, ModuleSignature, TensorSpec, decode_tree
+from anyshape.runtime.signature import (SCHEMA_VERSION, ModuleSignature, TensorSpec, decode_tree,
+                                        flatten_argument)
 from anyshape.stages import Workaround
 
 MANIFEST = "manifest.json"
@@ -456,23 +457,31 @@ def iree_message(text: str) -> str:
 
 
 def bind_arguments(signature: ModuleSignature, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """Call arguments by input name, all of them given once."""
-    specs = signature.inputs
-    names = [s.name for s in specs]
-    if len(args) > len(specs):
-        raise ValueError(f"expected at most {len(specs)} arguments ({', '.join(names)}), "
+    """Call arguments by input name, all of them given once. An argument the
+    model took as a list, tuple or dict of tensors (``signature.input_tree``) is
+    passed as one, or as its tensors by their own names."""
+    names = [s.name for s in signature.inputs]
+    nested = signature.input_tree
+    owner = {leaf: name for name, group in nested.items() for leaf in group["leaves"]}
+    params = list(dict.fromkeys(owner.get(name, name) for name in names))
+    if len(args) > len(params):
+        raise ValueError(f"expected at most {len(params)} arguments ({', '.join(params)}), "
                          f"got {len(args)}")
-    given: dict[str, Any] = dict(zip(names, args))
+    given: dict[str, Any] = dict(zip(params, args))
     for key, value in kwargs.items():
-        if key not in names:
-            raise ValueError(f"unexpected argument '{key}': this module takes {', '.join(names)}")
-        if key in given:
+        if key not in params and key not in names:
+            raise ValueError(f"unexpected argument '{key}': this module takes {', '.join(params)}")
+        if key in given or owner.get(key) in given:
             raise ValueError(f"argument '{key}' given both by position and by name")
         given[key] = value
+    for name, group in nested.items():
+        if name in given:
+            leaves = flatten_argument(name, group["tree"], given.pop(name))
+            given.update(zip(group["leaves"], leaves))
     missing = [n for n in names if n not in given]
     if missing:
         raise ValueError(f"missing argument(s) {', '.join(missing)}: this module takes "
-                         f"{', '.join(names)}")
+                         f"{', '.join(params)}")
     return given
 
 

@@ -75,6 +75,10 @@ class ModuleSignature:
     # ...and the module's function compiled without padding elimination (the
     # pass's ``dense`` twin), which the runtime calls when the mask has no zeros.
     padding_dense_entry: str | None = None
+    # Inputs passed as lists, tuples or dicts of tensors (a decode step's
+    # ``past``): each such argument's name -> {"tree": its structure
+    # (``encode_tree``), "leaves": the names of its tensors among ``inputs``}.
+    input_tree: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -87,6 +91,7 @@ class ModuleSignature:
             **({"padding_mask": self.padding_mask} if self.padding_mask else {}),
             **({"padding_dense_entry": self.padding_dense_entry}
                if self.padding_dense_entry else {}),
+            **({"input_tree": self.input_tree} if self.input_tree else {}),
         }
 
     @classmethod
@@ -100,6 +105,7 @@ class ModuleSignature:
             conditions=list(data.get("conditions", [])),
             padding_mask=data.get("padding_mask"),
             padding_dense_entry=data.get("padding_dense_entry"),
+            input_tree=dict(data.get("input_tree", {})),
         )
 
 
@@ -161,6 +167,32 @@ def leaf_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:
         steps = [f".{key}" for key in tree["keys"]]
     return [path for step, child in zip(steps, tree["children"])
             for path in leaf_paths(child, prefix + step)]
+
+
+def flatten_argument(path: str, tree: dict[str, Any], value: Any) -> list:
+    """The tensors of ``value``, an argument shaped as ``tree`` says (lists,
+    tuples, dicts), in order; a clear error naming ``path`` where it is not."""
+    kind = tree["kind"]
+    if kind == "leaf":
+        return [value]
+    children = tree["children"]
+    if kind in ("list", "tuple"):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"argument '{path}': expected a {kind} of {len(children)} items, "
+                            f"got {type(value).__name__}")
+        if len(value) != len(children):
+            raise ValueError(f"argument '{path}': expected a {kind} of {len(children)} items, "
+                             f"got {len(value)}")
+        return [leaf for index, (child, item) in enumerate(zip(children, value))
+                for leaf in flatten_argument(f"{path}[{index}]", child, item)]
+    if not isinstance(value, dict):
+        raise TypeError(f"argument '{path}': expected a dict with keys {tree['keys']}, got "
+                        f"{type(value).__name__}")
+    if sorted(map(str, value)) != sorted(map(str, tree["keys"])):
+        raise ValueError(f"argument '{path}': expected a dict with keys {tree['keys']}, got "
+                         f"keys {list(value)}")
+    return [leaf for key, child in zip(tree["keys"], children)
+            for leaf in flatten_argument(f"{path}[{key!r}]", child, value[key])]
 
 
 def decode_tree(tree: dict[str, Any], leaves: list) -> Any:
