@@ -9,16 +9,19 @@ nor decoders. A type with a masked-LM head (BERT, RoBERTa, ...) is an encoder
 even where transformers also has a causal-LM head for it, and runs once, as
 an encoder (its masked-LM model; sequence classification where it has none).
 
-Each family is built by ``anyshape.frontend.hf.build`` from transformers' default config
+Each family is built by ``anyshape.frontend.hf.build`` (for a composite, multimodal
+config without a vocabulary of its own: from its text config, the model
+``AutoModelForCausalLM`` loads for text) from transformers' default config
 of the type, shrunk (``small_overrides``: hidden 64, 2 layers or one of each
 layer type, 4 heads, 2 KV heads where the config has the field (1 where it is 1), intermediate 128,
 vocabulary 1000, a sliding window of 12 where the config has one, so the
 window is crossed at the lengths below) and otherwise as it is. In a fresh
 process per family (``--worker``), with ``--timeout``: the model wrapped to take
 ``input_ids, attention_mask`` and return its logits, compiled once with
-``anyshape.compile`` and plain ``Dim("batch")``, ``Dim("seq")`` (no bounds;
-when torch.export refuses them, once more with the model's position limit as
-the max, and the note says so), example inputs of batch 2, length 16 with an
+``anyshape.compile`` and plain ``Dim("batch")``, ``Dim("seq")`` (no bounds,
+no options: where the model's config states the bound torch.export needs,
+anyshape applies it, and the note carries its warning), example inputs of
+batch 2, length 16 with an
 all-ones mask; then run at (batch, length) = (1, 7), (3, 17) with row 0 half
 padded (on the left for causal LMs, as generation pads; on the right for
 encoders; padded tokens are the pad token), (2, 65) and (1, 1). The error is
@@ -304,6 +307,14 @@ def _token_ids(values: dict, vocab) -> dict:
     return out
 
 
+def _settable(value) -> bool:
+    """A value a config takes back (not a derived view such as per_layer_config)."""
+    from transformers import PretrainedConfig
+
+    return isinstance(value, (int, float, str, bool, list, tuple, dict, type(None),
+                              PretrainedConfig))
+
+
 def small_overrides(model_type: str, z: Sizes = SWEEP) -> dict:
     """The overrides for ``hf.build``: the small sizes, and every field the config
     derives from them (a head_dim, per-layer lists) as the config's own
@@ -327,7 +338,8 @@ def small_overrides(model_type: str, z: Sizes = SWEEP) -> dict:
     for key, value in _fields(rebuilt).items():  # where the constructor derives a
         # field (deepseek's head_dim from qk_rope_head_dim), its value wins
         if (key in out or _differ(before.get(key), value)) and key in before \
-                and not key.startswith("_") and key != "transformers_version":
+                and not key.startswith("_") and key != "transformers_version" \
+                and _settable(value):
             out[key] = value
     return out
 
@@ -426,26 +438,22 @@ def masked_error(got, expected, mask) -> tuple[float, str]:
     return float((got[both] - expected[both]).abs().max()), note
 
 
-def _compile(wrapper, ids, mask, max_seq):
-    """anyshape.compile with unbounded dims; if torch.export refuses them and the
-    model has a position limit, once more with that as seq's max."""
+def _compile(wrapper, ids, mask):
+    """anyshape.compile with unbounded dims and its defaults: where torch.export
+    needs a bound the model's config states, anyshape applies it and warns
+    (``DimBoundedByConfig``), and the note says so."""
+    import warnings
+
     import anyshape
     from torch.export import Dim
 
-    def shapes(seq_max):
-        seq = Dim("seq") if seq_max is None else Dim("seq", max=seq_max)
-        dims = {0: Dim("batch"), 1: seq}
-        return {"input_ids": dims, "attention_mask": dims}
-
-    try:
-        return anyshape.compile(wrapper, (ids, mask), dynamic_shapes=shapes(None)), ""
-    except anyshape.CompileError as error:
-        if error.stage != "export" or not max_seq:
-            raise
-        why = _export_causes(error)
-    compiled = anyshape.compile(wrapper, (ids, mask), dynamic_shapes=shapes(max_seq))
-    return compiled, (f"unbounded dims refused, compiled with Dim('seq', max={max_seq}): "
-                      f"{why}")
+    dims = {0: Dim("batch"), 1: Dim("seq")}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", anyshape.DimBoundedByConfig)
+        compiled = anyshape.compile(wrapper, (ids, mask),
+                                    dynamic_shapes={"input_ids": dims, "attention_mask": dims})
+    bounded = [str(w.message) for w in caught if issubclass(w.category, anyshape.DimBoundedByConfig)]
+    return compiled, " / ".join(bounded)[:700]
 
 
 def _export_causes(error) -> str:
@@ -490,7 +498,7 @@ class Family:
 
     def compile(self):
         """(compiled module, note): see ``_compile``."""
-        return _compile(self.wrapper, *self.example(), self.max_seq)
+        return _compile(self.wrapper, *self.example())
 
 
 def work(model_type: str, kind: str, task: str) -> dict:
@@ -506,6 +514,9 @@ def work(model_type: str, kind: str, task: str) -> dict:
         row["parameters"] = built.parameters()
         row["class"] = type(built.model).__name__
         row["max_seq"] = family.max_seq
+        text_type = built.model.config.model_type
+        if text_type != model_type:
+            row["built_from"] = text_type
         with torch.no_grad():
             example_out = wrapper(*family.example())
         if not isinstance(example_out, torch.Tensor):
@@ -538,7 +549,9 @@ def work(model_type: str, kind: str, task: str) -> dict:
         return row
     row["compile_s"] = round(time.monotonic() - started, 1)
     result = compare(family, compiled)
-    row.update(result, note="; ".join(([note] if note else []) + result["note"]))
+    built_from = ([f"its text model ({row['built_from']}), as AutoModelForCausalLM loads it "
+                   f"from the text config"] if row.get("built_from") else [])
+    row.update(result, note="; ".join(built_from + ([note] if note else []) + result["note"]))
     return row
 
 

@@ -131,7 +131,7 @@ def build(model_type: str, task: str, overrides: dict[str, Any] | None = None,
 
     if task not in TASKS:
         raise ValueError(f"task: expected one of {', '.join(TASKS)}, got '{task}'")
-    config = default_config(model_type, overrides)
+    config = text_model_config(default_config(model_type, overrides))
     config.use_cache = False  # one forward over the whole sequence: no KV cache to return
     auto = getattr(transformers, TASKS[task])
     if type(config) not in auto._model_mapping:
@@ -145,6 +145,16 @@ def build(model_type: str, task: str, overrides: dict[str, Any] | None = None,
         model = LastTokenLogits(model).eval()
     return HFModel(model, model_type, task, _max_positions(config, model_type),
                    config.vocab_size, task == "seq2seq-lm")
+
+
+def text_model_config(config):
+    """``config``, or for a composite (multimodal) config without a vocabulary of
+    its own (Gemma 3, Llama 4, Qwen3.5, Mllama), its text config: the model a
+    user loads with ``AutoModelForCausalLM`` for text."""
+    if hasattr(config, "vocab_size") or not hasattr(config, "get_text_config"):
+        return config
+    text = config.get_text_config()
+    return text if text is not config and hasattr(text, "vocab_size") else config
 
 
 def _max_positions(config, model_type: str) -> int | None:
