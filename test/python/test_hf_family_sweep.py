@@ -250,3 +250,25 @@ def test_matches_eager(compiled_family, batch, length):
 
 def test_core_families_pass_the_sweep():
     assert set(CORE) <= set(PASSING), set(CORE) - set(PASSING)
+
+
+@pytest.mark.parametrize("model_type, text_model", [("gemma3", "Gemma3ForCausalLM"),
+                                                     ("llama4", "Llama4ForCausalLM"),
+                                                     ("qwen3_5", "Qwen3_5ForCausalLM")])
+def test_a_multimodal_config_builds_its_text_model(model_type, text_model):
+    """These configs have no vocabulary of their own (the sweep's build-error rows
+    until issue 65): a user loads their text model from the text config."""
+    family = sweep.Family(model_type, "causal", _task(model_type, "causal"), SIZES)
+    assert type(family.built.model).__name__ == text_model
+    ids, mask = family.example()
+    with torch.no_grad():
+        assert family.wrapper(ids, mask).shape == (*ids.shape, family.built.vocab_size)
+
+
+def test_a_config_with_per_layer_views_builds():
+    """Gemma 4's text config derives a per-layer view, which its constructor
+    refuses back as an override."""
+    assert "per_layer_config" not in sweep.small_overrides("gemma4_text", SIZES)
+    family = sweep.Family("gemma4_text", "causal", _task("gemma4_text", "causal"), SIZES)
+    with torch.no_grad():
+        assert family.wrapper(*family.example()).dim() == 3
