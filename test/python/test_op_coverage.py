@@ -336,6 +336,8 @@ CASES = [
          # A fused qkv projection taken apart.
          fn(lambda x: (*x.chunk(3, dim=-1), *x.split([2, 10], dim=-1), *x.split(5, dim=-1))),
          lambda b, n: (randn(b, n, 12),), BN),
+    Case("slice-roll", fn(lambda x: (torch.roll(x, 2, dims=1), torch.roll(x, -3, dims=-1))),
+         lambda b, n: (randn(b, n, 8),), BN),
 
     # --- reshapes ------------------------------------------------------------
     Case("reshape-view-heads",
@@ -452,6 +454,14 @@ CASES = [
                           a & 7, a / 4)),
          lambda b, n: (torch.randint(-20, 20, (b, n)), torch.randint(-20, 20, (b, n))),
          ({0: B, 1: N}, {0: B, 1: N})),
+    Case("fmod-int-and-float",
+         # C's remainder: the sign of the dividend (integer fmod had no lowering).
+         fn(lambda a, c, x: (torch.fmod(a, 3), torch.fmod(a, -4), torch.fmod(a, c),
+                             torch.fmod(x, 1.5), torch.fmod(x, 2))),
+         lambda b, n: (torch.randint(-20, 20, (b, n)),
+                       torch.randint(1, 9, (b, n)) * (1 - 2 * torch.randint(0, 2, (b, n))),
+                       randn(b, n) * 5),
+         ({0: B, 1: N}, {0: B, 1: N}, {0: B, 1: N})),
     Case("int32-arithmetic",
          fn(lambda a: (a * 3 + 1, a // 2, a.sum(-1), a.max(-1).values, a.to(torch.int64))),
          lambda b, n: (torch.randint(-20, 20, (b, n), dtype=torch.int32),), BN),

@@ -65,6 +65,8 @@ def decomposition_table() -> dict:
     table[torch.ops.aten.squeeze.dims] = _squeeze_one_dim_at_a_time
     table[torch.ops.aten._native_batch_norm_legit_no_training.default] = _batch_norm_eval
     table[torch.ops.aten.empty_permuted.default] = _empty_permuted_as_permuted_empty
+    table[torch.ops.aten.fmod.Scalar] = _integer_fmod
+    table[torch.ops.aten.fmod.Tensor] = _integer_fmod
     table.update(grouped_experts.decompositions())
     return table
 
@@ -79,6 +81,21 @@ def _empty_permuted_as_permuted_empty(size, physical_layout, dtype=None, layout=
     logical = sorted(range(len(physical_layout)), key=lambda i: physical_layout[i])
     return torch.empty(physical, dtype=dtype, device=device,
                        pin_memory=bool(pin_memory)).permute(logical)
+
+
+def _integer_fmod(a, b):
+    """C's integer ``%`` (the sign of ``a``) as ``a - b * trunc(a / b)``. Floats
+    are torch-mlir's to lower (NotImplemented), a Python number divisor as a 0-d
+    tensor: torch-mlir legalizes fmod.Tensor, not fmod.Scalar."""
+    if not isinstance(a, torch.Tensor) or a.dtype.is_complex:
+        return NotImplemented
+    if a.dtype.is_floating_point:
+        if isinstance(b, (int, float)) and not isinstance(b, bool):
+            return torch.ops.aten.fmod.Tensor(a, torch.full((), b, dtype=a.dtype))
+        return NotImplemented
+    if (isinstance(b, torch.Tensor) and b.dtype.is_floating_point) or isinstance(b, float):
+        return NotImplemented
+    return a - b * torch.div(a, b, rounding_mode="trunc")
 
 
 def _batch_norm_eval(x, weight, bias, running_mean, running_var, momentum, eps):
@@ -214,6 +231,16 @@ WORKAROUNDS = (
         guard='test/python/frontend/test_grouped_experts.py::'
               'test_empty_like_compiles_with_a_dynamic_length',
         remove_when='(inferred) when torch-mlir has an op/lowering for aten.empty_permuted'),
+    Workaround(
+        name='integer_fmod_as_truncated_division', stage='export',
+        where='_integer_fmod (decomposition_table)',
+        upstream="torch-mlir 20261001 has no lowering of aten.fmod for integer tensors "
+                 "(\"failed to legalize operation 'torch.aten.fmod.Scalar'\"): torch.roll's "
+                 "decomposition indexes with (arange + shift) fmod n; nor of fmod.Scalar "
+                 "(\"failed to legalize operation 'torch.constant.int'\").",
+        guard=('test/python/test_op_coverage.py::test_matches_eager[slice-roll]',
+               'test/python/test_op_coverage.py::test_matches_eager[fmod-int-and-float]'),
+        remove_when='torch-mlir lowers integer fmod'),
     Workaround(
         name='batch_norm_eval_elementwise', stage='export',
         where='_batch_norm_eval (decomposition_table)',
