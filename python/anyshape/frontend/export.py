@@ -66,6 +66,8 @@ def decomposition_table() -> dict:
     table[torch.ops.aten._native_batch_norm_legit_no_training.default] = _batch_norm_eval
     table[torch.ops.aten.empty_permuted.default] = _empty_permuted_as_permuted_empty
     table[torch.ops.aten.fmod.Scalar] = _integer_fmod
+    table[torch.ops.aten.kthvalue.default] = _kthvalue_by_topk
+    table[torch.ops.aten.median.dim] = _median_by_topk
     table[torch.ops.aten.fmod.Tensor] = _integer_fmod
     table.update(grouped_experts.decompositions())
     return table
@@ -96,6 +98,26 @@ def _integer_fmod(a, b):
     if (isinstance(b, torch.Tensor) and b.dtype.is_floating_point) or isinstance(b, float):
         return NotImplemented
     return a - b * torch.div(a, b, rounding_mode="trunc")
+
+
+def _kthvalue_by_topk(x, k, dim=-1, keepdim=False):
+    """The k-th smallest along ``dim`` and its index, from the k smallest (topk):
+    torch-mlir's own kthvalue lowering builds a tm_tensor.topk IREE refuses."""
+    values, indices = torch.topk(x, k, dim, largest=False, sorted=True)
+    values, indices = values.narrow(dim, k - 1, 1), indices.narrow(dim, k - 1, 1)
+    if not keepdim:
+        values, indices = values.squeeze(dim), indices.squeeze(dim)
+    return values, indices
+
+
+def _median_by_topk(x, dim, keepdim=False):
+    """torch's lower median along a dim of static size: its ((n + 1) // 2)-th
+    smallest; torch-mlir has no lowering of aten.median.dim. A dynamic size is
+    left to torch-mlir (NotImplemented), whose error names the op."""
+    size = x.shape[dim]
+    if not isinstance(size, int):
+        return NotImplemented
+    return _kthvalue_by_topk(x, (size + 1) // 2, dim, keepdim)
 
 
 def _batch_norm_eval(x, weight, bias, running_mean, running_var, momentum, eps):
@@ -241,6 +263,19 @@ WORKAROUNDS = (
         guard=('test/python/test_op_coverage.py::test_matches_eager[slice-roll]',
                'test/python/test_op_coverage.py::test_matches_eager[fmod-int-and-float]'),
         remove_when='torch-mlir lowers integer fmod'),
+    Workaround(
+        name='kthvalue_by_topk', stage='export', where='_kthvalue_by_topk (decomposition_table)',
+        upstream="torch-mlir 20261001 lowers aten.kthvalue to a tm_tensor.topk whose region "
+                 "IREE 3.13 refuses (\"'tm_tensor.topk' op region block must end with a "
+                 "linalg_ext.yield i1\"); its lowering of topk itself compiles.",
+        guard='test/python/test_op_coverage.py::test_matches_eager[reduce-kthvalue]',
+        remove_when="torch-mlir's kthvalue lowering compiles in IREE"),
+    Workaround(
+        name='median_by_topk', stage='export', where='_median_by_topk (decomposition_table)',
+        upstream='torch-mlir 20261001 has no lowering for aten.median.dim (it imports as an '
+                 "opaque 'torch.operator'); along a dim of static size it is a kthvalue.",
+        guard='test/python/test_op_coverage.py::test_matches_eager[reduce-kthvalue]',
+        remove_when='torch-mlir lowers aten.median.dim'),
     Workaround(
         name='batch_norm_eval_elementwise', stage='export',
         where='_batch_norm_eval (decomposition_table)',
