@@ -229,8 +229,9 @@ CASES = [
     # --- activations ---------------------------------------------------------
     Case("act-gelu", lambda: nn.GELU(), lambda b, n: (randn(b, n, 8) * 3,), BN),
     Case("act-gelu-tanh", lambda: nn.GELU(approximate="tanh"),
-         # IREE's tanh approximation is off by ~5e-6, scaled by x in 0.5 * x * (1 + tanh(...)).
-         lambda b, n: (randn(b, n, 8) * 3,), BN, atol=1e-4),
+         # As close as eager float32: torch-mlir's lowering of the op whole was 5e-5
+         # off at x = 1.34 (export._gelu_tanh_decomposed).
+         lambda b, n: (randn(b, n, 8) * 3,), BN, atol=3e-6),
     Case("act-silu", lambda: nn.SiLU(), lambda b, n: (randn(b, n, 8) * 3,), BN),
     Case("act-relu", fn(lambda x: (F.relu(x), F.relu6(x), F.leaky_relu(x, 0.1))),
          lambda b, n: (randn(b, n, 8) * 5,), BN),
