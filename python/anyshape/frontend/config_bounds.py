@@ -83,7 +83,7 @@ def bounded(error_text: str, model, dynamic_shapes: Any,
         return None
     declared: dict[str, Any] = {}
     roots: set[str] = set()
-    for dim in _dims(dynamic_shapes):
+    for dim in dims_in(dynamic_shapes):
         if isinstance(dim, _DerivedDim):
             roots.add(dim.root.__name__)
         else:
@@ -122,15 +122,15 @@ def _fixes_at_the_boundary(violated: list[tuple[str, Any]], limits: dict[int, st
     return [f"{name} = Dim('{name}', max={high})" for name, high in maxes.items()]
 
 
-def _dims(shapes: Any):
+def dims_in(shapes: Any):
     if isinstance(shapes, Dim):
         yield shapes
     elif isinstance(shapes, dict):
         for value in shapes.values():
-            yield from _dims(value)
+            yield from dims_in(value)
     elif isinstance(shapes, (list, tuple)):
         for value in shapes:
-            yield from _dims(value)
+            yield from dims_in(value)
 
 
 def _replaced(shapes: Any, new: dict[str, Any]) -> Any:

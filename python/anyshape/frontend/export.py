@@ -12,8 +12,10 @@ from typing import Any
 import torch
 import torch.export
 
+from torch.export.dynamic_shapes import _DerivedDim
+
 from anyshape.errors import CompileError, DimBoundedByConfig
-from anyshape.frontend import config_bounds, export_diagnostics, grouped_experts
+from anyshape.frontend import config_bounds, export_diagnostics, grouped_experts, unproven_guards
 from anyshape.frontend.layout_probes import static_layout_probes
 from anyshape.frontend.program_signature import output_roles
 from anyshape.stages import Workaround
@@ -178,22 +180,29 @@ def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     args, kwargs = _owning_their_storage((args, kwargs or {}))
     applied: list[config_bounds.Bound] = []
+    deferred = False  # conditions torch could not prove, proven here: checked at run time
     while True:
         with torch.no_grad(), static_layout_probes(), \
                 export_diagnostics.listening() as shape_log:
             try:
-                program = torch.export.export(model, args, kwargs or {},
-                                              dynamic_shapes=dynamic_shapes, strict=False)
+                program = torch.export.export(
+                    model, args, kwargs or {}, dynamic_shapes=dynamic_shapes, strict=False,
+                    prefer_deferred_runtime_asserts_over_guards=deferred)
                 break
             except Exception as error:
+                text = str(error)
                 retry = None if strict_dims or len(applied) >= _MAX_BOUND_RETRIES else \
-                    config_bounds.bounded(str(error), model, dynamic_shapes,
-                                          export_diagnostics.violated_conditions(str(error),
-                                                                                 shape_log))
+                    config_bounds.bounded(text, model, dynamic_shapes,
+                                          export_diagnostics.violated_conditions(text, shape_log))
                 names = list(inspect.signature(model.forward).parameters)
                 refusal = export_diagnostics.export_error(error, shape_log, dynamic_shapes, names)
+                if retry is None and not deferred and unproven_guards.deferrable(
+                        text, export_diagnostics.violated_expressions(text, shape_log),
+                        _declared_ranges(dynamic_shapes)):
+                    deferred, first_refusal = True, refusal
+                    continue
                 if retry is None:
-                    raise refusal from error
+                    raise (first_refusal if deferred else refusal) from error
                 dynamic_shapes, bounds = retry
                 applied += [dataclasses.replace(bound, source=f"{bound.source}; torch.export "
                                                 f"needs it: {_needed_at(refusal)}")
@@ -204,6 +213,16 @@ def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
                       f"Dim('{bound.dim}', max={bound.max}) to say so, or pass strict_dims=True "
                       f"to refuse instead", DimBoundedByConfig, stacklevel=stacklevel)
     return prepare_program(program)
+
+
+def _declared_ranges(dynamic_shapes) -> dict[str, tuple[int, int | None]]:
+    """Each plain Dim of the user's: name -> (min, max or None)."""
+    ranges = {}
+    for dim in config_bounds.dims_in(dynamic_shapes):
+        if not isinstance(dim, _DerivedDim):
+            high = dim.max if isinstance(dim.max, int) and dim.max < 1 << 62 else None
+            ranges[dim.__name__] = (int(dim.min), high)
+    return ranges
 
 
 def _owning_their_storage(example):

@@ -258,6 +258,13 @@ def _as_sympy(condition: str, log: ShapeLog):
     return _parse(text)
 
 
+def violated_expressions(text: str, log: ShapeLog) -> list[tuple[str, object]]:
+    """The guards torch says narrow a declared dim, as (dim's name, the condition
+    as sympy over the log's symbols, or None where it does not parse)."""
+    return [(label, _as_sympy(condition, log)) for label, _source, condition
+            in _VIOLATED.findall(text)]
+
+
 def violated_conditions(text: str, log: ShapeLog) -> list[tuple[str, object]]:
     """The guards torch says narrow a declared dim, as (dim's name, a test of the
     condition at one size of that dim: True, False, or None where it cannot

@@ -1,0 +1,58 @@
+"""Conditions torch.export cannot prove, which hold at every size: proven by
+anyshape and exported as run-time checks (frontend/unproven_guards.py).
+
+DeepSeek-V3.2's indexer takes ``topk(scores, min(2048, seq))``; torch.export
+refused ``Dim("seq")`` because it could not show ``min(2048, seq) <= seq``.
+"""
+
+import pytest
+import sympy
+import torch
+from torch.export import Dim
+from torch.utils._sympy.functions import Max, Min
+
+import anyshape
+from anyshape.frontend.unproven_guards import holds_at_every_size
+
+n = sympy.Symbol("s0")
+
+
+@pytest.mark.parametrize("condition, low, high, holds", [
+    (sympy.Le(Min(2048, n), n), 0, None, True),
+    (sympy.Eq(n * Min(64, 64 * n), 64 * n), 0, None, True),   # Aria's reshape
+    (sympy.Ge(Max(1, n), n), 0, None, True),
+    (sympy.Eq(Min(64, 64 * n), 64), 1, None, True),
+    (sympy.Eq(Min(64, 64 * n), 64), 0, None, False),          # false at 0
+    (sympy.Ne(n, 512), 0, None, False),
+    (sympy.Le(n, 512), 0, None, False),
+    (sympy.Le(n, 512), 0, 512, True),
+    (sympy.Le(n + sympy.Mod(n, 256), 256), 0, 100, False),   # % is not proven
+])
+def test_what_is_proven(condition, low, high, holds):
+    assert holds_at_every_size(condition, low, high) is holds
+
+
+class TopkOfAtMostFour(torch.nn.Module):
+    def forward(self, x):
+        return torch.topk(x, min(4, x.shape[1]), dim=1).values * 2
+
+
+class TopkOfFour(torch.nn.Module):
+    def forward(self, x):
+        return torch.topk(x, 4, dim=1).values * 2
+
+
+def test_a_condition_that_holds_at_every_size_compiles():
+    model = TopkOfAtMostFour().eval()
+    compiled = anyshape.compile(model, (torch.randn(2, 16),),
+                                dynamic_shapes={"x": {0: Dim("batch"), 1: Dim("seq")}})
+    for length in (1, 3, 4, 5, 33):
+        x = torch.randn(3, length)
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_negative_a_condition_false_at_some_size_is_still_refused():
+    # topk of 4 needs seq >= 4: a real condition of the model, the user's to declare.
+    with pytest.raises(anyshape.CompileError, match="'seq'"):
+        anyshape.compile(TopkOfFour().eval(), (torch.randn(2, 16),),
+                         dynamic_shapes={"x": {0: Dim("batch"), 1: Dim("seq")}})
