@@ -70,6 +70,7 @@ def decomposition_table() -> dict:
     table[torch.ops.aten.empty_permuted.default] = _empty_permuted_as_permuted_empty
     table[torch.ops.aten.fmod.Scalar] = _integer_fmod
     table[torch.ops.aten.kthvalue.default] = _kthvalue_by_topk
+    table[torch.ops.aten.split_with_sizes.default] = _split_with_dynamic_sizes_as_slices
     table[torch.ops.aten.gelu.default] = _gelu_tanh_decomposed
     table[torch.ops.aten.median.dim] = _median_by_topk
     table[torch.ops.aten.fmod.Tensor] = _integer_fmod
@@ -112,6 +113,19 @@ def _gelu_tanh_decomposed(x, approximate="none"):
     if approximate != "tanh":
         return NotImplemented
     return torch._decomp.decomposition_table[torch.ops.aten.gelu.default](x, approximate)
+
+
+def _split_with_dynamic_sizes_as_slices(x, split_sizes, dim=0):
+    """A split whose sizes are symbolic (``torch.split(x, 2)`` along a dynamic dim:
+    [2, 2, n - 4]) as one slice per piece: torch-mlir cannot legalize the
+    split's list of sizes when one is a symbol. Static sizes stay one split."""
+    if all(isinstance(size, int) for size in split_sizes):
+        return NotImplemented
+    pieces, start = [], 0
+    for size in split_sizes:
+        pieces.append(torch.ops.aten.slice.Tensor(x, dim, start, start + size))
+        start = start + size
+    return pieces
 
 
 def _kthvalue_by_topk(x, k, dim=-1, keepdim=False):
@@ -301,6 +315,14 @@ WORKAROUNDS = (
                  "torch's decomposition (a tanh of a cubic) is as close as eager.",
         guard='test/python/test_op_coverage.py::test_matches_eager[act-gelu-tanh]',
         remove_when="torch-mlir's gelu tanh lowering is as accurate as eager float32"),
+    Workaround(
+        name='split_with_dynamic_sizes_as_slices', stage='export',
+        where='_split_with_dynamic_sizes_as_slices (decomposition_table)',
+        upstream="torch-mlir 20261001 cannot legalize aten.split_with_sizes whose sizes list "
+                 "holds a symbol (\"failed to legalize operation 'torch.constant.int'\"); "
+                 'torch.split along a dynamic dim makes one.',
+        guard='test/python/test_opinfo_floor.py::test_floor[split-float32-0]',
+        remove_when='torch-mlir lowers split_with_sizes with symbolic sizes'),
     Workaround(
         name='kthvalue_by_topk', stage='export', where='_kthvalue_by_topk (decomposition_table)',
         upstream="torch-mlir 20261001 lowers aten.kthvalue to a tm_tensor.topk whose region "
