@@ -324,18 +324,14 @@ WORKAROUNDS = (
         guard='test/python/test_opinfo_floor.py::test_floor[split-float32-0]',
         remove_when='torch-mlir lowers split_with_sizes with symbolic sizes'),
     Workaround(
-        name='kthvalue_by_topk', stage='export', where='_kthvalue_by_topk (decomposition_table)',
+        name='kthvalue_and_median_by_topk', stage='export',
+        where='_kthvalue_by_topk, _median_by_topk (decomposition_table)',
         upstream="torch-mlir 20261001 lowers aten.kthvalue to a tm_tensor.topk whose region "
                  "IREE 3.13 refuses (\"'tm_tensor.topk' op region block must end with a "
-                 "linalg_ext.yield i1\"); its lowering of topk itself compiles.",
+                 "linalg_ext.yield i1\"), and has no lowering for aten.median.dim; its lowering "
+                 "of topk itself compiles.",
         guard='test/python/test_op_coverage.py::test_matches_eager[reduce-kthvalue]',
-        remove_when="torch-mlir's kthvalue lowering compiles in IREE"),
-    Workaround(
-        name='median_by_topk', stage='export', where='_median_by_topk (decomposition_table)',
-        upstream='torch-mlir 20261001 has no lowering for aten.median.dim (it imports as an '
-                 "opaque 'torch.operator'); along a dim of static size it is a kthvalue.",
-        guard='test/python/test_op_coverage.py::test_matches_eager[reduce-kthvalue]',
-        remove_when='torch-mlir lowers aten.median.dim'),
+        remove_when="torch-mlir's kthvalue and median lowerings compile in IREE"),
     Workaround(
         name='batch_norm_eval_elementwise', stage='export',
         where='_batch_norm_eval (decomposition_table)',

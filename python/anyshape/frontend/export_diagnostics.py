@@ -266,28 +266,27 @@ def violated_expressions(text: str, log: ShapeLog) -> list[tuple[str, object]]:
 
 
 def violated_conditions(text: str, log: ShapeLog) -> list[tuple[str, object]]:
-    """The guards torch says narrow a declared dim, as (dim's name, a test of the
-    condition at one size of that dim: True, False, or None where it cannot
-    tell), for conditions over that one size only."""
+    """``violated_expressions`` as (dim's name, a test of the condition at one
+    size of that dim: True, False, or None where it cannot tell), for
+    conditions over that one size only."""
+    return [(label, _test_at_one_size(expr)) for label, expr in violated_expressions(text, log)]
+
+
+def _test_at_one_size(expr):
     import sympy
 
-    found = []
-    for label, _source, condition in _VIOLATED.findall(text):
-        expr = _as_sympy(condition, log)
-        symbols = getattr(expr, "free_symbols", set()) if expr is not None else set()
-        if len(symbols) != 1:
-            found.append((label, lambda size: None))
-            continue
+    symbols = list(getattr(expr, "free_symbols", ())) if expr is not None else []
+    if len(symbols) != 1:
+        return lambda size: None
 
-        def holds_at(size: int, expr=expr, symbol=next(iter(symbols))) -> bool | None:
-            try:
-                value = sympy.simplify(expr.subs(symbol, size))
-            except (TypeError, ValueError, ArithmeticError):
-                return None
-            return True if value in (sympy.true, True) else \
-                False if value in (sympy.false, False) else None
-        found.append((label, holds_at))
-    return found
+    def holds_at(size: int) -> bool | None:
+        try:
+            value = sympy.simplify(expr.subs(symbols[0], size))
+        except (TypeError, ValueError, ArithmeticError):
+            return None
+        return True if value in (sympy.true, True) else \
+            False if value in (sympy.false, False) else None
+    return holds_at
 
 
 def _small_sizes_failing(condition: str, source: str, log: ShapeLog) -> list[int]:
