@@ -34,7 +34,10 @@ Statuses: ``pass``; ``WRONG`` (compiled and ran, and disagrees); ``compile-error
 (anyshape or IREE failed after export: the first line of the error);
 ``export-error`` (torch.export itself failed); ``run-error`` (compiled, failed
 at one of the shapes); ``build-error`` (transformers cannot build or run it from
-a small config with ids and mask only); ``timeout``; ``crash`` (the worker died).
+a small config with ids and mask only); ``needs-library`` (transformers refuses
+to build it without a library that is not installed, and says which);
+``not-standalone`` (its forward needs another model's states: ``NOT_STANDALONE``
+says why); ``timeout``; ``crash`` (the worker died).
 Writes ``family_sweep.{md,json}`` under ``--out``.
 """
 
@@ -52,7 +55,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 HERE = Path(__file__).resolve().parent
 SHAPES = [(1, 7), (3, 17), (2, 65), (1, 1)]
@@ -83,7 +86,8 @@ def size_fields(z: Sizes) -> list[tuple[tuple[str, ...], int]]:
     has it as an int above that value (or a list of such), so that the model
     keeps its own structure at a small size."""
     return [
-        (("hidden_size", "n_embd", "d_model", "dim", "emb_dim", "embed_dim"), z.hidden),
+        (("hidden_size", "n_embd", "d_model", "dim", "emb_dim", "embed_dim",
+          "hidden_size_global"), z.hidden),
         (HEAD_FIELDS, z.heads),
         (("intermediate_size", "n_inner", "ffn_dim", "hidden_dim", "decoder_ffn_dim",
           "encoder_ffn_dim", "ffn_hidden_size", "d_ff", "d_inner", "feed_forward_size"),
@@ -107,6 +111,7 @@ def size_fields(z: Sizes) -> list[tuple[tuple[str, ...], int]]:
           "index_n_heads"), z.heads),
         (("linear_num_key_heads",), z.kv_heads),
         (("mamba_d_state", "state_size", "ssm_state_size"), 16),
+        (("n_groups", "mamba_n_groups"), 2),  # Mamba-2 groups of heads: they divide the 4 heads
         (("time_step_rank", "mamba_dt_rank"), 8),
         (("sliding_window", "sliding_window_size"), z.window),
     ]
@@ -127,8 +132,10 @@ MAMBA_HEADS = ("mamba_n_heads", "mamba_num_heads")
 MAMBA_HEAD_DIMS = ("mamba_d_head", "mamba_head_dim", "mamba_headdim")
 MAMBA_EXPAND = ("mamba_expand", "expand")
 
-# Overrides some types need besides the generic shrinking, each with why.
-EXTRA_OVERRIDES: dict[str, dict] = {
+# Overrides some types need besides the generic shrinking, each with why: a dict,
+# or a function of the sizes. Keyed by model type, or "type.field" for a part of
+# a composite config whose own type is unnamed.
+EXTRA_OVERRIDES: dict[str, dict | Callable[[Sizes], dict]] = {
     # Attention every 8th layer from layer 4, experts every 2nd: with 2 layers, no
     # attention layer at all. One Mamba and one attention(+MoE) layer instead.
     "jamba": dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2,
@@ -149,7 +156,48 @@ EXTRA_OVERRIDES: dict[str, dict] = {
     "mamba2": dict(num_heads=4, head_dim=32, n_groups=1),
     # Its embeddings must be as wide as the hidden states.
     "squeezebert": dict(embedding_size=64),
+    # The default config has no rope parameters for its layer type, which a
+    # checkpoint's config states: the model reads them by layer type.
+    "cohere_compass_text": dict(rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+    # The attention reads attn_config.rope_theta, which DBRX checkpoints' configs
+    # carry and the default config's class lacks, and clamps to clip_qkv, which
+    # the default leaves unset and the checkpoints set to 8.
+    "dbrx.attn_config": dict(rope_theta=500000.0, clip_qkv=8.0),
+    # Box embeddings: hidden / 6 per coordinate (LiLT), or 4 coordinates and 2
+    # shapes that fill the hidden width (LayoutLMv3): 64 is not a multiple of 6.
+    "lilt": dict(hidden_size=96),
+    "layoutlmv3": dict(hidden_size=96, coordinate_size=16, shape_size=16),
+    # The default config leaves the layer types unset, which the model indexes;
+    # one convolution layer (dense) and one attention layer with experts.
+    "lfm2_moe": dict(layer_types=["conv", "full_attention"], num_dense_layers=1),
+    # Its attention layers select blocks of tokens with an indexer the default
+    # config leaves unset: 4 heads of 16 (one key head, as required), a budget of
+    # 8 tokens in blocks of 4, so that the selection is exercised from length 9.
+    "qwen4_exp_text": dict(indexer_n_heads=4, indexer_kv_heads=1, indexer_head_dim=16,
+                           indexer_budget=8, indexer_compress_ratio=4),
+    # The shared attention block reads the hidden states next to the embeddings:
+    # twice the hidden width, in 4 heads.
+    # Zamba ties every later hybrid layer's shared block to the first one's, and
+    # refuses a model with one hybrid layer: two here.
+    "zamba": lambda z: dict(attention_hidden_size=2 * z.hidden,
+                            attention_head_dim=2 * z.hidden // z.heads, num_hidden_layers=3,
+                            layers_block_type=["linear_attention", "hybrid", "hybrid"]),
+    "zamba2": lambda z: dict(attention_hidden_size=2 * z.hidden,
+                             attention_head_dim=2 * z.hidden // z.heads),
+    # Its adapters are per language, and the default config names none.
+    "xmod": dict(default_language="en_XX"),
+    # The decoder reads one row of ids per codebook (batch x codebooks rows,
+    # the mask batch rows): with one codebook, ids and mask share the batch.
+    "musicgen_decoder": dict(num_codebooks=1),
+    "musicgen_melody_decoder": dict(num_codebooks=1),
 }
+
+# Families that cannot run from ids and a mask at all, and why: their rows say so.
+NOT_STANDALONE: dict[str, str] = {
+    t: "a draft model for Gemma 4's assisted decoding: its forward needs the target "
+       "model's embeddings and key/value states (inputs_embeds, shared_kv_states)"
+    for t in ("gemma4_assistant", "gemma4_unified_assistant")}
 
 
 def families(kind: str) -> list[tuple[str, str, str]]:
@@ -175,13 +223,14 @@ def families(kind: str) -> list[tuple[str, str, str]]:
 
 def _fields(config) -> dict:
     """The config's fields (to_dict's keys) as attributes: sub-configs as configs.
-    Fields a config refuses to read globally (per-layer ones) are left out."""
-    values = {}
-    for key in config.to_dict():
+    A per-layer field, which a heterogeneous config refuses to read globally,
+    as to_dict has it: the value of every layer that does not override it."""
+    values, stored = {}, config.to_dict()
+    for key, value in stored.items():
         try:
             values[key] = getattr(config, key)
         except Exception:
-            continue
+            values[key] = value
     return values
 
 
@@ -222,10 +271,13 @@ def _shrink(config, z: Sizes, head_dims: bool = True) -> dict:
     if head_dims and "head_dim" in values and values["head_dim"] is None \
             and z.hidden == z.heads * z.head_dim:
         out["head_dim"] = z.head_dim  # None: hidden / heads, which HunYuan does not derive
+    out.update(_rotary_width(values, out))
     for name, value in values.items():  # sub-configs (a text or vision tower)
         if isinstance(value, PretrainedConfig):
             sub = copy.deepcopy(value)
-            for key, small in _shrink(value, z).items():
+            extra = {**_extra(getattr(value, "model_type", "") or "?", z),
+                     **_extra(f"{values.get('model_type')}.{name}", z)}
+            for key, small in {**_shrink(value, z), **extra}.items():
                 setattr(sub, key, small)
             out[name] = sub
     vocab = out.get("vocab_size", values.get("vocab_size"))
@@ -233,6 +285,38 @@ def _shrink(config, z: Sizes, head_dims: bool = True) -> dict:
         vocab = z.vocab  # a composite config: its text tower's vocabulary
     out.update(_token_ids(values, vocab))
     return out
+
+
+def _extra(key: str, z: Sizes) -> dict:
+    extra = EXTRA_OVERRIDES.get(key, {})
+    return extra(z) if callable(extra) else extra
+
+
+def _rotary_width(values: dict, out: dict) -> dict:
+    """Multi-head latent attention's rotary part of a head: where the default config's
+    rotary embedding spans ``head_dim`` (LongCat-Flash: head_dim = qk_rope_head_dim),
+    or ``head_dim`` x partial_rotary_factor (dots3), it spans qk_rope_head_dim
+    after the shrinking too."""
+    rope, head = values.get("qk_rope_head_dim"), values.get("head_dim")
+    if not (_is_int(rope) and _is_int(head)):
+        return {}
+    small = out.get("qk_rope_head_dim", rope)  # already small: a rebuilt config's
+    if head == rope:
+        return {"head_dim": small}
+    factors = {p.get("partial_rotary_factor") for p in _rope_parameter_sets(values)} - {None}
+    if len(factors) == 1 and head * factors.pop() == rope:
+        return {"head_dim": head * small // rope}
+    return {}
+
+
+def _rope_parameter_sets(values: dict) -> list[dict]:
+    """The rope parameters: one set, or one per layer type."""
+    rope = values.get("rope_parameters")
+    if not isinstance(rope, dict):
+        return []
+    if all(isinstance(v, dict) for v in rope.values()) and rope:
+        return list(rope.values())
+    return [rope]
 
 
 def _mamba_heads(config, out: dict) -> dict:
@@ -322,7 +406,7 @@ def small_overrides(model_type: str, z: Sizes = SWEEP) -> dict:
     import transformers
 
     config = transformers.AutoConfig.for_model(model_type)
-    extra = {k: v for k, v in EXTRA_OVERRIDES.get(model_type, {}).items() if k in _fields(config)}
+    extra = {k: v for k, v in _extra(model_type, z).items() if k in _fields(config)}
     # Heads' widths last: many configs derive them from the other sizes, and
     # one passed in would win over the derived one.
     out = dict(_shrink(config, z, head_dims=False), **extra)
@@ -508,6 +592,9 @@ def work(model_type: str, kind: str, task: str) -> dict:
 
     row = {"family": model_type, "kind": kind, "task": task, "status": None, "note": "",
            "error_f32": None, "error_f64": None, "eager_f32_vs_f64": None, "shapes": {}}
+    if model_type in NOT_STANDALONE:
+        row["status"], row["note"] = "not-standalone", NOT_STANDALONE[model_type]
+        return row
     try:
         family = Family(model_type, kind, task)
         built, wrapper = family.built, family.wrapper
@@ -525,8 +612,10 @@ def work(model_type: str, kind: str, task: str) -> dict:
         frames = traceback.extract_tb(error.__traceback__)
         where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(frames)
                       if "transformers" in f.filename or "anyshape" in f.filename), "")
-        row["status"], row["note"] = "build-error", _first_line(error) + (
-            f" (at {where})" if where else "")
+        # a model class that needs a library pip cannot install (detectron2)
+        needs = isinstance(error, ImportError) and "requires the" in str(error)
+        row["status"], row["note"] = "needs-library" if needs else "build-error", \
+            _first_line(error) + (f" (at {where})" if where else "")
         row["traceback"] = traceback.format_exc()[-3000:]
         return row
 

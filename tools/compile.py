@@ -53,10 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--seq", type=int, default=128,
                        help="the sequence length when seq is not dynamic (default 128)")
     model.add_argument("--max-batch", type=int, default=None,
-                       help=f"largest dynamic batch (default {DEFAULT_MAX_BATCH})")
+                       help=f"largest dynamic batch (default: unbounded with --hf, "
+                            f"{DEFAULT_MAX_BATCH} with --model)")
     model.add_argument("--max-seq", type=int, default=None,
-                       help="longest dynamic sequence (default: as many as the model's "
-                            f"positions allow, else {DEFAULT_MAX_SEQ})")
+                       help="longest dynamic sequence (default with --hf: as many as the "
+                            "model's positions allow, else unbounded; with --model: "
+                            f"{DEFAULT_MAX_SEQ})")
     model.add_argument("--params", choices=["inline", "external"], default="inline",
                        help="weights in module.vmfb (inline, default) or in params.irpa "
                             "beside it (external)")
@@ -231,15 +233,14 @@ def _compile_torch(args, report):
                         ("--max-batch", args.max_batch), ("--max-seq", args.max_seq)):
         if value is not None and value < 1:
             raise ValueError(f"{flag}: expected a positive size, got {value}")
-    max_batch = args.max_batch or DEFAULT_MAX_BATCH
     if args.task in GENERATION_TASKS:
         return _compile_generator(args, report)
     if args.hf:
-        model, inputs, shapes, described = _hf_model(args, dynamic, max_batch, report)
+        model, inputs, shapes, described = _hf_model(args, dynamic, args.max_batch, report)
         call_args, call_kwargs = (), inputs
     else:
         model, call_args, call_kwargs, shapes, described = _factory_model(
-            args, dynamic, max_batch, report)
+            args, dynamic, args.max_batch or DEFAULT_MAX_BATCH, report)
     compiled = anyshape.compile(
         model, call_args, call_kwargs, dynamic_shapes=shapes, target=args.target,
         passes=_passes(args),
@@ -303,13 +304,16 @@ def _hf_model(args, dynamic, max_batch, report):
            + (f" with {', '.join(args.config)}" if args.config else ""))
     built = hf.build(args.hf, args.task, overrides)
     limit = built.max_seq
-    max_seq = args.max_seq or limit or hf.DEFAULT_MAX_SEQ
+    # Bounded by the positions the config states even where torch.export does not
+    # need it (GPT-2's position embeddings are a gather, which past its table
+    # reads garbage, not an error); unbounded where the model has no such limit.
+    max_seq = args.max_seq or limit
     longest = max_seq if "seq" in dynamic else args.seq
-    if limit is not None and longest > limit:
+    if limit is not None and longest is not None and longest > limit:
         raise ValueError(f"--max-seq/--seq: {args.hf}'s positions allow at most {limit} tokens, "
                          f"got {longest} (a --config of its position count changes that)")
-    batch = min(2, max_batch) if "batch" in dynamic else args.batch
-    seq = min(8, max_seq) if "seq" in dynamic else args.seq
+    batch = min(2, max_batch or 2) if "batch" in dynamic else args.batch
+    seq = min(8, max_seq or 8) if "seq" in dynamic else args.seq
     inputs = built.example_inputs(batch, seq, dec_seq=max(1, seq - 3) if "seq" in dynamic else seq)
     shapes = built.dynamic_shapes(dynamic, max_batch, max_seq)
     described = {"model": f"{args.hf} {args.task} ({type(built.model).__name__})",

@@ -189,6 +189,11 @@ PASSING.update({
                               "(issue 65)"),
     "mpt": ("causal", "a one-row ALiBi bias sliced by the length, bounded by max_seq_len "
                       "(issue 65)"),
+    **{t: (kind, "a former build-error row of the sweep (issue 65)") for t, kind in (
+        ("cohere_compass_text", "causal"), ("emu3", "causal"), ("layoutlmv3", "encoder"),
+        ("lfm2_moe", "causal"), ("lilt", "encoder"), ("mllama", "causal"),
+        ("musicgen", "causal"), ("musicgen_melody", "causal"), ("dots3_note", "causal"),
+        ("dots3_note_text", "causal"), ("gemma3n", "causal"))},
 })
 
 # One per mechanism: which of PASSING a default run compiles.
@@ -262,3 +267,57 @@ def test_a_config_with_per_layer_views_builds():
     family = sweep.Family("gemma4_text", "causal", _task("gemma4_text", "causal"), SIZES)
     with torch.no_grad():
         assert family.wrapper(*family.example()).dim() == 3
+
+
+# The sweep's former build-error rows (issue 65) and what made each build: a
+# model class that takes a part of a composite config, ids that are code points,
+# per-layer fields of a heterogeneous config, widths one size implies, and the
+# fields a checkpoint's config sets where transformers' default leaves them unset.
+BUILDS_SINCE_ISSUE_65: dict[str, tuple[str, str]] = {
+    "blt": ("causal", "the global transformer's width (hidden_size_global)"),
+    "canine": ("encoder", "ids are Unicode code points: no vocabulary"),
+    "cohere_compass_text": ("causal", "rope parameters per layer type"),
+    "dbrx": ("causal", "attn_config's rope_theta and clip_qkv (a part's override)"),
+    "dots3_note_text": ("causal", "per-layer fields of a heterogeneous config; rotary width"),
+    "dots3_note": ("causal", "the same, in the composite config's text part"),
+    "emu3": ("causal", "Emu3ForCausalLM takes the text part of the composite config"),
+    "mllama": ("causal", "MllamaForCausalLM takes the text part of the composite config"),
+    "musicgen": ("causal", "MusicgenForCausalLM takes the decoder part; one codebook"),
+    "gemma3n": ("causal", "the text part's own overrides (KV-sharing layers)"),
+    "layoutlmv3": ("encoder", "box embeddings that fill the hidden width"),
+    "lilt": ("encoder", "box embeddings of hidden / 6 each"),
+    "lfm2_moe": ("causal", "layer types the default config leaves unset"),
+    "longcat_flash": ("causal", "the rotary width of latent attention (head_dim)"),
+    "nemotron_h": ("causal", "Mamba-2 groups that divide the heads"),
+    "qwen4_exp_text": ("causal", "the token indexer the default config leaves unset"),
+    "xmod": ("encoder", "a default language"),
+    "zamba": ("causal", "two hybrid layers, twice the hidden width in the shared block"),
+    "zamba2": ("causal", "twice the hidden width in the shared block"),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(BUILDS_SINCE_ISSUE_65))
+def test_a_former_build_error_family_runs_eagerly(model_type):
+    kind = BUILDS_SINCE_ISSUE_65[model_type][0]
+    family = sweep.Family(model_type, kind, _task(model_type, kind), SIZES)
+    ids, mask = family.inputs(*sweep.PADDED_SHAPE, seed=0)
+    with torch.no_grad():
+        logits = family.wrapper(ids, mask)
+    assert logits.shape[0] == ids.shape[0] and torch.isfinite(logits).all()
+
+
+def test_a_heterogeneous_config_has_its_per_layer_fields_shrunk():
+    """dots3's text config refuses to read num_attention_heads globally; left out,
+    the model kept 128 heads of a 64-wide model."""
+    overrides = sweep.small_overrides("dots3_note_text", SIZES)
+    assert overrides["num_attention_heads"] == SIZES.heads
+    assert overrides["kv_lora_rank"] <= SIZES.head_dim
+
+
+@pytest.mark.parametrize("model_type, status", [("gemma4_assistant", "not-standalone"),
+                                                ("layoutlmv2", "needs-library")])
+def test_a_family_that_cannot_run_alone_says_why(model_type, status):
+    kind = "encoder" if model_type == "layoutlmv2" else "causal"
+    row = sweep.work(model_type, kind, _task(model_type, kind))
+    assert row["status"] == status
+    assert ("detectron2" if model_type == "layoutlmv2" else "shared_kv_states") in row["note"]

@@ -37,6 +37,11 @@ DEFAULT_MAX_SEQ = 512
 POSITIONS_AFTER_PADDING = {"roberta", "xlm-roberta", "camembert", "xlm-roberta-xl"}
 
 
+# Models whose ids are Unicode code points, with no vocabulary of their own
+# (CANINE hashes each code point into its embeddings).
+CODE_POINT_INPUTS = {"canine": 0x110000}
+
+
 class LastTokenLogits(torch.nn.Module):
     """A causal LM's next-token logits at the last position (prefill)."""
 
@@ -75,8 +80,10 @@ class HFModel:
                 3, self.vocab_size, (batch, dec_seq or seq), generator=generator)
         return inputs
 
-    def dynamic_shapes(self, dynamic: set[str], max_batch: int, max_seq: int) -> dict:
-        """torch.export dynamic_shapes for ``example_inputs``' names."""
+    def dynamic_shapes(self, dynamic: set[str], max_batch: int | None,
+                       max_seq: int | None) -> dict:
+        """torch.export dynamic_shapes for ``example_inputs``' names (a max of None:
+        unbounded, as a user's plain ``Dim("seq")``)."""
         batch = Dim("batch", min=1, max=max_batch) if "batch" in dynamic else None
         seq = Dim("seq", min=1, max=max_seq) if "seq" in dynamic else None
         dec = Dim("dec_seq", min=1, max=max_seq) if "seq" in dynamic else None
@@ -112,7 +119,9 @@ def default_config(model_type: str, overrides: dict[str, Any] | None = None):
         known = ", ".join(sorted(transformers.CONFIG_MAPPING.keys()))
         raise ValueError(f"model type: transformers has no model type '{model_type}' "
                          f"(known: {known})") from None
-    unknown = [key for key in overrides or {} if not hasattr(config, key)]
+    fields = config.to_dict()  # with the per-layer fields a heterogeneous config
+    # refuses to read globally (hasattr raises on them)
+    unknown = [key for key in overrides or {} if key not in fields and not hasattr(config, key)]
     if unknown:
         raise ValueError(f"--config: {model_type}'s config ({type(config).__name__}) has no "
                          f"field {', '.join(repr(k) for k in unknown)}")
@@ -131,20 +140,37 @@ def build(model_type: str, task: str, overrides: dict[str, Any] | None = None,
 
     if task not in TASKS:
         raise ValueError(f"task: expected one of {', '.join(TASKS)}, got '{task}'")
-    config = text_model_config(default_config(model_type, overrides))
-    config.use_cache = False  # one forward over the whole sequence: no KV cache to return
     auto = getattr(transformers, TASKS[task])
-    if type(config) not in auto._model_mapping:
+    model_class, config = _model_class_and_config(auto, default_config(model_type, overrides))
+    config.use_cache = False  # one forward over the whole sequence: no KV cache to return
+    if model_class is None:
         have = [t for t, a in TASKS.items()
                 if type(config) in getattr(transformers, a)._model_mapping]
         raise ValueError(f"task: transformers has no '{task}' model for model type "
                          f"'{model_type}' (its tasks: {', '.join(have) or 'none of these'})")
     torch.manual_seed(seed)
-    model = auto.from_config(config).eval()
+    model = model_class._from_config(config).eval()
     if task == "causal-lm-last-token":
         model = LastTokenLogits(model).eval()
+    vocab = getattr(config, "vocab_size", None) or CODE_POINT_INPUTS.get(model_type)
     return HFModel(model, model_type, task, _max_positions(config, model_type),
-                   config.vocab_size, task == "seq2seq-lm")
+                   vocab, task == "seq2seq-lm")
+
+
+def _model_class_and_config(auto, config):
+    """The class ``auto`` builds for ``config`` (None: it has none) and the config
+    it is built from. Where that class takes one of a composite config's parts
+    (Mllama's and Emu3's text models, MusicGen's decoder), that part; otherwise
+    ``text_model_config(config)``."""
+    if type(config) in auto._model_mapping:
+        model_class = auto._model_mapping[type(config)]
+        wanted = model_class.config_class
+        if wanted is not None and not isinstance(config, wanted):
+            part = [v for v in vars(config).values() if type(v) is wanted]
+            if len(part) == 1:
+                return model_class, part[0]
+    config = text_model_config(config)
+    return auto._model_mapping.get(type(config), None), config
 
 
 def text_model_config(config):

@@ -104,7 +104,8 @@ def test_compile_cli_hf_model_with_external_parameters(tmp_path):
 
     out = tmp_path / "art"
     result = run("anyshape-compile", "--hf", "gpt2", "--task", "causal-lm-last-token",
-                 *TINY_GPT2, "--max-seq", "32", "--params", "external", "-o", str(out))
+                 *TINY_GPT2, "--max-batch", "16", "--max-seq", "32", "--params", "external",
+                 "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert "running anyshape-hoist-slices" in result.stderr  # progress, stage by stage
     summary = result.stdout
@@ -123,6 +124,29 @@ def test_compile_cli_hf_model_with_external_parameters(tmp_path):
     compiled = anyshape.load(out)
     assert compiled.parameters_path == out / "params.irpa"
     torch.testing.assert_close(compiled(**inputs), expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.builds_in_subprocess
+def test_compile_cli_hf_model_takes_the_bound_its_config_states(tmp_path):
+    """Without --max-batch or --max-seq: an unbounded batch, and the sequence
+    bounded by GPT-2's 64 positions (n_positions), although torch.export does not
+    need it there; past it the position embeddings' gather would read garbage."""
+    from anyshape.frontend import hf
+
+    out = tmp_path / "art"
+    result = run("anyshape-compile", "--hf", "gpt2", "--task", "causal-lm-last-token",
+                 *TINY_GPT2, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "dynamic dims: 'batch' in [1, inf], 'seq' in [1, 64]" in result.stdout
+    overrides = hf.parse_overrides([v for v in TINY_GPT2 if v != "--config"])
+    built = hf.build("gpt2", "causal-lm-last-token", overrides)
+    inputs = built.example_inputs(33, 64, seed=3)
+    with torch.no_grad():
+        expected = built.model(**inputs)
+    compiled = anyshape.load(out)
+    torch.testing.assert_close(compiled(**inputs), expected, atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match=r"expected a size with .seq. in \[1, 64\], got 65"):
+        compiled(**built.example_inputs(1, 65, seed=4))
 
 
 @pytest.mark.builds_in_subprocess
