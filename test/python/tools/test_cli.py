@@ -98,10 +98,16 @@ TINY_GPT2 = ["--config", "n_embd=32", "--config", "n_layer=2", "--config", "n_he
              "--config", "n_inner=64", "--config", "vocab_size=300", "--config", "n_positions=64"]
 
 
-@pytest.mark.builds_in_subprocess
-def test_compile_cli_hf_model_with_external_parameters(tmp_path):
+def _tiny_gpt2():
+    """The model TINY_GPT2 makes anyshape-compile build, built here for eager."""
     from anyshape.frontend import hf
 
+    overrides = hf.parse_overrides([v for v in TINY_GPT2 if v != "--config"])
+    return hf.build("gpt2", "causal-lm-last-token", overrides)
+
+
+@pytest.mark.builds_in_subprocess
+def test_compile_cli_hf_model_with_external_parameters(tmp_path):
     out = tmp_path / "art"
     result = run("anyshape-compile", "--hf", "gpt2", "--task", "causal-lm-last-token",
                  *TINY_GPT2, "--max-batch", "16", "--max-seq", "32", "--params", "external",
@@ -116,8 +122,7 @@ def test_compile_cli_hf_model_with_external_parameters(tmp_path):
     assert "inputs: input_ids int64 (batch, seq); attention_mask int64 (batch, seq)" in summary
     assert "outputs (a tensor): outputs float32 (batch, 300)" in summary
     assert f"anyshape.load({str(out)!r})" in summary
-    overrides = hf.parse_overrides([v for v in TINY_GPT2 if v != "--config"])
-    built = hf.build("gpt2", "causal-lm-last-token", overrides)
+    built = _tiny_gpt2()
     inputs = built.example_inputs(3, 29, seed=2)
     with torch.no_grad():
         expected = built.model(**inputs)
@@ -131,15 +136,12 @@ def test_compile_cli_hf_model_takes_the_bound_its_config_states(tmp_path):
     """Without --max-batch or --max-seq: an unbounded batch, and the sequence
     bounded by GPT-2's 64 positions (n_positions), although torch.export does not
     need it there; past it the position embeddings' gather would read garbage."""
-    from anyshape.frontend import hf
-
     out = tmp_path / "art"
     result = run("anyshape-compile", "--hf", "gpt2", "--task", "causal-lm-last-token",
                  *TINY_GPT2, "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert "dynamic dims: 'batch' in [1, inf], 'seq' in [1, 64]" in result.stdout
-    overrides = hf.parse_overrides([v for v in TINY_GPT2 if v != "--config"])
-    built = hf.build("gpt2", "causal-lm-last-token", overrides)
+    built = _tiny_gpt2()
     inputs = built.example_inputs(33, 64, seed=3)
     with torch.no_grad():
         expected = built.model(**inputs)
