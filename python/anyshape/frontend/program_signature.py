@@ -11,6 +11,8 @@ from typing import Any, NamedTuple
 import torch
 
 from anyshape.frontend.graph_fixes.symbolic_scalars import kind as scalar_kind
+from anyshape.frontend.indexed_reads import indexed_reads, size_condition
+from anyshape.runtime.index_bounds import IndexBound
 from anyshape.runtime import size_conditions
 from anyshape.runtime.signature import ModuleSignature, Symbol, TensorSpec, dtype_name, encode_tree
 
@@ -76,7 +78,24 @@ def signature_from_program(program: torch.export.ExportedProgram,
                                              dims, list(symbols))
     return ModuleSignature(inputs, outputs, symbols, encode_tree(program.call_spec.out_spec),
                            writes, conditions,
-                           input_tree=_nested_inputs(program, [spec.name for spec in inputs]))
+                           input_tree=_nested_inputs(program, [spec.name for spec in inputs]),
+                           index_bounds=_index_bounds(program, user_inputs))
+
+
+def _index_bounds(program: torch.export.ExportedProgram, user_inputs: set[str]) -> list[IndexBound]:
+    """The indexed reads the runtime checks (``frontend/indexed_reads.py``); the
+    module checks the rest itself (``graph_fixes/checked_indices.py``)."""
+    bounds = []
+    for read in indexed_reads(program.graph):
+        if read.kind == "input" and read.input in user_inputs:
+            bound = IndexBound(read.table, read.rows, read.low, input=read.input)
+        elif read.kind == "sizes" and (condition := size_condition(read)) is not None:
+            bound = IndexBound(read.table, read.rows, read.low, condition=condition)
+        else:
+            continue
+        if bound not in bounds:
+            bounds.append(bound)
+    return bounds
 
 
 def _nested_inputs(program: torch.export.ExportedProgram, leaves: list[str]) -> dict:

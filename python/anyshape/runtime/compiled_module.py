@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from anyshape.runtime import size_conditions
+from anyshape.runtime import index_bounds, size_conditions
 from anyshape.runtime.host_arrays import host_tensor
 from anyshape.errors import RunError
 from anyshape.runtime.host_cpu import check_runs_here
@@ -500,6 +500,7 @@ def check_arguments(signature: ModuleSignature, given: dict[str, Any]) -> list[n
     specs = signature.inputs
     arrays = [_to_array(spec, given[spec.name]) for spec in specs]
     _check_shapes(signature, specs, arrays)
+    index_bounds.check_index_values(signature.index_bounds, [spec.name for spec in specs], arrays)
     if signature.padding_mask is not None:
         mask = arrays[[spec.name for spec in specs].index(signature.padding_mask)]
         indices = padding_indices(signature.padding_mask, mask)
@@ -590,15 +591,19 @@ def _check_shapes(signature: ModuleSignature, specs: list[TensorSpec], arrays: l
         if expected is not None and expected != size:
             raise ValueError(f"{where}: expected size {expr} = {expected}, got {size}")
     values = {k: v[0] for k, v in bound.items()}
+    labels = {name: s.label for name, s in signature.symbols.items() if s.label}
+
+    def sizes(condition: str) -> str:
+        return ", ".join(f"argument '{bound[s][1]}' dim {bound[s][2]} = {bound[s][0]}"
+                         for s in bound if re.search(rf"\b{s}\b", condition))
+
     for condition in signature.conditions:
         if size_conditions.holds(condition, values) is False:
-            sizes = ", ".join(f"argument '{bound[s][1]}' dim {bound[s][2]} = {bound[s][0]}"
-                              for s in bound if re.search(rf"\b{s}\b", condition))
-            labels = {name: s.label for name, s in signature.symbols.items() if s.label}
             raise ValueError(f"arguments: expected sizes with "
                              f"{size_conditions.readable(condition, labels)} "
                              f"(a condition of the model: torch._check or a size relation "
-                             f"torch.export recorded), got {sizes}")
+                             f"torch.export recorded), got {sizes(condition)}")
+    index_bounds.check_index_sizes(signature.index_bounds, values, sizes, labels)
 
 
 def _evaluate(expr: str, values: dict[str, int]) -> int | None:

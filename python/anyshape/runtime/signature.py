@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from anyshape.runtime.index_bounds import IndexBound
 
 SCHEMA_VERSION = 1
 
@@ -79,6 +80,9 @@ class ModuleSignature:
     # ``past``): each such argument's name -> {"tree": its structure
     # (``encode_tree``), "leaves": the names of its tensors among ``inputs``}.
     input_tree: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Indices into the model's tables that the runtime checks before a call
+    # (``runtime/index_bounds.py``): an input's values, or a size condition.
+    index_bounds: list[IndexBound] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict:
         return {
@@ -92,6 +96,8 @@ class ModuleSignature:
             **({"padding_dense_entry": self.padding_dense_entry}
                if self.padding_dense_entry else {}),
             **({"input_tree": self.input_tree} if self.input_tree else {}),
+            **({"index_bounds": [dataclasses.asdict(b) for b in self.index_bounds]}
+               if self.index_bounds else {}),
         }
 
     @classmethod
@@ -106,6 +112,7 @@ class ModuleSignature:
             padding_mask=data.get("padding_mask"),
             padding_dense_entry=data.get("padding_dense_entry"),
             input_tree=dict(data.get("input_tree", {})),
+            index_bounds=[IndexBound(**b) for b in data.get("index_bounds", [])],
         )
 
 

@@ -69,32 +69,64 @@ def test_roberta_with_unbounded_batch_and_length(unbounded_roberta):
                                    atol=1e-4, rtol=0)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 65, found 2026-11-29: torch.export needs no bound for a position embedding "
-    "read by a gather, and past the table IREE's gather reads garbage (NaN here) where "
-    "eager raises; anyshape-compile --hf bounds the length by the config's "
-    "positions, anyshape.compile does not yet"))
-def test_roberta_past_its_positions_is_refused(unbounded_roberta):
+def test_roberta_past_its_positions_is_an_error(unbounded_roberta):
+    """/// RoBERTa counts positions from the mask, inside the module: past its
+    /// table IREE read NaN where eager raises; the module now asserts the index."""
     model, compiled = unbounded_roberta
     ids, mask = roberta_inputs(1, 129)
-    with pytest.raises(RuntimeError, match="out of bounds"):  # eager refuses it
+    with pytest.raises(RuntimeError, match="index 130 is out of bounds"):
         model(ids, attention_mask=mask)
-    with pytest.raises(ValueError, match="input_ids"):
+    with pytest.raises(anyshape.RunError, match=r"outside \[0, 130\), into dim 1 of the "
+                       r"gather operand in roberta\.embeddings \(size 130\) and "
+                       r"roberta\.embeddings\.position_embeddings \(130 rows\)"):
         compiled(ids, attention_mask=mask)
 
 
-def test_gpt2_last_token_with_unbounded_batch_and_length():
+@pytest.fixture(scope="module")
+def unbounded_gpt2():
     torch.manual_seed(0)
     model = small_gpt2_last_token().eval()
     ids = torch.randint(0, 500, (2, 6))
-    mask = torch.ones_like(ids)
     batch, seq = Dim("batch"), Dim("seq")
-    compiled = anyshape.compile(model, (ids, mask),
+    compiled = anyshape.compile(model, (ids, torch.ones_like(ids)),
                                 dynamic_shapes={"input_ids": {0: batch, 1: seq},
                                                 "attention_mask": {0: batch, 1: seq}})
-    for b, length in [(1, 1), (3, 7), (2, 33), (1, 63)]:
+    return model, compiled
+
+
+def test_gpt2_last_token_with_unbounded_batch_and_length(unbounded_gpt2):
+    model, compiled = unbounded_gpt2
+    for b, length in [(1, 1), (3, 7), (2, 33), (1, 63), (1, 64)]:
         ids = torch.randint(0, 500, (b, length))
         mask = torch.ones_like(ids)
         with torch.no_grad():
             expected = model(ids, mask)
         torch.testing.assert_close(compiled(ids, mask), expected, atol=1e-4, rtol=0)
+
+
+def test_gpt2_past_its_positions_names_the_length(unbounded_gpt2):
+    """/// GPT-2's positions are arange(seq): past its 64 the runtime refuses
+    /// the length before the call (IREE read past the table: NaN)."""
+    model, compiled = unbounded_gpt2
+    ids = torch.randint(0, 500, (1, 65))
+    with pytest.raises(IndexError, match="index out of range"):
+        model(ids, torch.ones_like(ids))
+    with pytest.raises(ValueError, match=r"expected sizes with seq <= 64 \(indices into "
+                       r"model\.transformer\.wpe \(64 rows\).*got argument 'input_ids' dim 1 = 65"):
+        compiled(ids, torch.ones_like(ids))
+
+
+def test_gpt2_token_id_past_its_vocabulary_names_the_argument(unbounded_gpt2):
+    model, compiled = unbounded_gpt2
+    for bad in (500, -1, 10**9):
+        ids = torch.randint(0, 500, (2, 7))
+        ids[1, 3] = bad
+        with pytest.raises(IndexError, match="index out of range"):
+            model(ids, torch.ones_like(ids))
+        with pytest.raises(ValueError, match=rf"argument 'input_ids': expected values in "
+                           rf"\[0, 500\) \(indices into model\.transformer\.wte \(500 rows\); "
+                           rf"eager raises IndexError\), got values from {ids.min()} to "
+                           rf"{ids.max()}$"):
+            compiled(ids, torch.ones_like(ids))
+
+

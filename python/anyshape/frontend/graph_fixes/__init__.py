@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from anyshape.frontend.graph_fixes.checked_det import check_det
+from anyshape.frontend.graph_fixes.checked_indices import check_indices
 from anyshape.frontend.graph_fixes.constant_sizes import make_constant_sizes_static
 from anyshape.frontend.graph_fixes.constant_subexpressions import compute_constant_subexpressions
 from anyshape.frontend.graph_fixes.edge_value_math import rewrite_edge_value_math
@@ -49,13 +50,26 @@ GRAPH_FIXES: tuple[tuple[str, Callable[[torch.fx.Graph], None]], ...] = (
     ("rank0_softmax", rewrite_rank0_softmax),
     ("stable_logcumsumexp", rewrite_logcumsumexp),
     ("checked_det", check_det),
+    ("checked_indices", check_indices),
     ("symbolic_scalars", lower_symbolic_scalars),
     ("symbolic_scalars.wrap", wrap_scalars_at_tensor_operands),
     ("unsigned_casts", cast_floats_to_unsigned_through_int64),
 )
 
 
-def apply_graph_fixes(graph: torch.fx.Graph) -> None:
-    """Every fix of ``GRAPH_FIXES`` on ``graph``, in place, in order."""
-    for _, fix in GRAPH_FIXES:
-        fix(graph)
+# Fixes left out for a target. CUDA: IREE 3.13 does not compile the index check's
+# reduction of RoBERTa's positions to one flag (the whole dynamic dim in shared
+# memory; unbounded: "memref.alloc op unexpected allocation without upper bound
+# shapes"; as a sum or min/max: "failed to distribute"), so on CUDA an index the
+# data decides is unchecked, as on the plain stack (docs/cuda.md);
+# iree/test_cuda.py guards it.
+SKIPPED_FOR_TARGET: dict[str, frozenset[str]] = {"cuda": frozenset({"checked_indices"})}
+
+
+def apply_graph_fixes(graph: torch.fx.Graph, target: str | None = None) -> None:
+    """Every fix of ``GRAPH_FIXES`` on ``graph``, in place, in order, but those
+    ``SKIPPED_FOR_TARGET`` leaves out for ``target`` ("cpu", "cuda")."""
+    skipped = SKIPPED_FOR_TARGET.get(target, frozenset())
+    for name, fix in GRAPH_FIXES:
+        if name not in skipped:
+            fix(graph)
