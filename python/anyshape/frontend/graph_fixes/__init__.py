@@ -15,6 +15,7 @@ import torch
 
 from anyshape.frontend.graph_fixes.checked_det import check_det
 from anyshape.frontend.graph_fixes.checked_indices import check_indices
+from anyshape.frontend.graph_fixes.complex_as_pairs import rewrite_complex_as_pairs
 from anyshape.frontend.graph_fixes.constant_sizes import make_constant_sizes_static
 from anyshape.frontend.graph_fixes.constant_subexpressions import compute_constant_subexpressions
 from anyshape.frontend.graph_fixes.edge_value_math import rewrite_edge_value_math
@@ -31,7 +32,8 @@ from anyshape.frontend.graph_fixes.whole_dim_slices import drop_whole_dim_slices
 from anyshape.frontend.graph_fixes.wrong_lowerings import refuse_wrong_lowerings
 
 # In the order they run. Refusals first (nothing is rewritten for a graph that
-# fails); edge_value_math before the scalars become 0-d tensor ops, so that the
+# fails); complex values as pairs before constants are computed (a complex
+# constant would stop it); edge_value_math before the scalars become 0-d tensor ops, so that the
 # pow ops of sizes stay as they were tested (test_symbolic_scalars.py), on
 # IREE's host arithmetic (after them, the IEEE rewrite's sign tests met
 # torch-mlir's comparison folder bug, passes/torch_ir/mixed_comparisons.py;
@@ -39,6 +41,7 @@ from anyshape.frontend.graph_fixes.wrong_lowerings import refuse_wrong_lowerings
 # together, then the unsigned casts, which read the final dtypes.
 GRAPH_FIXES: tuple[tuple[str, Callable[[torch.fx.Graph], None]], ...] = (
     ("wrong_lowerings", refuse_wrong_lowerings),
+    ("complex_as_pairs", rewrite_complex_as_pairs),
     ("constant_subexpressions", compute_constant_subexpressions),
     ("tensor_metadata_asserts", drop_proven_metadata_asserts),
     ("packed_sort_keys", rewrite_sorts_as_packed_keys),

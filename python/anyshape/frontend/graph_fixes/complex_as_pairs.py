@@ -1,0 +1,150 @@
+"""Complex tensors inside a model as pairs of real ones: rotary embeddings written with ``torch.polar``.
+
+Llama 4 and DeepSeek-V2 rotate queries and keys as complex numbers
+(``view_as_complex(q) * polar(1, angle)``, then ``view_as_real``). torch-mlir
+imports the complex ops, and IREE refuses them ("Only integer/float dtype
+supported"), so these models failed to compile. Where every complex value is
+made and used inside the graph by the ops below, ``rewrite_complex_as_pairs``
+computes each as a real tensor with a trailing dim of 2 (``view_as_real``'s
+layout): a product is ``(ac - bd, ad + bc)``, and views act on the leading
+dims. A graph with a complex input or output, or any other complex op, is
+left as it was. Guarded by ``test_complex_rotary_matches_eager``
+(test_complex_as_pairs.py).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx import Graph, Node
+
+from anyshape.frontend.graph_fixes.fx_emit import Emitter
+from anyshape.stages import Workaround
+
+aten = torch.ops.aten
+
+_REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64,
+            torch.complex32: torch.float16}
+# Views and copies of a complex tensor: the same op on its pair, with dims
+# counted on the complex tensor (so a negative dim moves one to the left).
+_DIM_OPS = {aten.slice.Tensor, aten.unsqueeze.default, aten.select.int, aten.squeeze.dim}
+_SHAPE_OPS = {aten.view.default, aten.reshape.default, aten._unsafe_view.default,
+              aten.expand.default}
+_SAME_OPS = {aten.clone.default, aten.alias.default}
+_PRODUCERS = {aten.view_as_complex.default, aten.polar.default, aten.complex.default,
+              aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.permute.default,
+              aten.transpose.int} | _DIM_OPS | _SHAPE_OPS | _SAME_OPS
+_CONSUMERS = {aten.view_as_real.default, aten.real.default, aten.imag.default,
+              aten._assert_tensor_metadata.default}
+
+
+def _is_complex(x) -> bool:
+    value = x.meta.get("val") if isinstance(x, Node) else None
+    return isinstance(value, torch.Tensor) and value.is_complex()
+
+
+def _supported(graph: Graph) -> bool:
+    for node in graph.nodes:
+        if not _is_complex(node):
+            continue
+        if node.op != "call_function" or node.target not in _PRODUCERS:
+            return False
+        if any(isinstance(a, torch.Tensor) and a.is_complex() for a in node.args):
+            return False  # a complex constant
+        if node.target in (aten.add.Tensor, aten.sub.Tensor) and (
+                not all(_is_complex(a) for a in node.args[:2]) or node.kwargs.get("alpha", 1) != 1):
+            return False
+        for user in node.users:
+            if not _is_complex(user) and (user.op != "call_function" or
+                                          user.target not in _CONSUMERS):
+                return False
+    return True
+
+
+def rewrite_complex_as_pairs(graph: Graph) -> int:
+    """Rewrite every complex value as a real pair; returns how many, 0 when
+    the graph has none or one this cannot rewrite."""
+    if not any(_is_complex(n) for n in graph.nodes) or not _supported(graph):
+        return 0
+    pairs: dict[Node, Node] = {}
+    rewritten = 0
+    for node in list(graph.nodes):
+        if _is_complex(node):
+            pairs[node] = _pair(graph, node, pairs)
+            rewritten += 1
+        elif node.op == "call_function" and node.target in _CONSUMERS and \
+                node.args and _is_complex(node.args[0]):
+            pair = pairs[node.args[0]]
+            if node.target is aten._assert_tensor_metadata.default:
+                graph.erase_node(node)
+                continue
+            emit = Emitter(graph, node)
+            replacement = pair if node.target is aten.view_as_real.default else \
+                emit(aten.select.int, pair, -1, 0 if node.target is aten.real.default else 1)
+            node.replace_all_uses_with(replacement)
+            graph.erase_node(node)
+    for node in reversed(list(pairs)):
+        if not node.users:
+            graph.erase_node(node)
+    return rewritten
+
+
+def _pair(graph: Graph, node: Node, pairs: dict[Node, Node]) -> Node:
+    emit = Emitter(graph, node)
+    op, args = node.target, node.args
+    rank = node.meta["val"].dim()
+
+    def parts(x):
+        return emit(aten.select.int, pairs[x], -1, 0), emit(aten.select.int, pairs[x], -1, 1)
+
+    def joined(re, im):
+        return emit(aten.cat.default, [emit(aten.unsqueeze.default, re, -1),
+                                       emit(aten.unsqueeze.default, im, -1)], -1)
+
+    if op is aten.view_as_complex.default:
+        return args[0]
+    if op is aten.polar.default:
+        magnitude, angle = args
+        return joined(emit(aten.mul.Tensor, magnitude, emit(aten.cos.default, angle)),
+                      emit(aten.mul.Tensor, magnitude, emit(aten.sin.default, angle)))
+    if op is aten.complex.default:
+        return joined(args[0], args[1])
+    if op in (aten.add.Tensor, aten.sub.Tensor):
+        return emit(op, pairs[args[0]], pairs[args[1]])
+    if op is aten.mul.Tensor:
+        a, b = args
+        if _is_complex(a) and _is_complex(b):
+            (ar, ai), (br, bi) = parts(a), parts(b)
+            return joined(emit(aten.sub.Tensor, emit(aten.mul.Tensor, ar, br),
+                               emit(aten.mul.Tensor, ai, bi)),
+                          emit(aten.add.Tensor, emit(aten.mul.Tensor, ar, bi),
+                               emit(aten.mul.Tensor, ai, br)))
+        pair, factor = (pairs[a], b) if _is_complex(a) else (pairs[b], a)
+        if isinstance(factor, Node):
+            factor = emit(aten.unsqueeze.default, factor, -1)
+        return emit(aten.mul.Tensor, pair, factor)
+    source = pairs[args[0]]
+    if op in _SAME_OPS:
+        return emit(op, source, *args[1:], **node.kwargs)
+    if op in _SHAPE_OPS:
+        return emit(op, source, [*args[1], 2])
+    if op is aten.permute.default:
+        return emit(op, source, [d % rank for d in args[1]] + [rank])
+    if op is aten.transpose.int:
+        return emit(op, source, args[1] % rank, args[2] % rank)
+    # _DIM_OPS: the dim is counted on the complex tensor (unsqueeze: on its result)
+    dim_rank = rank if op is aten.unsqueeze.default else args[0].meta["val"].dim()
+    return emit(op, source, args[1] % dim_rank, *args[2:])
+
+
+# Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
+WORKAROUNDS = (
+    Workaround(
+        name='complex_as_real_pairs', stage='import',
+        where='rewrite_complex_as_pairs',
+        upstream="IREE refuses complex element types from torch-mlir's import ('Only "
+                 "integer/float dtype supported'): Llama 4's and DeepSeek-V2's complex rotary "
+                 "embeddings (torch.polar, view_as_complex) did not compile.",
+        guard='test/python/frontend/test_complex_as_pairs.py::test_complex_rotary_matches_eager',
+        remove_when="when IREE compiles torch-mlir's complex tensors (the test's "
+                    "plain-stack case passes)"),
+)
