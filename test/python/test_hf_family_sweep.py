@@ -194,6 +194,8 @@ PASSING.update({
         ("lfm2_moe", "causal"), ("lilt", "encoder"), ("mllama", "causal"),
         ("musicgen", "causal"), ("musicgen_melody", "causal"), ("dots3_note", "causal"),
         ("dots3_note_text", "causal"), ("gemma3n", "causal"))},
+    **{t: ("causal", "complex rotary embeddings as real pairs (issue 65)")
+       for t in ("deepseek_v2", "llama4", "llama4_text")},
 })
 
 # One per mechanism: which of PASSING a default run compiles.
