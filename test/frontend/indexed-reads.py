@@ -2,7 +2,9 @@
 
 # Indices of embeddings and gathers: the module checks those the data decides
 # (anyshape/frontend/graph_fixes/checked_indices.py); the runtime checks
-# inputs and sizes before the call (anyshape/frontend/indexed_reads.py).
+# inputs and sizes before the call (anyshape/frontend/indexed_reads.py). A
+# sequence-classification head's argmax and paired read
+# (graph_fixes/argmax_as_reductions.py, paired_indices.py).
 
 import os
 import sys
@@ -97,3 +99,28 @@ class PositionsFromABuffer(torch.nn.Module):
 show("negative_positions_from_a_buffer", PositionsFromABuffer(), (torch.zeros(2, 5),),
      ({0: Dim("batch"), 1: Dim("seq", max=16)},))
 print("// CASE: end")
+
+
+class LastTokenOfEachRow(torch.nn.Module):
+    """A decoder's sequence-classification head: the last real token's logits."""
+
+    def forward(self, logits, mask):
+        positions = torch.arange(mask.shape[-1]) * mask
+        return logits[torch.arange(logits.shape[0]), positions.argmax(-1)]
+
+
+# /// argmax over a dynamic dim is a max, a compare and a min of positions;
+# /// x[arange(dim0), argmax] reads rows r * dim1 + c of x flattened (all in range).
+# CHECK-LABEL: // CASE: last_token_of_each_row
+# CHECK-NOT: torch.aten.argmax
+# CHECK: %[[MAX:.+]] = torch.aten.amax %[[VALUES:.+]], %{{.+}}, %true
+# CHECK: torch.aten.eq.Tensor %[[VALUES]], %[[MAX]]
+# CHECK: torch.aten.where.ScalarOther
+# CHECK: %[[LAST:.+]] = torch.aten.amin
+# CHECK: %[[ROW:.+]] = torch.aten.add.Tensor %{{.+}}, %[[LAST]]
+# CHECK: %[[FLAT:.+]] = torch.aten.reshape %arg0
+# CHECK: torch.aten.index_select %[[FLAT]], %{{.+}}, %[[ROW]]
+# CHECK-NOT: torch.aten.index.Tensor
+show("last_token_of_each_row", LastTokenOfEachRow(),
+     (torch.randn(2, 5, 3), torch.ones(2, 5, dtype=torch.long)),
+     ({0: Dim("batch"), 1: Dim("seq")}, {0: Dim("batch"), 1: Dim("seq")}))

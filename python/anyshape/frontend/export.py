@@ -15,7 +15,8 @@ import torch.export
 from torch.export.dynamic_shapes import _DerivedDim
 
 from anyshape.errors import CompileError, DimBoundedByConfig
-from anyshape.frontend import config_bounds, export_diagnostics, grouped_experts, unproven_guards
+from anyshape.frontend import (cache_output, config_bounds, export_diagnostics, grouped_experts,
+                               unproven_guards)
 from anyshape.frontend.layout_probes import static_layout_probes
 from anyshape.frontend.program_signature import output_roles
 from anyshape.stages import Workaround
@@ -195,8 +196,10 @@ def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
     args, kwargs = _owning_their_storage((args, kwargs or {}))
     applied: list[config_bounds.Bound] = []
     deferred = False  # conditions torch could not prove, proven here: checked at run time
+    no_cache = False  # config.use_cache off: the model returned its cache (cache_output.py)
     while True:
         with torch.no_grad(), static_layout_probes(), \
+                cache_output.cache_left_out(model, no_cache), \
                 export_diagnostics.listening() as shape_log:
             try:
                 program = torch.export.export(
@@ -204,6 +207,11 @@ def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
                     prefer_deferred_runtime_asserts_over_guards=deferred)
                 break
             except Exception as error:
+                if not no_cache and cache_output.cache_in_output(error) and \
+                        cache_output.can_leave_out(model, args, kwargs or {}):
+                    no_cache = True
+                    cache_output.warn_left_out(model, stacklevel)
+                    continue
                 text = str(error)
                 retry = None if strict_dims or len(applied) >= _MAX_BOUND_RETRIES else \
                     config_bounds.bounded(text, model, dynamic_shapes,

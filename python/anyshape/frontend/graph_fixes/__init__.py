@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from anyshape.frontend.graph_fixes.argmax_as_reductions import rewrite_argmax_as_reductions
 from anyshape.frontend.graph_fixes.checked_det import check_det
 from anyshape.frontend.graph_fixes.checked_indices import check_indices
 from anyshape.frontend.graph_fixes.complex_as_pairs import rewrite_complex_as_pairs
@@ -22,6 +23,7 @@ from anyshape.frontend.graph_fixes.edge_value_math import rewrite_edge_value_mat
 from anyshape.frontend.graph_fixes.integer_negation import rewrite_integer_negation
 from anyshape.frontend.graph_fixes.nonnegative_dims import count_dims_from_the_front
 from anyshape.frontend.graph_fixes.packed_sort_keys import rewrite_sorts_as_packed_keys
+from anyshape.frontend.graph_fixes.paired_indices import rewrite_paired_indices
 from anyshape.frontend.graph_fixes.rank0_softmax import rewrite_rank0_softmax
 from anyshape.frontend.graph_fixes.stable_logcumsumexp import rewrite_logcumsumexp
 from anyshape.frontend.graph_fixes.symbolic_scalars import (lower_symbolic_scalars,
@@ -37,7 +39,8 @@ from anyshape.frontend.graph_fixes.wrong_lowerings import refuse_wrong_lowerings
 # pow ops of sizes stay as they were tested (test_symbolic_scalars.py), on
 # IREE's host arithmetic (after them, the IEEE rewrite's sign tests met
 # torch-mlir's comparison folder bug, passes/torch_ir/mixed_comparisons.py;
-# with that mended both orders pass); the scalar lowering and wrapping
+# with that mended both orders pass); paired indices before the argmax they
+# read is rewritten; the scalar lowering and wrapping
 # together, then the unsigned casts, which read the final dtypes.
 GRAPH_FIXES: tuple[tuple[str, Callable[[torch.fx.Graph], None]], ...] = (
     ("wrong_lowerings", refuse_wrong_lowerings),
@@ -52,6 +55,8 @@ GRAPH_FIXES: tuple[tuple[str, Callable[[torch.fx.Graph], None]], ...] = (
     ("edge_value_math", rewrite_edge_value_math),
     ("rank0_softmax", rewrite_rank0_softmax),
     ("stable_logcumsumexp", rewrite_logcumsumexp),
+    ("paired_indices", rewrite_paired_indices),
+    ("argmax_as_reductions", rewrite_argmax_as_reductions),
     ("checked_det", check_det),
     ("checked_indices", check_indices),
     ("symbolic_scalars", lower_symbolic_scalars),
