@@ -196,6 +196,7 @@ PASSING.update({
         ("dots3_note_text", "causal"), ("gemma3n", "causal"))},
     **{t: ("causal", "complex rotary embeddings as real pairs (issue 65)")
        for t in ("deepseek_v2", "llama4", "llama4_text")},
+    "mistral4": ("encoder", "a decoder's sequence-classification head (issue 65)"),
 })
 
 # One per mechanism: which of PASSING a default run compiles.
