@@ -1,8 +1,7 @@
 # RUN: %PYTHON %s | FileCheck %s
 
-# Indices of embeddings and gathers: the module checks those the data decides
-# (anyshape/frontend/graph_fixes/checked_indices.py); the runtime checks
-# inputs and sizes before the call (anyshape/frontend/indexed_reads.py). A
+# Indices of embeddings and gathers: the runtime checks inputs and sizes before
+# the call (anyshape/frontend/indexed_reads.py), so the module has no check. A
 # sequence-classification head's argmax and paired read
 # (graph_fixes/argmax_as_reductions.py, paired_indices.py).
 
@@ -14,47 +13,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import torch  # noqa: E402
 from imported import show  # noqa: E402
 from torch.export import Dim  # noqa: E402
-
-
-class PositionsFromTheMask(torch.nn.Module):
-    """RoBERTa's positions: the count of real tokens so far."""
-
-    def __init__(self):
-        super().__init__()
-        self.positions = torch.nn.Embedding(12, 4)
-
-    def forward(self, mask):
-        return self.positions(mask.cumsum(1) * mask)
-
-
-# /// An index the data decides is asserted in [0, rows) before the read, with
-# /// a message naming the table.
-# CHECK-LABEL: // CASE: positions_from_the_mask
-# CHECK: %[[INDEX:.+]] = torch.aten.mul.Tensor
-# CHECK: %[[LOW:.+]] = torch.aten.ge.Scalar %[[INDEX]], %{{.+}}
-# CHECK: %[[HIGH:.+]] = torch.aten.lt.Scalar %[[INDEX]], %{{.+}}
-# CHECK: %[[BOTH:.+]] = torch.aten.logical_and %[[LOW]], %[[HIGH]]
-# CHECK: torch.aten.all %[[BOTH]]
-# CHECK: torch.constant.str "index out of range: {{.+}} outside [0, 12), into positions (12 rows)
-# CHECK: torch.aten._assert_scalar
-# CHECK: torch.aten.embedding %{{.+}}, %[[INDEX]]
-show("positions_from_the_mask", PositionsFromTheMask(), (torch.ones(2, 5, dtype=torch.long),),
-     ({0: Dim("batch"), 1: Dim("seq")},))
-
-
-class GatherByComputedIndex(torch.nn.Module):
-    def forward(self, x, index):
-        return x.gather(1, index + index)
-
-
-# /// gather: the same check, over the extent of the gathered dim (7).
-# CHECK-LABEL: // CASE: gather_by_a_computed_index
-# CHECK: %[[INDEX:.+]] = torch.aten.add.Tensor %arg1, %arg1
-# CHECK: torch.aten.lt.Scalar %[[INDEX]], %{{.+}}
-# CHECK: torch.aten._assert_scalar
-# CHECK: torch.aten.gather %arg0, %{{.+}}, %[[INDEX]]
-show("gather_by_a_computed_index", GatherByComputedIndex(),
-     (torch.randn(3, 7), torch.zeros(3, 2, dtype=torch.long)), ({0: Dim("rows")}, {0: Dim("rows")}))
 
 
 class TokensAndPositions(torch.nn.Module):

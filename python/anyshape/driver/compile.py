@@ -194,8 +194,7 @@ def _built(program, entries: dict, signature: ModuleSignature, target: Target,
 
     weights: dict | None = {} if params == "external" else None
     began = time.monotonic()
-    imported = import_programs({"main": program, **entries}, weights=weights,
-                               target=target.name)
+    imported = import_programs({"main": program, **entries}, weights=weights)
     import_seconds = time.monotonic() - began
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

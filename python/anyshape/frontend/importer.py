@@ -32,12 +32,10 @@ def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None
 
 
 def import_programs(programs: dict[str, torch.export.ExportedProgram],
-                    ctx: ir.Context | None = None, weights: dict | None = None,
-                    target: str | None = None) -> ir.Module:
+                    ctx: ir.Context | None = None, weights: dict | None = None) -> ir.Module:
     """Import each program as the function of its name, into one module. A
     weight tensor the programs share (programs exported from one model) is one
-    resource blob, so IREE stores it once for every function. ``target``: the
-    graph fixes it leaves out (``graph_fixes.SKIPPED_FOR_TARGET``)."""
+    resource blob, so IREE stores it once for every function."""
     from torch_mlir.extras.fx_importer import FxImporter
 
     ctx = ctx or new_context()
@@ -46,7 +44,7 @@ def import_programs(programs: dict[str, torch.export.ExportedProgram],
     module = None
     for func_name, program in programs.items():
         graph = _inline_state(program, names)
-        apply_graph_fixes(graph, target)
+        apply_graph_fixes(graph)
         _return_module_results(program, graph)
         importer = FxImporter(context=ctx, hooks=hooks) if module is None else \
             FxImporter(module=module, hooks=hooks)

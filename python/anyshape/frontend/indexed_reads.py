@@ -21,8 +21,12 @@ refuses nothing eager accepts):
 - ``sizes``: sizes only (GPT-2's ``arange(seq)`` positions, plus offsets): a
   condition on the input sizes, checked on the host before the call.
 - ``data``: anything else (RoBERTa's positions, a cumulative sum of the mask):
-  an assertion in the module before the read (``graph_fixes/checked_indices.py``),
-  which IREE keeps and the runtime raises as a ``RunError``.
+  not checked yet. An assertion in the module before the read broke IREE 3.13
+  (its CPU code generator fails on the check's reduction fused with T5's
+  relative-position buckets, "offset 0 is out-of-bounds: 0 >= -1", and its
+  CUDA backend on RoBERTa's), so past the table such a read is still NaN or
+  another row, as on the plain stack (issue 65,
+  ``test_roberta_past_its_positions_is_refused``).
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ def signature_from_program(program: torch.export.ExportedProgram,
 
 def _index_bounds(program: torch.export.ExportedProgram, user_inputs: set[str]) -> list[IndexBound]:
     """The indexed reads the runtime checks (``frontend/indexed_reads.py``); the
-    module checks the rest itself (``graph_fixes/checked_indices.py``)."""
+    rest are unchecked yet (``indexed_reads.py``)."""
     bounds = []
     for read in indexed_reads(program.graph):
         if read.kind == "input" and read.input in user_inputs:

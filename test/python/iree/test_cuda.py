@@ -135,20 +135,3 @@ def test_unknown_gpu_gets_the_newest_older_arch(tmp_path):
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["target"]["requested_cuda_arch"] == "sm_90"
 
-
-def test_iree_does_not_compile_the_index_check_on_cuda(monkeypatch):
-    """/// Why graph_fixes.SKIPPED_FOR_TARGET leaves checked_indices out on CUDA:
-    /// IREE 3.13 does not compile the check of RoBERTa's positions there (the
-    /// module above compiles without it). When this fails, IREE does, and the
-    /// check can run on CUDA too."""
-    from anyshape.frontend import graph_fixes
-
-    monkeypatch.setattr(graph_fixes, "SKIPPED_FOR_TARGET", {})
-    model = small_roberta(layers=1, hidden=64, max_positions=34)
-    ids, mask = roberta_inputs(1, 8)
-    seq = Dim("seq", min=1, max=32)
-    # Unbounded dims: "unexpected allocation without upper bound shapes".
-    with pytest.raises(anyshape.CompileError, match=r"reduction_D_i64xi1' uses \d+ bytes of "
-                                                    r"shared memory"):
-        anyshape.compile(model, (ids,), {"attention_mask": mask}, target="cuda", cache=False,
-                         dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}})

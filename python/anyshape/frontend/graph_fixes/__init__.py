@@ -15,7 +15,6 @@ import torch
 
 from anyshape.frontend.graph_fixes.argmax_as_reductions import rewrite_argmax_as_reductions
 from anyshape.frontend.graph_fixes.checked_det import check_det
-from anyshape.frontend.graph_fixes.checked_indices import check_indices
 from anyshape.frontend.graph_fixes.complex_as_pairs import rewrite_complex_as_pairs
 from anyshape.frontend.graph_fixes.constant_sizes import make_constant_sizes_static
 from anyshape.frontend.graph_fixes.constant_subexpressions import compute_constant_subexpressions
@@ -58,26 +57,13 @@ GRAPH_FIXES: tuple[tuple[str, Callable[[torch.fx.Graph], None]], ...] = (
     ("paired_indices", rewrite_paired_indices),
     ("argmax_as_reductions", rewrite_argmax_as_reductions),
     ("checked_det", check_det),
-    ("checked_indices", check_indices),
     ("symbolic_scalars", lower_symbolic_scalars),
     ("symbolic_scalars.wrap", wrap_scalars_at_tensor_operands),
     ("unsigned_casts", cast_floats_to_unsigned_through_int64),
 )
 
 
-# Fixes left out for a target. CUDA: IREE 3.13 does not compile the index check's
-# reduction of RoBERTa's positions to one flag (the whole dynamic dim in shared
-# memory; unbounded: "memref.alloc op unexpected allocation without upper bound
-# shapes"; as a sum or min/max: "failed to distribute"), so on CUDA an index the
-# data decides is unchecked, as on the plain stack (docs/cuda.md);
-# iree/test_cuda.py guards it.
-SKIPPED_FOR_TARGET: dict[str, frozenset[str]] = {"cuda": frozenset({"checked_indices"})}
-
-
-def apply_graph_fixes(graph: torch.fx.Graph, target: str | None = None) -> None:
-    """Every fix of ``GRAPH_FIXES`` on ``graph``, in place, in order, but those
-    ``SKIPPED_FOR_TARGET`` leaves out for ``target`` ("cpu", "cuda")."""
-    skipped = SKIPPED_FOR_TARGET.get(target, frozenset())
-    for name, fix in GRAPH_FIXES:
-        if name not in skipped:
-            fix(graph)
+def apply_graph_fixes(graph: torch.fx.Graph) -> None:
+    """Every fix of ``GRAPH_FIXES`` on ``graph``, in place, in order."""
+    for _, fix in GRAPH_FIXES:
+        fix(graph)
