@@ -15,8 +15,8 @@ import torch.export
 from torch.export.dynamic_shapes import _DerivedDim
 
 from anyshape.errors import CompileError, DimBoundedByConfig
-from anyshape.frontend import (cache_output, config_bounds, export_diagnostics, grouped_experts,
-                               unproven_guards)
+from anyshape.frontend import (cache_output, chunked_scans, config_bounds, export_diagnostics,
+                               grouped_experts, unproven_guards)
 from anyshape.frontend.layout_probes import static_layout_probes
 from anyshape.frontend.program_signature import output_roles
 from anyshape.stages import Workaround
@@ -198,7 +198,7 @@ def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
     deferred = False  # conditions torch could not prove, proven here: checked at run time
     no_cache = False  # config.use_cache off: the model returned its cache (cache_output.py)
     while True:
-        with torch.no_grad(), static_layout_probes(), \
+        with torch.no_grad(), static_layout_probes(), chunked_scans.any_length_scans(), \
                 cache_output.cache_left_out(model, no_cache), \
                 export_diagnostics.listening() as shape_log:
             try:

@@ -13,12 +13,18 @@ the length, padding to a chunk size) is not proven and the refusal stands.
 The proof: a condition over one size ``n`` built from +, *, min and max of it and
 integers is a polynomial on each side of its breakpoints, which lie within the
 integers it names; it is checked at every size up to past the largest of them,
-and beyond that as sympy simplifies it for every larger ``n``. Conditions with
-``%`` or ``//`` are not proven.
+and beyond that as sympy simplifies it for every larger ``n``. Where ``n`` is
+divided by constants (``n // 256``, ``n % 64``: a length padded to whole
+chunks, as Mamba-2's scan pads it), each remainder ``r`` of their least common
+multiple ``m`` is taken in turn: at ``n = m * k + r`` every such quotient and
+remainder is a polynomial in ``k``, and the condition is proven over ``k`` the
+same way (``(256 * (n // 256) + 512) % (n // 256 + 2) == 0`` holds at every
+``n``). Divisions sympy cannot reduce that way are not proven.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import sympy
@@ -36,6 +42,8 @@ WORKAROUNDS = (Workaround(
 
 # Past this, checking every size below the breakpoints takes too long to be worth it.
 _LARGEST_BREAKPOINT = 1 << 16
+# and past this, checking each remainder of a division.
+_LARGEST_DIVISOR = 1024
 
 
 def holds_at_every_size(expr, low: int, high: int | None) -> bool:
@@ -43,9 +51,15 @@ def holds_at_every_size(expr, low: int, high: int | None) -> bool:
     integer in [low, high] (``high`` None: no end)."""
     from torch.utils._sympy.functions import Max, Min
 
+    expr = _as_sympy_division(expr)
+    if expr in (sympy.true, sympy.false):
+        return bool(expr)
     symbols = list(getattr(expr, "free_symbols", ()))
     if len(symbols) != 1:
         return False
+    divisor = _divisor(expr, symbols[0])
+    if divisor is not None:
+        return _holds_per_residue(expr, symbols[0], divisor, low, high)
     # sympy's own Min and Max, and a symbol assumed nothing of but being an integer
     # (a torch symbol is positive, which would take size 0 out of the proof)
     symbol = sympy.Symbol("size", integer=True)
@@ -71,6 +85,70 @@ def holds_at_every_size(expr, low: int, high: int | None) -> bool:
     return sympy.simplify(expr.subs(symbol, bound + 1 + beyond)) is sympy.true
 
 
+def _as_sympy_division(expr):
+    """``expr`` with torch's ``Mod``, ``PythonMod`` and ``FloorDiv`` as sympy's
+    ``Mod`` and ``floor``, which sympy simplifies (``Mod(256*k + 512, k + 2)``
+    is 0 for an integer ``k >= 0``)."""
+    from torch.utils._sympy import functions
+
+    for name in ("Mod", "PythonMod"):
+        expr = expr.replace(getattr(functions, name), sympy.Mod)
+    return expr.replace(functions.FloorDiv, lambda a, b: sympy.floor(a / b))
+
+
+def _divisor(expr, symbol) -> int | None:
+    """The least common multiple of the constants that ``symbol`` is divided by
+    (``symbol // c``, ``symbol % c``) in ``expr``; None where it is divided by
+    nothing, 0 where by something else."""
+    divisors = []
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, sympy.floor) and node.args[0].is_Mul and symbol in node.args[0].args:
+            factor = node.args[0] / symbol
+            if not (factor.is_Rational and factor.p == 1 and factor.q > 1):
+                return 0
+            divisors.append(int(factor.q))
+        elif isinstance(node, (sympy.floor, sympy.Mod)) and symbol in node.free_symbols:
+            if isinstance(node, sympy.Mod) and node.args[0] == symbol and node.args[1].is_Integer \
+                    and node.args[1] > 0:
+                divisors.append(int(node.args[1]))
+            elif not any(isinstance(inner, (sympy.floor, sympy.Mod)) and inner is not node
+                         for inner in sympy.preorder_traversal(node)):
+                return 0
+    return math.lcm(*divisors) if divisors else None
+
+
+def _holds_per_residue(expr, symbol, divisor: int, low: int, high: int | None) -> bool:
+    """``holds_at_every_size`` where ``symbol`` is divided by constants whose
+    least common multiple is ``divisor``: for each remainder ``r``, the sizes
+    ``divisor * k + r`` make every ``symbol // c`` and ``symbol % c`` a
+    polynomial in ``k`` (sympy simplifies them for an integer ``k``), and the
+    condition is proven over ``k``. Quotients and remainders of those
+    polynomials that sympy does not simplify are not proven."""
+    if not 0 < divisor <= _LARGEST_DIVISOR:
+        return False
+    k = sympy.Symbol("quotient", integer=True, nonnegative=True)
+    only_quotient = expr.subs(sympy.floor(symbol / divisor), k)
+    if only_quotient in (sympy.true, sympy.false):
+        return bool(only_quotient)
+    if symbol not in only_quotient.free_symbols:  # the remainder plays no part
+        return holds_at_every_size(only_quotient, max(low, 0) // divisor,
+                                   None if high is None else high // divisor)
+    for remainder in range(divisor):
+        first = -((remainder - max(low, 0)) // divisor)  # ceil((low - r) / divisor)
+        last = None if high is None else (high - remainder) // divisor
+        if last is not None and last < first:
+            continue
+        per_residue = expr.subs(symbol, divisor * k + remainder)
+        if per_residue in (sympy.true, sympy.false):
+            if per_residue is sympy.false:
+                return False
+            continue
+        if _divisor(per_residue, k) is not None or \
+                not holds_at_every_size(per_residue, first, last):
+            return False
+    return True
+
+
 def deferrable(error_text: str, conditions: list[tuple[str, Any]],
                ranges: dict[str, tuple[int, int | None]]) -> bool:
     """Whether torch's refusal ``error_text`` is only conditions it could not prove
@@ -78,8 +156,8 @@ def deferrable(error_text: str, conditions: list[tuple[str, Any]],
     ``export_diagnostics.violated_expressions``) that hold at every size of the
     dim's declared range (``ranges``: name -> (min, max))."""
     bullets = [line for line in error_text.splitlines() if line.strip().startswith("- ")]
-    if "Constraints violated" not in error_text or "Suggested fixes" in error_text or \
-            not conditions or len(bullets) != len(conditions):
+    if "Constraints violated" not in error_text or "Specializations unexpectedly" in error_text \
+            or not conditions or len(bullets) != len(conditions):
         return False
     return all(expr is not None and name in ranges and holds_at_every_size(expr, *ranges[name])
                for name, expr in conditions)

@@ -26,7 +26,17 @@ n = sympy.Symbol("s0")
     (sympy.Ne(n, 512), 0, None, False),
     (sympy.Le(n, 512), 0, None, False),
     (sympy.Le(n, 512), 0, 512, True),
-    (sympy.Le(n + sympy.Mod(n, 256), 256), 0, 100, False),   # % is not proven
+    # divisions by constants, one remainder at a time
+    (sympy.Le(n + sympy.Mod(n, 256), 256), 0, 100, True),
+    (sympy.Le(n + sympy.Mod(n, 256), 256), 0, 200, False),    # false at 129
+    (sympy.Eq(sympy.Mod(256 * sympy.floor(n / 256) + 512, sympy.floor(n / 256) + 2), 0),
+     0, None, True),                                          # Mamba-2's chunks
+    (sympy.Ne(sympy.floor(n / 256) + 2, 1), 0, None, True),
+    (sympy.Ne(sympy.floor(n / 256) + 1, 1), 0, None, False),  # one chunk below 256
+    (sympy.Le(n, 256 * sympy.floor(n / 256) + 512), 0, None, True),
+    (sympy.Eq(sympy.Mod(n + sympy.Mod(64 - sympy.Mod(n, 64), 64), 64), 0), 0, None, True),
+    (sympy.Ne(sympy.Mod(n, 7), 3), 0, None, False),
+    (sympy.Eq(sympy.Mod(n, n // 3 + 1), 0), 0, None, False),   # not a constant divisor
 ])
 def test_what_is_proven(condition, low, high, holds):
     assert holds_at_every_size(condition, low, high) is holds
