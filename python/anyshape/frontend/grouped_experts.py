@@ -27,18 +27,28 @@ from anyshape.stages import Workaround
 
 
 def histc_as_counts(x: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0):
-    """``aten.histc`` with its bin edges given (``min < max``), as torch's CPU
-    kernel bins: ``(x - min) * bins / (max - min)`` in ``x``'s dtype, truncated,
-    ``max`` in the last bin, values outside ``[min, max]`` nowhere. With ``min
-    == max`` torch takes the edges from the data: left to torch (NotImplemented),
-    as is a dtype other than float32 and float64."""
+    """``aten.histc`` as torch's CPU kernel bins: ``(x - min) * bins / (max - min)``
+    in ``x``'s dtype, truncated, ``max`` in the last bin, values outside
+    ``[min, max]`` nowhere. With ``min == max`` torch takes the edges from the
+    data (its least and greatest value, each moved out by 1 where they are
+    equal), and so does this: Hunyuan-MoE's single expert counts with
+    ``histc(min=0, max=0)``. A dtype other than float32 and float64 is left to
+    torch (NotImplemented)."""
     if x.dtype not in _ROUNDED:
         return NotImplemented
-    low, high = _ROUNDED[x.dtype](min), _ROUNDED[x.dtype](max)
-    if not low < high:
-        return NotImplemented
-    width = _ROUNDED[x.dtype](high - low)
     values = x.reshape(-1)
+    low, high = _ROUNDED[x.dtype](min), _ROUNDED[x.dtype](max)
+    if low == high:
+        low, high = values.amin(), values.amax()
+        same = low == high
+        # torch moves the edges in float64, then bins in x's dtype
+        low = torch.where(same, (low.double() - 1).to(x.dtype), low)
+        high = torch.where(same, (high.double() + 1).to(x.dtype), high)
+        width = high - low
+    elif not low < high:
+        return NotImplemented
+    else:
+        width = _ROUNDED[x.dtype](high - low)
     position = ((values - low) * bins / width).to(torch.int64)
     bin_of = position.clamp(max=bins - 1)
     inside = (values >= low) & (values <= high)

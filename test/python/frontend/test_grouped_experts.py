@@ -31,8 +31,16 @@ def test_histc_is_eagers(bins, low, high):
         assert torch.equal(histc_as_counts(x, bins, low, high), want)
 
 
-def test_histc_with_bounds_from_the_data_is_left_to_torch():
-    assert histc_as_counts(torch.arange(5.0), 5, 0, 0) is NotImplemented
+@pytest.mark.parametrize("values", [
+    torch.arange(5.0), torch.zeros(6), torch.full((3,), 2.5), torch.tensor([0.0, 1.0, 1.0]),
+    torch.linspace(-3.3, 7.1, 41), torch.randn(200, generator=torch.Generator().manual_seed(0)),
+    torch.randn(50, generator=torch.Generator().manual_seed(1)).double()])
+@pytest.mark.parametrize("bins, edge", [(1, 0), (4, 0), (7, 3.0)])
+def test_histc_with_edges_from_the_data_is_eagers(values, bins, edge):
+    """/// min == max: torch bins between the data's least and greatest values
+    /// (moved out by 1 where they are equal): Hunyuan-MoE's single expert."""
+    want = torch.histc(values, bins=bins, min=edge, max=edge)
+    assert torch.equal(histc_as_counts(values, bins, edge, edge), want)
 
 
 def test_grouped_product_is_transformers_own():
@@ -105,7 +113,8 @@ def test_default_experts_match_eager(model_type):
 
 class TokensPerExpert(torch.nn.Module):
     def forward(self, expert_ids):
-        return torch.histc(expert_ids.float(), bins=4, min=0, max=3)
+        return (torch.histc(expert_ids.float(), bins=4, min=0, max=3),
+                torch.histc(expert_ids.float(), bins=3, min=0, max=0))
 
 
 def test_histc_compiles_with_a_dynamic_length():
@@ -116,7 +125,8 @@ def test_histc_compiles_with_a_dynamic_length():
                                 dynamic_shapes={"expert_ids": {0: Dim("n")}})
     for n in (1, 7, 33):
         ids = torch.randint(0, 4, (n,), generator=torch.Generator().manual_seed(n))
-        assert torch.equal(compiled(ids), torch.histc(ids.float(), bins=4, min=0, max=3))
+        for got, want in zip(compiled(ids), TokensPerExpert()(ids)):
+            assert torch.equal(got, want)
 
 
 class InversePermutation(torch.nn.Module):
