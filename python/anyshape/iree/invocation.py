@@ -142,8 +142,11 @@ _OPAQUE_OP = re.compile(r"^(?P<at>.*?error: )failed to legalize operation 'torch
 _AROUND = {
     "aten.histc": "anyshape decomposes histc in float32 and float64 only "
                   "(frontend/grouped_experts.py); compute it in float32",
-    "aten._fft_c2c": "FFTs (FNet's token mixing) cannot be compiled",
-    "aten._fft_r2c": "FFTs cannot be compiled",
+    "aten._fft_c2c": "anyshape computes an FFT whose complex values stay inside the model "
+                     "(frontend/graph_fixes/complex_as_pairs.py); this one has a complex input "
+                     "or output",
+    "aten._fft_r2c": "anyshape computes the complex FFT (torch.fft.fft of a complex tensor), "
+                     "not this real one (rfft, or fft of a real tensor)",
 }
 
 

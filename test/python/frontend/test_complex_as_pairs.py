@@ -79,3 +79,43 @@ def test_negative_a_complex_output_is_left_to_the_compiler():
     /// left as it was, and the compile error is IREE's, named."""
     with pytest.raises(anyshape.CompileError, match="Only integer/float dtype supported"):
         anyshape.compile(ComplexOut(), (torch.randn(3, 4, 2),))
+
+
+class FourierMixing(torch.nn.Module):
+    """FNet's token mixing: the real part of a 2-D FFT over (seq, hidden)."""
+
+    def forward(self, x):
+        return torch.fft.fftn(x, dim=(1, 2)).real
+
+
+class FourierRoundTrip(torch.nn.Module):
+    """Both directions and both normalizations of torch's complex FFT."""
+
+    def forward(self, x):
+        spectrum = torch.fft.fft(x.to(torch.complex64), dim=1, norm="ortho")
+        return torch.view_as_real(torch.fft.ifft(spectrum * 2, dim=-1))
+
+
+@pytest.mark.parametrize("model", [FourierMixing(), FourierRoundTrip()],
+                         ids=["fnet-mixing", "round-trip"])
+def test_fft_over_a_dynamic_length_matches_eager(model):
+    """/// torch-mlir has no lowering for aten._fft_c2c: as pairs it is a
+    /// discrete Fourier transform along each dim, the length's included;
+    /// float64 decides, anyshape within 3x eager float32's distance to it."""
+    compiled = anyshape.compile(model.eval(), (torch.randn(2, 5, 8),),
+                                dynamic_shapes=({0: Dim("batch"), 1: Dim("seq")},))
+    for batch, length in [(1, 1), (1, 7), (3, 17), (2, 65)]:
+        x = torch.randn(batch, length, 8, generator=torch.Generator().manual_seed(length))
+        exact = model(x.double())
+        got, eager = compiled(x).double(), model(x).double()
+        assert (got - exact).abs().max() <= 3 * (eager - exact).abs().max() + 1e-6 * exact.abs().max()
+
+
+def test_the_plain_stack_has_no_fft():
+    """/// Why the DFT exists: torch-mlir imports the FFT as an opaque op."""
+    program = plain.export(FourierMixing().eval(), (torch.randn(2, 5, 8),),
+                           ({0: Dim("batch"), 1: Dim("seq")},))
+    with pytest.raises(plain.StageError, match="torch.aten._fft_c2c"):
+        bytecode, kinds = plain.lower(program)
+        from anyshape.iree.flags import iree_flags, make_target
+        plain.compile_bytecode(bytecode, kinds, iree_flags(make_target("cpu", data_tiling=False)))

@@ -7,12 +7,18 @@ supported"), so these models failed to compile. Where every complex value is
 made and used inside the graph by the ops below, ``rewrite_complex_as_pairs``
 computes each as a real tensor with a trailing dim of 2 (``view_as_real``'s
 layout): a product is ``(ac - bd, ad + bc)``, and views act on the leading
-dims. A graph with a complex input or output, or any other complex op, is
-left as it was. Guarded by ``test_complex_rotary_matches_eager``
-(test_complex_as_pairs.py).
+dims. FNet mixes its tokens with ``fftn(x).real``, whose ``aten._fft_c2c``
+torch-mlir cannot lower at all: as pairs it is a discrete Fourier transform
+(``_dft``), products with cosine and sine matrices of each transformed dim's
+size, the dynamic length's included. A graph with a complex input or output,
+or any other complex op, is left as it was. Guarded by
+``test_complex_rotary_matches_eager`` and
+``test_fft_over_a_dynamic_length_matches_eager`` (test_complex_as_pairs.py).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch.fx import Graph, Node
@@ -32,7 +38,8 @@ _SHAPE_OPS = {aten.view.default, aten.reshape.default, aten._unsafe_view.default
 _SAME_OPS = {aten.clone.default, aten.alias.default}
 _PRODUCERS = {aten.view_as_complex.default, aten.polar.default, aten.complex.default,
               aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.permute.default,
-              aten.transpose.int} | _DIM_OPS | _SHAPE_OPS | _SAME_OPS
+              aten.transpose.int, aten._to_copy.default,
+              aten._fft_c2c.default} | _DIM_OPS | _SHAPE_OPS | _SAME_OPS
 _CONSUMERS = {aten.view_as_real.default, aten.real.default, aten.imag.default,
               aten._assert_tensor_metadata.default}
 
@@ -108,6 +115,14 @@ def _pair(graph: Graph, node: Node, pairs: dict[Node, Node]) -> Node:
                       emit(aten.mul.Tensor, magnitude, emit(aten.sin.default, angle)))
     if op is aten.complex.default:
         return joined(args[0], args[1])
+    if op is aten._to_copy.default:  # a real tensor made complex, or a complex one cast
+        real_dtype = _REAL_OF[node.meta["val"].dtype]
+        if _is_complex(args[0]):
+            return emit(op, pairs[args[0]], dtype=real_dtype)
+        re = emit(op, args[0], dtype=real_dtype)
+        return joined(re, emit(aten.zeros_like.default, re))
+    if op is aten._fft_c2c.default:
+        return joined(*_dft(emit, *parts(args[0]), *args[1:]))
     if op in (aten.add.Tensor, aten.sub.Tensor):
         return emit(op, pairs[args[0]], pairs[args[1]])
     if op is aten.mul.Tensor:
@@ -136,6 +151,49 @@ def _pair(graph: Graph, node: Node, pairs: dict[Node, Node]) -> Node:
     return emit(op, source, args[1] % dim_rank, *args[2:])
 
 
+# torch's normalization codes for an FFT: none, by sqrt(n), by n.
+_NORMALIZED_BY_ROOT, _NORMALIZED_BY_N = 1, 2
+
+
+def _dft(emit: Emitter, re: Node, im: Node, dims, normalization: int, forward: bool):
+    """``aten._fft_c2c`` of ``re + i im`` over ``dims`` as discrete Fourier
+    transforms: along each dim of size ``n``, a product with ``cos(2 pi jk / n)``
+    and ``sin(2 pi jk / n)`` (``jk`` taken modulo ``n`` first, so that the angle
+    keeps float precision), ``exp(-i angle)`` forward, ``exp(+i angle)`` back.
+    ``n`` may be a dynamic size. torch-mlir has no lowering for the FFT ops."""
+    rank = re.meta["val"].dim()
+    for dim in (d % rank for d in dims):
+        n = emit(aten.sym_size.int, re, dim)
+        index = emit(aten.arange.default, n, dtype=torch.int64)
+        products = emit(aten.mul.Tensor, emit(aten.unsqueeze.default, index, 1),
+                        emit(aten.unsqueeze.default, index, 0))
+        size = emit(aten.scalar_tensor.default, n, dtype=torch.int64)
+        turns = emit(aten.sub.Tensor, products, emit(aten.mul.Tensor, size, emit(
+            aten.div.Tensor_mode, products, size, rounding_mode="trunc")))
+        dtype = re.meta["val"].dtype
+        angle = emit(aten.div.Tensor, emit(aten.mul.Tensor, emit(
+            aten._to_copy.default, turns, dtype=dtype), 2 * math.pi),
+            emit(aten._to_copy.default, size, dtype=dtype))
+        cos, sin = emit(aten.cos.default, angle), emit(aten.sin.default, angle)
+
+        def along(x, matrix):
+            moved = emit(aten.transpose.int, x, dim, rank - 1)
+            return emit(aten.transpose.int, emit(aten.matmul.default, moved, matrix), dim, rank - 1)
+
+        re_cos, im_sin, im_cos, re_sin = along(re, cos), along(im, sin), along(im, cos), \
+            along(re, sin)
+        if forward:   # (re + i im)(cos - i sin)
+            re, im = emit(aten.add.Tensor, re_cos, im_sin), emit(aten.sub.Tensor, im_cos, re_sin)
+        else:         # (re + i im)(cos + i sin)
+            re, im = emit(aten.sub.Tensor, re_cos, im_sin), emit(aten.add.Tensor, im_cos, re_sin)
+        if normalization in (_NORMALIZED_BY_ROOT, _NORMALIZED_BY_N):
+            scale = emit(aten._to_copy.default, size, dtype=dtype)
+            if normalization == _NORMALIZED_BY_ROOT:
+                scale = emit(aten.sqrt.default, scale)
+            re, im = emit(aten.div.Tensor, re, scale), emit(aten.div.Tensor, im, scale)
+    return re, im
+
+
 # Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
@@ -143,8 +201,10 @@ WORKAROUNDS = (
         where='rewrite_complex_as_pairs',
         upstream="IREE refuses complex element types from torch-mlir's import ('Only "
                  "integer/float dtype supported'): Llama 4's and DeepSeek-V2's complex rotary "
-                 "embeddings (torch.polar, view_as_complex) did not compile.",
-        guard='test/python/frontend/test_complex_as_pairs.py::test_complex_rotary_matches_eager',
+                 "embeddings (torch.polar, view_as_complex) did not compile; torch-mlir has no "
+                 "lowering for aten._fft_c2c (FNet).",
+        guard=('test/python/frontend/test_complex_as_pairs.py::test_complex_rotary_matches_eager',
+               'test/python/frontend/test_complex_as_pairs.py::test_the_plain_stack_has_no_fft'),
         remove_when="when IREE compiles torch-mlir's complex tensors (the test's "
                     "plain-stack case passes)"),
 )
