@@ -8,11 +8,16 @@ decide by the hint and record it as a guard. A slice of a buffer by the length
 (GPT-Neo's and OpenAI-GPT's ``self.bias[:, :, :seq, :seq]``) is contiguous only at
 ``seq == 512``; a length-1 check on ``seq - 1`` (MobileBERT) holds only at ``seq == 2``.
 So a probe whose answer no op depends on refuses the user's unbounded ``Dim("seq")``.
+The order of an elementwise result's dims in memory
+(``compute_elementwise_output_logical_to_physical_perm``, which always compares
+strides with ``guard_or_false``) does the same: Inkling-2's short convolution
+flips ``unfold(-1, 4, 1)`` windows, and comparing their strides recorded
+``seq >= 4``.
 
 ``static_layout_probes`` makes those probes answer from what holds at every size
 (``statically_known_true``), as pytorch/pytorch#185166 and #185084 do upstream. A
-probe that answers "not known contiguous" is always safe: the result's layout is
-only recorded, and ops that need one copy.
+probe that answers "not known contiguous" (or "keep the dims in their order") is
+always safe: the result's layout is only recorded, and ops that need one copy.
 """
 
 from __future__ import annotations
@@ -31,18 +36,27 @@ WORKAROUNDS = (Workaround(
     name="static_layout_probes", stage="export", where="static_layout_probes",
     upstream="torch 2.13's false_if_dde contiguity probes (fx shape_prop's tensor metadata, "
              "fake kernels) record guards from the example sizes: seq != 512 for a causal-mask "
-             "buffer sliced by the length (OpenAI-GPT, GPT-Neo), seq - 1 != 1 (MobileBERT); "
-             "fixed upstream by pytorch/pytorch#185166 and #185084.",
+             "buffer sliced by the length (OpenAI-GPT, GPT-Neo), seq - 1 != 1 (MobileBERT), "
+             "seq >= 4 from the strides of unfold windows (Inkling-2's elementwise output "
+             "layout); the contiguity probes are fixed upstream by pytorch/pytorch#185166 "
+             "and #185084, the layout one is not.",
     guard=("test/python/frontend/test_length_sliced_state.py::"
            "test_a_buffer_sliced_by_the_length_needs_only_the_configs_bound",
-           "test/python/test_hf_family_sweep.py::test_matches_eager[mobilebert-1-7]"),
-    remove_when="the pinned torch has pytorch/pytorch#185166 and #185084 (the guards pass "
+           "test/python/test_hf_family_sweep.py::test_matches_eager[mobilebert-1-7]",
+           "test/python/frontend/test_length_sliced_state.py::"
+           "test_flipped_windows_compile_with_an_unbounded_seq"),
+    remove_when="the pinned torch has pytorch/pytorch#185166 and #185084 and answers the "
+                "elementwise layout without guards (the guards pass "
                 "without it)"),)
 
 # The probes that take ``false_if_dde``; each looks guard_or_false / guard_or_true up
 # in symbolic_shapes when it runs, and calls the others through prims_common.
 _PROBES = ("is_contiguous", "is_channels_last_contiguous_2d",
-           "is_channels_last_contiguous_3d", "check_contiguous_sizes_strides")
+           "is_channels_last_contiguous_3d", "check_contiguous_sizes_strides",
+           "compute_elementwise_output_logical_to_physical_perm")
+# Probes that always answer with guard_or_false (no ``false_if_dde`` argument):
+# the order of an elementwise result's dims in memory, from its inputs' strides.
+_ALWAYS_FALSE_IF_DDE = ("compute_elementwise_output_logical_to_physical_perm",)
 
 
 def _static_guard_or_false(condition) -> bool:
@@ -66,10 +80,11 @@ def _static_guards() -> Iterator[None]:
 
 def _without_guards(probe):
     signature = inspect.signature(probe)
+    always = probe.__name__ in _ALWAYS_FALSE_IF_DDE
 
     @functools.wraps(probe)
     def probe_statically(*args, **kwargs):
-        if not signature.bind(*args, **kwargs).arguments.get("false_if_dde", False):
+        if not always and not signature.bind(*args, **kwargs).arguments.get("false_if_dde", False):
             return probe(*args, **kwargs)
         with _static_guards():
             return probe(*args, **kwargs)

@@ -116,3 +116,28 @@ def test_weights_concatenated_in_a_list_import():
     compiled, bounded = _compiled(model, 8)
     assert bounded == []
     _assert_matches(model, compiled, 8, (1, 7, 33))
+
+
+class FlippedWindows(torch.nn.Module):
+    """Inkling-2's short convolution: the last 4 positions of each, newest first."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        context = torch.nn.functional.pad(x.transpose(1, 2), (3, 0))
+        windows = context.unfold(-1, 4, 1).flip(-1).transpose(1, 2)
+        return (windows * self.weight).sum(-1)
+
+
+def test_flipped_windows_compile_with_an_unbounded_seq():
+    """/// Where torch laid out the flipped windows, comparing their strides
+    /// recorded seq >= 4 (the example's), which the model does not need."""
+    torch.manual_seed(0)
+    model = FlippedWindows().eval()
+    compiled = anyshape.compile(model, (torch.randn(2, 16, 8),),
+                                dynamic_shapes=({0: Dim("batch"), 1: Dim("seq")},))
+    for batch, length in [(1, 1), (2, 3), (1, 7), (3, 33)]:
+        x = torch.randn(batch, length, 8)
+        torch.testing.assert_close(compiled(x), model(x))
