@@ -322,8 +322,10 @@ def _rope_parameter_sets(values: dict) -> list[dict]:
 def _mamba_heads(config, out: dict) -> dict:
     """Mamba-2 heads x head width = expand x hidden, after the shrinking."""
     values = {**_fields(config), **out}
-    heads = next((n for n in MAMBA_HEADS if _is_int(values.get(n))), None)
-    width = next((n for n in MAMBA_HEAD_DIMS if n in values), None)
+    # Mamba-2's own config names them as attention configs do
+    own = ("num_heads", "head_dim") if getattr(config, "model_type", None) == "mamba2" else ()
+    heads = next((n for n in MAMBA_HEADS + own[:1] if _is_int(values.get(n))), None)
+    width = next((n for n in MAMBA_HEAD_DIMS + own[1:] if n in values), None)
     expand = next((values[n] for n in MAMBA_EXPAND if _is_int(values.get(n))), None)
     hidden = next((values[n] for n in ("hidden_size", "d_model") if _is_int(values.get(n))), None)
     if not (heads and width and expand and hidden):

@@ -150,17 +150,11 @@ PASSING: dict[str, tuple[str, str]] = {
     "youtu": ("causal", "passes the sweep"),
 }
 
-# Mixture-of-experts families: all but one pass the sweep with transformers'
-# default experts (grouped_mm) since issue 65 (frontend/grouped_experts.py).
-# HunYuan-MoE's router still takes histc over its data's own range, which does
-# not compile: it passes with experts_implementation="batched_mm", as measured.
-BATCHED_EXPERTS = {"_experts_implementation": "batched_mm"}
-PASSING_WITH_BATCHED_EXPERTS: dict[str, tuple[str, str]] = {
-    "hunyuan_v1_moe": ("causal", "passes the sweep with batched_mm experts"),
-}
-PASSING.update(PASSING_WITH_BATCHED_EXPERTS)
+# Mixture-of-experts families: all pass the sweep with transformers' default
+# experts (grouped_mm) since issue 65 (frontend/grouped_experts.py); HunYuan-MoE's
+# single expert counts its tokens with histc over the data's own range.
 PASSING.update({name: ("causal", "passes the sweep with transformers' default experts")
-                for name in ["axk1", "beam", "cohere2_moe", "deepseek_v3", "dots1", "ernie4_5_moe", "exaone_moe", "flex_olmo", "glm4_moe", "glm4_moe_lite", "gpt_oss", "granitemoe", "granitemoe_swa", "granitemoeshared", "hy_v3", "inkling_text", "kolibri1", "laguna", "mellum", "mimo_v2_flash", "minimax_m2", "minimax_m3_vl_text", "olmoe", "phimoe", "qwen2_moe", "qwen3_moe", "solar_open"]})
+                for name in ["hunyuan_v1_moe", "axk1", "beam", "cohere2_moe", "deepseek_v3", "dots1", "ernie4_5_moe", "exaone_moe", "flex_olmo", "glm4_moe", "glm4_moe_lite", "gpt_oss", "granitemoe", "granitemoe_swa", "granitemoeshared", "hy_v3", "inkling_text", "kolibri1", "laguna", "mellum", "mimo_v2_flash", "minimax_m2", "minimax_m3_vl_text", "olmoe", "phimoe", "qwen2_moe", "qwen3_moe", "solar_open"]})
 PASSING["mixtral"] = ("causal", "passes the sweep with transformers' default experts")
 # Export errors until issue 65: layout probes without guards, a bound where the
 # config's count is where torch's condition flips, weights inside a list, a
@@ -197,6 +191,10 @@ PASSING.update({
     **{t: ("causal", "complex rotary embeddings as real pairs (issue 65)")
        for t in ("deepseek_v2", "llama4", "llama4_text")},
     "mistral4": ("encoder", "a decoder's sequence-classification head (issue 65)"),
+    **{t: ("causal", "Mamba-2's chunked scan at every length (issue 65)")
+       for t in ("mamba2", "bamba", "falcon_h1", "granitemoehybrid", "nemotron_h", "zamba2")},
+    "fnet": ("encoder", "FFTs as discrete Fourier transforms of real pairs (issue 65)"),
+    "inkling2_text": ("causal", "flipped unfold windows without a layout guard (issue 65)"),
 })
 
 # One per mechanism: which of PASSING a default run compiles.
@@ -225,8 +223,7 @@ def _task(model_type: str, kind: str) -> str:
 def compiled_family(request):
     model_type = request.param
     kind = SELECTED[model_type][0]
-    extra = BATCHED_EXPERTS if model_type in PASSING_WITH_BATCHED_EXPERTS else None
-    family = sweep.Family(model_type, kind, _task(model_type, kind), SIZES, extra=extra)
+    family = sweep.Family(model_type, kind, _task(model_type, kind), SIZES)
     compiled, _ = family.compile()
     return family, compiled
 
