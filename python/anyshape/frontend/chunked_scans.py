@@ -70,7 +70,13 @@ def chunk_scan_any_length(hidden_states: torch.Tensor, dt: torch.Tensor, A: torc
                           dt_limit: tuple[float, float] = (0.0, float("inf")),
                           return_final_states: bool = False, **kwargs):
     """transformers' ``mamba2_chunk_scan`` (its PyTorch path; same arguments,
-    same results) with a chunk count torch.export keeps dynamic."""
+    same results) with a chunk count torch.export keeps dynamic. Packed
+    sequences (``seq_idx``, ``cu_seqlens``) are refused, as transformers'
+    PyTorch path refuses them."""
+    for name in ("seq_idx", "cu_seqlens"):
+        if kwargs.get(name) is not None:
+            raise ValueError(f"{name}: expected None (packed sequences need mamba_ssm's kernel, "
+                             f"which anyshape cannot export), got a tensor")
     batch, length, heads, head_dim = hidden_states.shape
     groups = B.shape[2]
     if dt_bias is not None:

@@ -37,6 +37,15 @@ def test_the_scan_is_transformers_scan(length):
     torch.testing.assert_close(got_state, want_state, atol=2e-5, rtol=2e-5)
 
 
+def test_negative_packed_sequences_are_refused():
+    """/// transformers' PyTorch path refuses seq_idx; so does the substitute,
+    /// rather than mixing the packed sequences' states."""
+    inputs = _scan_inputs(1, 9)
+    with pytest.raises(ValueError, match="seq_idx"):
+        chunked_scans.chunk_scan_any_length(**inputs, chunk_size=8,
+                                            seq_idx=torch.zeros(1, 9, dtype=torch.int32))
+
+
 def _mamba2(chunk_size):
     torch.manual_seed(0)
     config = Mamba2Config(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_heads=8,
