@@ -20,13 +20,18 @@ refuses nothing eager accepts):
   argument (``runtime/index_bounds.py``).
 - ``sizes``: sizes only (GPT-2's ``arange(seq)`` positions, plus offsets): a
   condition on the input sizes, checked on the host before the call.
-- ``data``: anything else (RoBERTa's positions, a cumulative sum of the mask):
-  not checked yet. An assertion in the module before the read broke IREE 3.13
-  (its CPU code generator fails on the check's reduction fused with T5's
-  relative-position buckets, "offset 0 is out-of-bounds: 0 >= -1", and its
-  CUDA backend on RoBERTa's), so past the table such a read is still NaN or
-  another row, as on the plain stack (issue 65,
-  ``test_roberta_past_its_positions_is_refused``).
+- ``data``: anything else (RoBERTa's positions, a cumulative sum of the mask).
+  Where it is made of comparisons, cumulative sums, sums, products and
+  integer copies of inputs, sizes and constants, ``data_bounds`` bounds its
+  values by the sizes (RoBERTa's: ``padding_idx + seq`` at most), and the
+  runtime checks that bound as a size condition before the call. That bound
+  is not always attained, so it may refuse a batch eager accepts (a padded
+  batch longer than the table whose rows are all shorter); the message says
+  so. Others are not checked: an assertion in the module before the read
+  broke IREE 3.13 (its CPU code generator fails on the check's reduction
+  fused with T5's relative-position buckets, "offset 0 is out-of-bounds: 0 >=
+  -1", and its CUDA backend on RoBERTa's), so past the table such a read is
+  NaN or another row, as on the plain stack.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ class IndexedRead:
     low: int              # the smallest valid index (0; -rows where eager wraps)
     kind: str             # "input", "sizes", "data"; "constant": all in range
     input: str | None = None                 # kind "input": the placeholder's name
-    bounds: tuple | None = None              # kind "sizes": (min, max) as sympy or int
+    bounds: tuple | None = None              # "sizes", "data": (min, max) as sympy or int
 
 
 def _val(x):
@@ -130,6 +135,8 @@ def indexed_reads(graph: Graph) -> list[IndexedRead]:
             bounds = size_bounds(index)
             if bounds is not None:
                 read.kind, read.bounds = "sizes", bounds
+            else:
+                read.bounds = data_bounds(index)
         reads.append(read)
     return reads
 
@@ -213,15 +220,74 @@ def size_bounds(node: Node) -> tuple | None:
     return None
 
 
+_COMPARISONS = {getattr(aten, name).Tensor for name in ("eq", "ne", "lt", "le", "gt", "ge")} | \
+    {getattr(aten, name).Scalar for name in ("eq", "ne", "lt", "le", "gt", "ge")}
+
+
+def _nonnegative(x) -> bool:
+    return bool(sympy.sympify(x) >= 0) if sympy.sympify(x).is_number else \
+        sympy.sympify(x).is_nonnegative is True
+
+
+def data_bounds(node) -> tuple | None:
+    """(min, max) bounds, not always attained, of the values of ``node`` as
+    expressions over the input sizes: through comparisons ([0, 1]), integer
+    copies, cumulative sums of nonnegative values (a sum of at most the dim's
+    size of them), products of nonnegative values, sums and differences, down
+    to aranges (``size_bounds``), constants and numbers; None for anything else."""
+    if not isinstance(node, Node):
+        scalar = _scalar(node)
+        return None if scalar is None else (scalar, scalar)
+    if node.op != "call_function":
+        return None
+    exact = size_bounds(node)
+    if exact is not None:
+        return exact
+    constant = _constant_source(node)
+    if constant is not None and constant.numel() and not constant.dtype.is_floating_point:
+        return int(constant.min()), int(constant.max())
+    value = _val(node)
+    if not isinstance(value, torch.Tensor) or value.dtype.is_floating_point:
+        return None
+    if node.target in _COMPARISONS:
+        return 0, 1
+    if node.target in _SAME_VALUES or node.target is aten._to_copy.default:
+        return data_bounds(node.args[0])
+    if node.target is aten.cumsum.default:
+        bounds = data_bounds(node.args[0])
+        if bounds is None or not _nonnegative(bounds[0]):
+            return None
+        size = _scalar(value.shape[node.args[1] % value.dim()])
+        return None if size is None else (bounds[0], size * bounds[1])
+    if node.target in (aten.mul.Tensor, aten.mul.Scalar):
+        a, b = (data_bounds(x) for x in node.args[:2])
+        if a is None or b is None or not all(_nonnegative(x) for x in (a[0], b[0])):
+            return None
+        return a[0] * b[0], a[1] * b[1]
+    if node.target in (aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar):
+        if node.kwargs.get("alpha", 1) != 1 or len(node.args) > 2:
+            return None
+        a, b = (data_bounds(x) for x in node.args)
+        if a is None or b is None:
+            return None
+        if node.target in (aten.sub.Tensor, aten.sub.Scalar):
+            return a[0] - b[1], a[1] - b[0]
+        return a[0] + b[0], a[1] + b[1]
+    return None
+
+
 def size_condition(read: IndexedRead) -> str | None:
     """For a ``sizes`` read, the condition on the input sizes that keeps its
     index in range, in Python syntax over the export's symbols; None when it
-    holds at every size."""
+    holds at every size. For a ``data`` read, whose bounds need not be reached,
+    the upper one only: a loose lower bound would refuse sizes for nothing."""
     low, high = (sympy.sympify(bound) for bound in read.bounds)
     (low_shift, low_rest), (high_shift, high_rest) = low.as_coeff_Add(), high.as_coeff_Add()
     parts = []
-    for relation in (sympy.Ge(low_rest, read.low - low_shift),
-                     sympy.Le(high_rest, read.rows - 1 - high_shift)):
+    relations = [sympy.Le(high_rest, read.rows - 1 - high_shift)]
+    if read.kind != "data":
+        relations.insert(0, sympy.Ge(low_rest, read.low - low_shift))
+    for relation in relations:
         if relation is sympy.true:
             continue
         if relation is sympy.false:

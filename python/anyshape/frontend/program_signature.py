@@ -91,6 +91,11 @@ def _index_bounds(program: torch.export.ExportedProgram, user_inputs: set[str]) 
             bound = IndexBound(read.table, read.rows, read.low, input=read.input)
         elif read.kind == "sizes" and (condition := size_condition(read)) is not None:
             bound = IndexBound(read.table, read.rows, read.low, condition=condition)
+        elif read.kind == "data" and read.bounds is not None and \
+                (condition := size_condition(read)) not in (None, "False"):
+            # (a bound past the table at every size is too loose to refuse by: unchecked)
+            bound = IndexBound(read.table, read.rows, read.low, condition=condition,
+                               from_data=True)
         else:
             continue
         if bound not in bounds:

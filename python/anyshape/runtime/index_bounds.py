@@ -4,7 +4,10 @@ A compiled module reads past a table where eager raises ``IndexError``
 (``frontend/indexed_reads.py`` says why). The indices that come straight from
 an input, and those that only the input sizes decide, are checked here on
 the host, with an error that names the argument: the former by their values,
-the latter by a condition on the sizes. Needs neither torch nor the compilers.
+the latter by a condition on the sizes. Indices the module computes from the
+data (RoBERTa's positions, counted from the mask) are checked by a condition on
+the sizes that bounds them (``from_data``): it may refuse a batch eager accepts,
+and says so. Needs neither torch nor the compilers.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class IndexBound:
     low: int = 0
     input: str | None = None        # the input whose values are the indices
     condition: str | None = None    # or: the size condition that keeps them in range
+    from_data: bool = False         # the condition bounds indices computed from the data
 
     def describe(self) -> str:
         return f"indices into {self.table}"
@@ -49,8 +53,11 @@ def check_index_sizes(bounds: list[IndexBound], values: dict[str, int], sizes, l
         if bound.condition is None:
             continue
         if size_conditions.holds(bound.condition, values) is False:
+            why = ("computed in the model from the inputs' values, which at these sizes can "
+                   "fall outside it; eager raises IndexError where they do, and the compiled "
+                   "module cannot check them, so it refuses these sizes") if bound.from_data \
+                else "which grow with these sizes; eager raises IndexError past it"
             raise ValueError(
                 f"arguments: expected sizes with "
                 f"{size_conditions.readable(bound.condition, labels)} ({bound.describe()}, "
-                f"which grow with these sizes; eager raises IndexError past it), got "
-                f"{sizes(bound.condition)}")
+                f"{why}), got {sizes(bound.condition)}")

@@ -69,18 +69,23 @@ def test_roberta_with_unbounded_batch_and_length(unbounded_roberta):
                                    atol=1e-4, rtol=0)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 65: RoBERTa counts its positions from the mask inside the module, so "
-    "neither the inputs nor the sizes bound them; past the table IREE reads NaN "
-    "where eager raises. An assertion before the read broke IREE 3.13 (T5's "
-    "seq2seq generator on CPU, RoBERTa on CUDA), so it is not checked yet"))
 def test_roberta_past_its_positions_is_refused(unbounded_roberta):
+    """/// RoBERTa counts its positions from the ids inside the module: at most
+    /// padding_idx + seq, a bound on the sizes the runtime checks before the
+    /// call (IREE read NaN past the table, where eager raises)."""
     model, compiled = unbounded_roberta
     ids, mask = roberta_inputs(1, 129)
     with pytest.raises(RuntimeError, match="index 130 is out of bounds"):
         model(ids, attention_mask=mask)
-    with pytest.raises(anyshape.RunError, match="roberta.embeddings.position_embeddings"):
+    with pytest.raises(ValueError, match=r"expected sizes with seq <= 128 \(indices into .*"
+                                         r"roberta.embeddings .*computed in the model from "
+                                         r"the inputs' values"):
         compiled(ids, attention_mask=mask)
+    ids, mask = roberta_inputs(2, 128, pad_from=100, seed=1)  # the longest it takes
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).logits
+    torch.testing.assert_close(compiled(ids, attention_mask=mask).logits, expected,
+                               atol=1e-4, rtol=0)
 
 
 @pytest.fixture(scope="module")
