@@ -56,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"largest dynamic batch (default: unbounded with --hf, "
                             f"{DEFAULT_MAX_BATCH} with --model)")
     model.add_argument("--max-seq", type=int, default=None,
-                       help="longest dynamic sequence (default with --hf: as many as the "
-                            "model's positions allow, else unbounded; with --model: "
-                            f"{DEFAULT_MAX_SEQ})")
+                       help="longest dynamic sequence (default with --hf: unbounded, or the "
+                            "bound torch.export needs that the model's config states; with "
+                            f"--model: {DEFAULT_MAX_SEQ})")
     model.add_argument("--params", choices=["inline", "external"], default="inline",
                        help="weights in module.vmfb (inline, default) or in params.irpa "
                             "beside it (external)")
@@ -304,10 +304,10 @@ def _hf_model(args, dynamic, max_batch, report):
            + (f" with {', '.join(args.config)}" if args.config else ""))
     built = hf.build(args.hf, args.task, overrides)
     limit = built.max_seq
-    # Bounded by the positions the config states even where torch.export does not
-    # need it (GPT-2's position embeddings are a gather, which past its table
-    # reads garbage, not an error); unbounded where the model has no such limit.
-    max_seq = args.max_seq or limit
+    # Unbounded, as a user's plain Dim("seq"): where torch.export needs the bound
+    # the config states, anyshape.compile applies it with a warning, and indices
+    # past a position table are refused at the call (frontend/indexed_reads.py).
+    max_seq = args.max_seq
     longest = max_seq if "seq" in dynamic else args.seq
     if limit is not None and longest is not None and longest > limit:
         raise ValueError(f"--max-seq/--seq: {args.hf}'s positions allow at most {limit} tokens, "
