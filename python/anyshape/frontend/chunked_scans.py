@@ -11,13 +11,13 @@ count 1, which torch's size checks then fix (``256 >= seq + pad`` and
 
 ``any_length_scans`` puts ``chunk_scan_any_length`` in those modules' place
 while the model is exported. It computes what transformers' function computes,
-with the same chunks, in the same order: the same state-space duality
+with the same chunk boundaries, in the same order: the same state-space duality
 decomposition (a masked product within each chunk, a decayed sum of the chunk
 states across chunks). Its chunk count is ``seq // chunk + 2``, which torch
 knows is at least 2: the sequence is padded by one chunk more than
 transformers pads it (between ``chunk + 1`` and ``2 * chunk`` positions), and
 the padding is always cut off. Padded positions come after every real one,
-with zero input and zero decay, so they change neither the outputs of real
+with zero input and zero log-decay, so they change neither the outputs of real
 positions nor the final state.
 """
 
@@ -35,7 +35,7 @@ from anyshape.stages import Workaround
 
 WORKAROUNDS = (Workaround(
     name="mamba2_chunk_scan_any_length", stage="export", where="any_length_scans",
-    upstream="transformers 5.17's mamba2_chunk_scan (the PyTorch path of Mamba-2, Bamba, "
+    upstream="transformers 5.23's mamba2_chunk_scan (the PyTorch path of Mamba-2, Bamba, "
              "Falcon-H1, GraniteMoE-Hybrid, Nemotron-H, Zamba-2) branches on its padding "
              "(`if pad_size > 0`) and splits the length into -1 chunks, which torch.export "
              "2.13 specializes to the example's chunk count.",
