@@ -18,6 +18,7 @@ from anyshape.errors import CompileError, DimBoundedByConfig
 from anyshape.frontend import (cache_output, chunked_scans, config_bounds, export_diagnostics,
                                grouped_experts, unproven_guards)
 from anyshape.frontend.layout_probes import static_layout_probes
+from anyshape.frontend.sliding_window_cache import window_cut_caches
 from anyshape.frontend.program_signature import output_roles
 from anyshape.stages import Workaround
 
@@ -199,6 +200,7 @@ def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
     no_cache = False  # config.use_cache off: the model returned its cache (cache_output.py)
     while True:
         with torch.no_grad(), static_layout_probes(), chunked_scans.any_length_scans(), \
+                window_cut_caches(), \
                 cache_output.cache_left_out(model, no_cache), \
                 export_diagnostics.listening() as shape_log:
             try:

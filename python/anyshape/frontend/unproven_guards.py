@@ -25,6 +25,7 @@ same way (``(256 * (n // 256) + 512) % (n // 256 + 2) == 0`` holds at every
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import sympy
@@ -156,8 +157,33 @@ def deferrable(error_text: str, conditions: list[tuple[str, Any]],
     ``export_diagnostics.violated_expressions``) that hold at every size of the
     dim's declared range (``ranges``: name -> (min, max))."""
     bullets = [line for line in error_text.splitlines() if line.strip().startswith("- ")]
+    relations = [_relation(match, ranges) for match in _RELATED.finditer(error_text)]
     if "Constraints violated" not in error_text or "Specializations unexpectedly" in error_text \
-            or not conditions or len(bullets) != len(conditions):
+            or not conditions or len(bullets) != len(conditions) + len(relations):
         return False
-    return all(expr is not None and name in ranges and holds_at_every_size(expr, *ranges[name])
-               for name, expr in conditions)
+    return all(relation is not None and holds_at_every_size(relation[1], *ranges[relation[0]])
+               for relation in relations) and \
+        all(expr is not None and name in ranges and holds_at_every_size(expr, *ranges[name])
+            for name, expr in conditions)
+
+
+# torch's solver, where two sources of one Dim came out related by an expression
+# ("past + 1 = Min(7, past) + 1": a cache cut to a sliding window, of a past no
+# longer than the window).
+_RELATED = re.compile(r"^\s*- The values of .+? = \S+ must always be related to the values of "
+                      r".+? = \S+ by (.+?) = (.+?)\.$", re.MULTILINE)
+
+
+def _relation(match: re.Match, ranges: dict[str, tuple[int, int | None]]):
+    """(the dim's name, the relation as a sympy equality) where both sides are
+    over one declared dim; None otherwise."""
+    from torch.utils._sympy.functions import Max, Min
+
+    try:
+        sides = [sympy.sympify(side, locals={"Min": Min, "Max": Max}) for side in match.groups()]
+    except (sympy.SympifyError, SyntaxError, TypeError):
+        return None
+    names = {str(symbol) for side in sides for symbol in side.free_symbols}
+    if len(names) != 1 or next(iter(names)) not in ranges:
+        return None
+    return next(iter(names)), sympy.Eq(*sides)

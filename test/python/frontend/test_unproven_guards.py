@@ -66,3 +66,18 @@ def test_negative_a_condition_false_at_some_size_is_still_refused():
     with pytest.raises(anyshape.CompileError, match="'seq'"):
         anyshape.compile(TopkOfFour().eval(), (torch.randn(2, 16),),
                          dynamic_shapes={"x": {0: Dim("batch"), 1: Dim("seq")}})
+
+
+_RELATED_REFUSAL = """Constraints violated (past)! For more information, run with TORCH_LOGS="+dynamic".
+  - The values of past + 1 = L['mask'].size()[1] must always be related to the values of past = L['past'][2].size()[2] by past + 1 = Min(7, past) + 1.
+  - Not all values of past = L['past'][2].size()[2] in the specified range past <= 7 satisfy the generated guard L['past'][2].size()[2] == min(7, L['past'][2].size()[2])."""
+
+
+def test_a_relation_torch_found_between_one_dims_sources_is_proven():
+    """/// A sliding-window cache of a past no longer than the window: torch
+    /// relates the dim's sources by past = min(7, past), true for past <= 7."""
+    from anyshape.frontend.unproven_guards import deferrable
+
+    condition = sympy.Eq(n, Min(7, n))
+    assert deferrable(_RELATED_REFUSAL, [("past", condition)], {"past": (0, 7)})
+    assert not deferrable(_RELATED_REFUSAL, [("past", condition)], {"past": (0, None)})

@@ -9,8 +9,11 @@ cache). Each family runs in a fresh process, as a user's script would, and is
 checked against the eager step at batch 1 with one past token, at 7 and on a
 batch of 3 at 17. Llama, Qwen2 and BLOOM used to fail export (torch's layout
 probes, frontend/layout_probes.py); OPT refused batch 1; the compiled module
-took the list only as separate arguments (issue 65). The sliding-window
-families still fail export (SLIDING_WINDOW).
+took the list only as separate arguments (issue 65). A sliding-window cache
+keeps at most ``window - 1`` keys (frontend/sliding_window_cache.py): its step
+is compiled with ``Dim("past", max=window - 1)``, and refused by name without
+it; Gemma 2's full-attention layers keep every key, so one ``Dim("past")``
+cannot describe its cache.
 """
 
 import json
@@ -26,10 +29,10 @@ from test_generate import FAMILIES, FAMILY_OVERRIDES
 HERE = Path(__file__).resolve().parent
 CORE = ["llama", "qwen2", "mistral", "opt", "bloom"]
 SELECTED = FAMILIES if os.environ.get("ANYSHAPE_HF_FAMILIES") == "all" else CORE
-# A sliding-window DynamicCache keeps ``keys[:, :, -window + 1:]``: torch's fake
-# slice decides whether that start clamps at the example's length, and records
-# it as a bound on Dim("past") (pytorch/pytorch#185166 makes it a min/max instead).
-SLIDING_WINDOW = {"mistral", "phi3", "gemma2"}
+# Sliding-window caches: the longest past they keep (FAMILY_OVERRIDES' window of 8).
+SLIDING_WINDOW = {"mistral": 7, "phi3": 7}
+# Gemma 2 alternates sliding and full layers, whose caches differ in length.
+MIXED_CACHE_LENGTHS = {"gemma2"}
 
 SCRIPT = textwrap.dedent('''
     import json, sys, warnings
@@ -70,7 +73,7 @@ SCRIPT = textwrap.dedent('''
         return ids, torch.ones(batch, past[0].shape[2] + 1, dtype=torch.long), past
 
     step = Step(model).eval()
-    batch, past = Dim("batch"), Dim("past")
+    batch, past = Dim("batch"), Dim("past", max={past_max}) if {past_max} else Dim("past")
     example = step_inputs(2, 5, 0)
     compiled = anyshape.compile(step, example, dynamic_shapes={{
         "input_ids": {{0: batch}}, "attention_mask": {{0: batch, 1: past + 1}},
@@ -96,11 +99,13 @@ SCRIPT = textwrap.dedent('''
 @pytest.mark.builds_after_export
 @pytest.mark.parametrize("model_type", [
     pytest.param(name, marks=pytest.mark.xfail(
-        strict=True, reason="torch.export bounds Dim('past') at the sliding-window slice"))
-    if name in SLIDING_WINDOW else name for name in SELECTED])
+        strict=True, reason="its full and sliding layers' caches differ in length: one "
+                            "Dim('past') for all of them is refused"))
+    if name in MIXED_CACHE_LENGTHS else name for name in SELECTED])
 def test_hand_written_decode_step_is_the_eager_step(model_type):
     script = SCRIPT.format(here=str(HERE), lib=str(HERE.parent), model_type=model_type,
-                           overrides=FAMILY_OVERRIDES.get(model_type, {}))
+                           overrides=FAMILY_OVERRIDES.get(model_type, {}),
+                           past_max=SLIDING_WINDOW.get(model_type))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -109,3 +114,16 @@ def test_hand_written_decode_step_is_the_eager_step(model_type):
     layers = 2
     assert result["short"] == (f"argument 'past': expected a list of {2 * layers} items, got "
                                f"{2 * layers - 1}"), result["short"]
+
+
+@pytest.mark.builds_after_export
+def test_negative_an_unbounded_past_past_the_window_is_refused_by_name():
+    """/// Mistral's cache keeps 7 keys (window 8): with an unbounded Dim("past")
+    /// the refusal names the dim and the cache's line, and the condition."""
+    script = SCRIPT.format(here=str(HERE), lib=str(HERE.parent), model_type="mistral",
+                           overrides=FAMILY_OVERRIDES["mistral"], past_max=None)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode != 0
+    assert "could not keep dim 'past'" in done.stderr, done.stderr[-3000:]
+    assert "Min(7, " in done.stderr and "cache_utils.py" in done.stderr, done.stderr[-3000:]
