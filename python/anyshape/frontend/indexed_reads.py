@@ -225,8 +225,8 @@ _COMPARISONS = {getattr(aten, name).Tensor for name in ("eq", "ne", "lt", "le", 
 
 
 def _nonnegative(x) -> bool:
-    return bool(sympy.sympify(x) >= 0) if sympy.sympify(x).is_number else \
-        sympy.sympify(x).is_nonnegative is True
+    x = sympy.sympify(x)
+    return bool(x >= 0) if x.is_number else x.is_nonnegative is True
 
 
 def data_bounds(node) -> tuple | None:

@@ -171,9 +171,9 @@ def _dft(emit: Emitter, re: Node, im: Node, dims, normalization: int, forward: b
         turns = emit(aten.sub.Tensor, products, emit(aten.mul.Tensor, size, emit(
             aten.div.Tensor_mode, products, size, rounding_mode="trunc")))
         dtype = re.meta["val"].dtype
+        real_size = emit(aten._to_copy.default, size, dtype=dtype)
         angle = emit(aten.div.Tensor, emit(aten.mul.Tensor, emit(
-            aten._to_copy.default, turns, dtype=dtype), 2 * math.pi),
-            emit(aten._to_copy.default, size, dtype=dtype))
+            aten._to_copy.default, turns, dtype=dtype), 2 * math.pi), real_size)
         cos, sin = emit(aten.cos.default, angle), emit(aten.sin.default, angle)
 
         def along(x, matrix):
@@ -187,7 +187,7 @@ def _dft(emit: Emitter, re: Node, im: Node, dims, normalization: int, forward: b
         else:         # (re + i im)(cos + i sin)
             re, im = emit(aten.sub.Tensor, re_cos, im_sin), emit(aten.add.Tensor, im_cos, re_sin)
         if normalization in (_NORMALIZED_BY_ROOT, _NORMALIZED_BY_N):
-            scale = emit(aten._to_copy.default, size, dtype=dtype)
+            scale = real_size
             if normalization == _NORMALIZED_BY_ROOT:
                 scale = emit(aten.sqrt.default, scale)
             re, im = emit(aten.div.Tensor, re, scale), emit(aten.div.Tensor, im, scale)
