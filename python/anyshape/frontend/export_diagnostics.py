@@ -35,7 +35,8 @@ def _input_and_axis(source: str) -> tuple[str, int] | None:
     return (match.group(1) + match.group(2), int(match.group(3))) if match else None
 
 ADVICE = ("Python code there used the size as a plain number (math.sqrt and the other "
-          "math functions, float(), int(), or a branch on its value), so torch.export "
+          "math functions, float(), int(), a branch on its value, or a Python loop over "
+          "range(size), which torch.export unrolls), so torch.export "
           "read it once. Keep it symbolic: size ** 0.5 or torch.sym_sqrt(size) for "
           "math.sqrt(size), torch.sym_float(size) for float(size), size // k or "
           "torch.sym_int(value) for int(value), torch.sym_max / torch.sym_min for "
@@ -135,8 +136,9 @@ def _explain_specializations(text: str, log: ShapeLog,
                              labels: dict[tuple[str, int], str]) -> str | None:
     pinned, conditions = [], {}  # conditions: (guard, its text) -> the dims it holds back
     explained = set()  # the sizes (x.size()[1]) a message above already names
+    explained_labels = set()
     for symbol, (source, hint) in log.sources.items():
-        guard = _restricting_guard(symbol, log)
+        guard = _restricting_guard(symbol, log, labels)
         if guard is None:
             continue
         where = _input_and_axis(source)
@@ -156,6 +158,7 @@ def _explain_specializations(text: str, log: ShapeLog,
         else:
             continue
         explained.add(where_dim)
+        explained_labels.add(label)
     # The guards torch says are violated, where the probing above found none
     # for that dim: one false only at small sizes (L - 1 != 1), or one torch
     # cannot prove though it may hold (L * min(64, 64 * L) == 64 * L).
@@ -170,6 +173,14 @@ def _explain_specializations(text: str, log: ShapeLog,
         guard = _recorded(condition, source, log)
         unproven.setdefault((id(guard) if guard else condition, condition), (guard, []))[1] \
             .append(named)
+    # A dim torch fixed where the log recorded no guard that pins it.
+    for label, hint in dict(_SPECIALIZED.findall(text)).items():
+        if label not in explained_labels:
+            dims = [f"{input_name}.size()[{axis}]"
+                    for (input_name, axis), named in sorted(labels.items()) if named == label]
+            named = f"'{label}'" + (f" ({', '.join(dims)})" if dims else "")
+            pinned.append(f"torch.export fixed dim {named} to its example value {hint} "
+                          f"(where, torch did not record)\n")
     if not pinned and not conditions and not unproven:
         return None
     parts = list(pinned)
@@ -195,6 +206,8 @@ def _explain_specializations(text: str, log: ShapeLog,
     return "".join(parts) + advice
 
 
+_SPECIALIZED = re.compile(r"You marked (\w+) as dynamic but your code specialized it to be a "
+                         r"constant \((-?\d+)\)")
 # torch's own words for a guard that narrows a declared dim.
 _VIOLATED = re.compile(r"Not all values of (\w+) = (\S+) in the specified range(?: .*?)? satisfy "
                        r"the generated guard (.+?)\.?$", re.MULTILINE)
@@ -342,10 +355,13 @@ def _at(guard: Guard) -> str:
     return f"at {frame.filename}:{frame.lineno}" + (f":\n    {line}\n" if line else "\n")
 
 
-def _restricting_guard(symbol: str, log: ShapeLog) -> Guard | None:
+def _restricting_guard(symbol: str, log: ShapeLog,
+                       labels: dict[tuple[str, int], str]) -> Guard | None:
     """The first guard on ``symbol`` that some other size would fail: the one
-    that took the dim's freedom away (a guard every size passes, ``L != 1``
-    for a broadcast, is not it)."""
+    that took the dim's freedom away. Neither a guard every size passes (``L !=
+    1`` for a broadcast) nor one that the declaration makes hold (``Eq(s27,
+    s64)`` for the ids' and the mask's lengths, both ``Dim("seq")``) is it: a
+    later guard, ``Eq(s27, 16)`` at a token loop, is."""
     import sympy
 
     values = {name: hint for name, (_, hint) in log.sources.items()}
@@ -355,7 +371,7 @@ def _restricting_guard(symbol: str, log: ShapeLog) -> Guard | None:
     for guard in log.guards:
         expr = _parse(guard.expr)
         free = {str(s): s for s in getattr(expr, "free_symbols", ())}
-        if symbol not in free:
+        if symbol not in free or (len(free) > 1 and _holds_by_declaration(guard.expr, log, labels)):
             continue
         for other in (hint + 1, hint + 2, 2 * hint + 7, 100003):
             point = {s: values.get(name, 0) for name, s in free.items()}

@@ -7,9 +7,11 @@ import math
 import pytest
 import torch
 from torch.export import Dim
+from torch._dynamo.exc import UserError, UserErrorType
 
 import anyshape
 from anyshape.errors import CompileError
+from anyshape.frontend import export_diagnostics
 
 
 class Scaled(torch.nn.Module):
@@ -147,6 +149,42 @@ def test_dim_fixed_by_math_sqrt_names_line_dim_and_fix():
     assert "torch.export fixed dim 'n' (x.size()[1]) to its example value 5" in message
     assert f"{__file__}:" in message and "return x * math.sqrt(x.shape[-1])" in message
     assert "size ** 0.5 or torch.sym_sqrt(size) for math.sqrt(size)" in message
+
+
+class TokenLoopWithMask(torch.nn.Module):
+    """Mamba's slow path: a Python loop over the tokens, with a mask of the same
+    Dim (whose equality guard with the ids' length torch logs first)."""
+
+    def forward(self, x, mask):
+        state, outputs = torch.zeros_like(x[:, 0]), []
+        for index in range(x.shape[1]):
+            state = 0.5 * state + x[:, index]
+            outputs.append(state)
+        return torch.stack(outputs, dim=1) * mask
+
+
+def test_dim_fixed_by_a_token_loop_names_the_loop_with_a_mask_of_the_same_dim():
+    x = torch.randn(2, 5)
+    with pytest.raises(CompileError) as caught:
+        anyshape.compile(TokenLoopWithMask().eval(), (x, torch.ones_like(x)),
+                         dynamic_shapes={"x": {1: Dim("seq")}, "mask": {1: Dim("seq")}})
+    message = str(caught.value)
+    assert "Constraints violated" not in message
+    assert "torch.export fixed dim 'seq' (x.size()[1]) to its example value 5" in message
+    assert "for index in range(x.shape[1]):" in message
+    assert "a Python loop over range(size)" in message
+
+
+def test_a_fixed_dim_torch_recorded_no_guard_for_is_still_named():
+    """torch's own line for a dim it fixed, where the shape log has no guard."""
+    text = ("Constraints violated (seq)! For more information, run with TORCH_LOGS=\"+dynamic\".\n"
+            "  - You marked seq as dynamic but your code specialized it to be a constant (16). "
+            "If you're using mark_dynamic, either remove it or use maybe_mark_dynamic.\n")
+    message = str(export_diagnostics.export_error(
+        UserError(UserErrorType.CONSTRAINT_VIOLATION, text), export_diagnostics.ShapeLog(),
+        {"ids": {1: Dim("seq")}, "mask": {1: Dim("seq")}}, ["ids", "mask"]))
+    assert "torch.export fixed dim 'seq' (ids.size()[1], mask.size()[1]) to its example " \
+           "value 16 (where, torch did not record)" in message
 
 
 class BranchOnLength(torch.nn.Module):
