@@ -16,7 +16,7 @@ from torch.export.dynamic_shapes import _DerivedDim
 
 from anyshape.errors import CompileError, DimBoundedByConfig
 from anyshape.frontend import (cache_output, chunked_scans, config_bounds, export_diagnostics,
-                               grouped_experts, unproven_guards)
+                               grouped_experts, order_statistics, unproven_guards)
 from anyshape.frontend.layout_probes import static_layout_probes
 from anyshape.frontend.sliding_window_cache import window_cut_caches
 from anyshape.frontend.program_signature import output_roles
@@ -71,12 +71,11 @@ def decomposition_table() -> dict:
     table[torch.ops.aten._native_batch_norm_legit_no_training.default] = _batch_norm_eval
     table[torch.ops.aten.empty_permuted.default] = _empty_permuted_as_permuted_empty
     table[torch.ops.aten.fmod.Scalar] = _integer_fmod
-    table[torch.ops.aten.kthvalue.default] = _kthvalue_by_topk
     table[torch.ops.aten.split_with_sizes.default] = _split_with_dynamic_sizes_as_slices
     table[torch.ops.aten.gelu.default] = _gelu_tanh_decomposed
-    table[torch.ops.aten.median.dim] = _median_by_topk
     table[torch.ops.aten.fmod.Tensor] = _integer_fmod
     table.update(grouped_experts.decompositions())
+    table.update(order_statistics.decompositions())
     return table
 
 
@@ -128,26 +127,6 @@ def _split_with_dynamic_sizes_as_slices(x, split_sizes, dim=0):
         pieces.append(torch.ops.aten.slice.Tensor(x, dim, start, start + size))
         start = start + size
     return pieces
-
-
-def _kthvalue_by_topk(x, k, dim=-1, keepdim=False):
-    """The k-th smallest along ``dim`` and its index, from the k smallest (topk):
-    torch-mlir's own kthvalue lowering builds a tm_tensor.topk IREE refuses."""
-    values, indices = torch.topk(x, k, dim, largest=False, sorted=True)
-    values, indices = values.narrow(dim, k - 1, 1), indices.narrow(dim, k - 1, 1)
-    if not keepdim:
-        values, indices = values.squeeze(dim), indices.squeeze(dim)
-    return values, indices
-
-
-def _median_by_topk(x, dim, keepdim=False):
-    """torch's lower median along a dim of static size: its ((n + 1) // 2)-th
-    smallest; torch-mlir has no lowering of aten.median.dim. A dynamic size is
-    left to torch-mlir (NotImplemented), whose error names the op."""
-    size = x.shape[dim]
-    if not isinstance(size, int):
-        return NotImplemented
-    return _kthvalue_by_topk(x, (size + 1) // 2, dim, keepdim)
 
 
 def _batch_norm_eval(x, weight, bias, running_mean, running_var, momentum, eps):
@@ -333,15 +312,6 @@ WORKAROUNDS = (
                  'torch.split along a dynamic dim makes one.',
         guard='test/python/test_opinfo_floor.py::test_floor[split-float32-0]',
         remove_when='torch-mlir lowers split_with_sizes with symbolic sizes'),
-    Workaround(
-        name='kthvalue_and_median_by_topk', stage='export',
-        where='_kthvalue_by_topk, _median_by_topk (decomposition_table)',
-        upstream="torch-mlir 20261001 lowers aten.kthvalue to a tm_tensor.topk whose region "
-                 "IREE 3.13 refuses (\"'tm_tensor.topk' op region block must end with a "
-                 "linalg_ext.yield i1\"), and has no lowering for aten.median.dim; its lowering "
-                 "of topk itself compiles.",
-        guard='test/python/test_op_coverage.py::test_matches_eager[reduce-kthvalue]',
-        remove_when="torch-mlir's kthvalue and median lowerings compile in IREE"),
     Workaround(
         name='batch_norm_eval_elementwise', stage='export',
         where='_batch_norm_eval (decomposition_table)',

@@ -103,11 +103,9 @@ def _divisor(expr, symbol) -> int | None:
     nothing, 0 where by something else."""
     divisors = []
     for node in sympy.preorder_traversal(expr):
-        if isinstance(node, sympy.floor) and node.args[0].is_Mul and symbol in node.args[0].args:
-            factor = node.args[0] / symbol
-            if not (factor.is_Rational and factor.p == 1 and factor.q > 1):
-                return 0
-            divisors.append(int(factor.q))
+        slope = _rational_slope(node.args[0], symbol) if isinstance(node, sympy.floor) else None
+        if slope is not None:  # floor(n / c + b), as (n + 1) // 2 is
+            divisors.append(int(slope.q))
         elif isinstance(node, (sympy.floor, sympy.Mod)) and symbol in node.free_symbols:
             if isinstance(node, sympy.Mod) and node.args[0] == symbol and node.args[1].is_Integer \
                     and node.args[1] > 0:
@@ -116,6 +114,16 @@ def _divisor(expr, symbol) -> int | None:
                          for inner in sympy.preorder_traversal(node)):
                 return 0
     return math.lcm(*divisors) if divisors else None
+
+
+def _rational_slope(expr, symbol):
+    """``a`` where ``expr`` is ``a * symbol + b`` with rational ``a != 0`` and
+    ``b``; None otherwise."""
+    if symbol not in expr.free_symbols:
+        return None
+    slope = sympy.diff(expr, symbol)
+    rest = sympy.expand(expr - slope * symbol)
+    return slope if slope.is_Rational and rest.is_Rational else None
 
 
 def _holds_per_residue(expr, symbol, divisor: int, low: int, high: int | None) -> bool:

@@ -37,6 +37,11 @@ n = sympy.Symbol("s0")
     (sympy.Eq(sympy.Mod(n + sympy.Mod(64 - sympy.Mod(n, 64), 64), 64), 0), 0, None, True),
     (sympy.Ne(sympy.Mod(n, 7), 3), 0, None, False),
     (sympy.Eq(sympy.Mod(n, n // 3 + 1), 0), 0, None, False),   # not a constant divisor
+    (sympy.Le(sympy.floor((n + 1) / 2), n), 0, None, True),     # the upper half's size
+    (sympy.Le(sympy.floor((n - 1) / 2), n), 0, None, True),
+    (sympy.Le(sympy.floor((n + 1) / 2), n - 1), 0, None, False),  # false at 1
+    (sympy.Le(sympy.floor((n + 3) / 2), n), 2, None, True),
+    (sympy.Le(sympy.floor((n + 3) / 2), n), 1, None, False),
 ])
 def test_what_is_proven(condition, low, high, holds):
     assert holds_at_every_size(condition, low, high) is holds
@@ -57,6 +62,21 @@ def test_a_condition_that_holds_at_every_size_compiles():
     compiled = anyshape.compile(model, (torch.randn(2, 16),),
                                 dynamic_shapes={"x": {0: Dim("batch"), 1: Dim("seq")}})
     for length in (1, 3, 4, 5, 33):
+        x = torch.randn(3, length)
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+class LowerHalf(torch.nn.Module):
+    def forward(self, x):
+        return torch.topk(x, (x.shape[1] + 1) // 2, dim=1, largest=False).values
+
+
+def test_a_size_divided_by_a_constant_plus_one_is_proven():
+    """topk of (n + 1) // 2: torch cannot show (n + 1) // 2 <= n."""
+    model = LowerHalf().eval()
+    compiled = anyshape.compile(model, (torch.randn(2, 16),),
+                                dynamic_shapes={"x": {0: Dim("batch"), 1: Dim("seq")}})
+    for length in (1, 2, 7, 33):
         x = torch.randn(3, length)
         torch.testing.assert_close(compiled(x), model(x))
 
