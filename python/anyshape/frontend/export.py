@@ -16,7 +16,8 @@ from torch.export.dynamic_shapes import _DerivedDim
 
 from anyshape.errors import CompileError, DimBoundedByConfig
 from anyshape.frontend import (cache_output, chunked_scans, config_bounds, export_diagnostics,
-                               grouped_experts, order_statistics, unproven_guards)
+                               grouped_experts, order_statistics, pooling,
+                               quantized_ops, unproven_guards)
 from anyshape.frontend.layout_probes import static_layout_probes
 from anyshape.frontend.sliding_window_cache import window_cut_caches
 from anyshape.frontend.program_signature import output_roles
@@ -76,6 +77,8 @@ def decomposition_table() -> dict:
     table[torch.ops.aten.fmod.Tensor] = _integer_fmod
     table.update(grouped_experts.decompositions())
     table.update(order_statistics.decompositions())
+    table.update(pooling.decompositions())
+    table.update(quantized_ops.decompositions())
     return table
 
 
@@ -179,7 +182,7 @@ def export_program(model: torch.nn.Module, args: tuple, kwargs: dict | None,
     no_cache = False  # config.use_cache off: the model returned its cache (cache_output.py)
     while True:
         with torch.no_grad(), static_layout_probes(), chunked_scans.any_length_scans(), \
-                window_cut_caches(), \
+                window_cut_caches(), pooling.symbolic_max_pool1d(), \
                 cache_output.cache_left_out(model, no_cache), \
                 export_diagnostics.listening() as shape_log:
             try:

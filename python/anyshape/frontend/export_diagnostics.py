@@ -128,8 +128,23 @@ def export_error(error: Exception, log: ShapeLog, dynamic_shapes=None,
         if explained:
             return CompileError("export", explained, None, None)
     first = next((line for line in text.splitlines() if line.strip()), type(error).__name__)
+    advice = QUANTIZED_TENSOR_ADVICE if type(error).__name__ == "UnsupportedOperatorException" \
+        and _QUANTIZED_TENSOR_OP.search(first) else ""
     return CompileError("export", f"torch.export could not export the model "
-                                  f"({type(error).__name__}): {first}", None, None)
+                                  f"({type(error).__name__}): {first}{advice}", None, None)
+
+
+# Ops of quantized tensor types (torch.qint8, ...), which torch.export's fake
+# tensors do not support.
+_QUANTIZED_TENSOR_OP = re.compile(r"\baten\.(_make_per_(tensor|channel)_quantized_tensor|"
+                                  r"quantize_per_(tensor|channel)\w*|int_repr|dequantize|"
+                                  r"q_(scale|zero_point|per_channel_\w+))\.")
+QUANTIZED_TENSOR_ADVICE = (
+    "\nThat op makes or reads a quantized tensor type (torch.qint8, torch.quint8), which "
+    "torch.export cannot trace. Keep the integers in plain int8 tensors and quantize and "
+    "dequantize with torch.ops.quantized_decomposed (quantize_per_tensor, "
+    "dequantize_per_tensor, ..._per_channel, ..._per_token), as PT2E quantization does: "
+    "anyshape compiles those.")
 
 
 def _explain_specializations(text: str, log: ShapeLog,

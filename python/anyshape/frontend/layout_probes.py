@@ -38,13 +38,16 @@ WORKAROUNDS = (Workaround(
              "fake kernels) record guards from the example sizes: seq != 512 for a causal-mask "
              "buffer sliced by the length (OpenAI-GPT, GPT-Neo), seq - 1 != 1 (MobileBERT), "
              "seq >= 4 from the strides of unfold windows (Inkling-2's elementwise output "
-             "layout); the contiguity probes are fixed upstream by pytorch/pytorch#185166 "
-             "and #185084, the layout one is not.",
+             "layout), out_h * out_w > 1 from are_strides_like_channels_last_or_false (fake "
+             "tensors' suggest_memory_format of a max pooling's output); the contiguity "
+             "probes are fixed upstream by pytorch/pytorch#185166 and #185084, the layout "
+             "ones are not.",
     guard=("test/python/frontend/test_length_sliced_state.py::"
            "test_a_buffer_sliced_by_the_length_needs_only_the_configs_bound",
            "test/python/test_hf_family_sweep.py::test_matches_eager[mobilebert-1-7]",
            "test/python/frontend/test_length_sliced_state.py::"
-           "test_flipped_windows_compile_with_an_unbounded_seq"),
+           "test_flipped_windows_compile_with_an_unbounded_seq",
+           "test/python/frontend/test_pooling.py::test_max_pool2d_down_to_one_position"),
     remove_when="the pinned torch has pytorch/pytorch#185166 and #185084 and answers the "
                 "elementwise layout without guards (the guards pass "
                 "without it)"),)
@@ -53,10 +56,15 @@ WORKAROUNDS = (Workaround(
 # in symbolic_shapes when it runs, and calls the others through prims_common.
 _PROBES = ("is_contiguous", "is_channels_last_contiguous_2d",
            "is_channels_last_contiguous_3d", "check_contiguous_sizes_strides",
-           "compute_elementwise_output_logical_to_physical_perm")
-# Probes that always answer with guard_or_false (no ``false_if_dde`` argument):
-# the order of an elementwise result's dims in memory, from its inputs' strides.
-_ALWAYS_FALSE_IF_DDE = ("compute_elementwise_output_logical_to_physical_perm",)
+           "compute_elementwise_output_logical_to_physical_perm",
+           "are_strides_like_channels_last_or_false")
+# Probes that always answer with guard_or_false / guard_or_true (no
+# ``false_if_dde`` argument): the order of an elementwise result's dims in
+# memory, from its inputs' strides; whether strides look channels-last (fake
+# tensors' ``suggest_memory_format`` of every result: a max pooling's output
+# of out_h * out_w > 1).
+_ALWAYS_FALSE_IF_DDE = ("compute_elementwise_output_logical_to_physical_perm",
+                        "are_strides_like_channels_last_or_false")
 
 
 def _static_guard_or_false(condition) -> bool:
@@ -68,7 +76,9 @@ def _static_guard_or_true(condition) -> bool:
 
 
 @contextlib.contextmanager
-def _static_guards() -> Iterator[None]:
+def static_guards() -> Iterator[None]:
+    """Within: torch's ``guard_or_false`` / ``guard_or_true`` answer from what
+    holds at every size, recording no guard (as their contract allows)."""
     saved = symbolic_shapes.guard_or_false, symbolic_shapes.guard_or_true
     symbolic_shapes.guard_or_false = _static_guard_or_false
     symbolic_shapes.guard_or_true = _static_guard_or_true
@@ -86,7 +96,7 @@ def _without_guards(probe):
     def probe_statically(*args, **kwargs):
         if not always and not signature.bind(*args, **kwargs).arguments.get("false_if_dde", False):
             return probe(*args, **kwargs)
-        with _static_guards():
+        with static_guards():
             return probe(*args, **kwargs)
     return probe_statically
 
