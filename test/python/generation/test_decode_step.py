@@ -12,8 +12,9 @@ probes, frontend/layout_probes.py); OPT refused batch 1; the compiled module
 took the list only as separate arguments (issue 65). A sliding-window cache
 keeps at most ``window - 1`` keys (frontend/sliding_window_cache.py): its step
 is compiled with ``Dim("past", max=window - 1)``, and refused by name without
-it; Gemma 2's full-attention layers keep every key, so one ``Dim("past")``
-cannot describe its cache.
+it. Gemma 2 alternates sliding layers, which keep at most ``window - 1`` keys,
+with full ones, which keep every key: its sliding layers' caches get a Dim of
+their own, ``Dim("kept", max=window - 1)``, as a user describes them.
 """
 
 import json
@@ -31,8 +32,6 @@ CORE = ["llama", "qwen2", "mistral", "opt", "bloom"]
 SELECTED = FAMILIES if os.environ.get("ANYSHAPE_HF_FAMILIES") == "all" else CORE
 # Sliding-window caches: the longest past they keep (FAMILY_OVERRIDES' window of 8).
 SLIDING_WINDOW = {"mistral": 7, "phi3": 7}
-# Gemma 2 alternates sliding and full layers, whose caches differ in length.
-MIXED_CACHE_LENGTHS = {"gemma2"}
 
 SCRIPT = textwrap.dedent('''
     import json, sys, warnings
@@ -70,14 +69,20 @@ SCRIPT = textwrap.dedent('''
     def step_inputs(batch, length, seed):
         past = prefill(batch, length, seed)
         ids = torch.randint(3, 100, (batch, 1), generator=torch.Generator().manual_seed(seed))
-        return ids, torch.ones(batch, past[0].shape[2] + 1, dtype=torch.long), past
+        full = max(t.shape[2] for t in past)  # a sliding layer keeps fewer
+        return ids, torch.ones(batch, full + 1, dtype=torch.long), past
 
     step = Step(model).eval()
     batch, past = Dim("batch"), Dim("past", max={past_max}) if {past_max} else Dim("past")
+    # Sliding layers beside full ones keep at most window - 1 keys: a Dim of their own.
+    layer_types = getattr(model.config, "layer_types", None) or []
+    mixed = {{"sliding_attention", "full_attention"}} <= set(layer_types)
+    kept = Dim("kept", max=model.config.sliding_window - 1) if mixed else past
     example = step_inputs(2, 5, 0)
     compiled = anyshape.compile(step, example, dynamic_shapes={{
         "input_ids": {{0: batch}}, "attention_mask": {{0: batch, 1: past + 1}},
-        "past": [{{0: batch, 2: past}} for _ in example[2]]}})
+        "past": [{{0: batch, 2: kept if layer_types and layer_types[i // 2] ==
+                   "sliding_attention" else past}} for i in range(len(example[2]))]}})
     errors = {{}}
     for batch_size, length in ((1, 1), (1, 7), (3, 17)):
         ids, mask, cache = step_inputs(batch_size, length, length)
@@ -97,11 +102,7 @@ SCRIPT = textwrap.dedent('''
 
 
 @pytest.mark.builds_after_export
-@pytest.mark.parametrize("model_type", [
-    pytest.param(name, marks=pytest.mark.xfail(
-        strict=True, reason="its full and sliding layers' caches differ in length: one "
-                            "Dim('past') for all of them is refused"))
-    if name in MIXED_CACHE_LENGTHS else name for name in SELECTED])
+@pytest.mark.parametrize("model_type", SELECTED)
 def test_hand_written_decode_step_is_the_eager_step(model_type):
     script = SCRIPT.format(here=str(HERE), lib=str(HERE.parent), model_type=model_type,
                            overrides=FAMILY_OVERRIDES.get(model_type, {}),
