@@ -1,6 +1,6 @@
-"""Max pooling at dynamic sizes, in forms torch.export keeps symbolic and IREE compiles.
+"""Pooling at dynamic sizes, in forms torch.export keeps symbolic and IREE compiles.
 
-Four upstream failures, each with its fix here:
+The upstream failures, each with its fix here:
 
 - ``F.max_pool1d`` without indices, under ``no_grad`` on CPU (as anyshape
   exports), runs ATen's fast path, which reads the length as a plain number:
@@ -11,9 +11,13 @@ Four upstream failures, each with its fix here:
   operation 'torch.aten.max_pool2d'" for a [C, H, W] input): an unbatched
   input is pooled as a batch of one.
 - torch-mlir's max pooling with indices compares integers with ``arith.cmpf``
-  (2-D) or crashes (3-D), and its adaptive max pooling needs static window
-  sizes: these are computed here from the windows gathered whole
-  (``window_max``), with eager's choice of index (the first maximum).
+  (2-D) or crashes (3-D); its 3-D pooling, max and average, is wrong at
+  dynamic sizes where the depth leaves a remainder (and does not compile at
+  static ones); its adaptive max pooling needs static window sizes. These are
+  computed here from the windows gathered whole (``window_max``, with eager's
+  choice of index, the first maximum or the last NaN; ``window_mean``).
+- torch-mlir's 2-D average pooling with torch's default stride (``stride=()``,
+  the kernel's) pools with another one, to a wrong shape: it is written out.
 """
 
 from __future__ import annotations
@@ -37,15 +41,19 @@ WORKAROUNDS = (
         guard='test/python/frontend/test_pooling.py::test_max_pool1d_over_an_unbounded_length',
         remove_when="torch's max_pool1d keeps its sizes symbolic"),
     Workaround(
-        name='max_pooling_batched_or_gathered', stage='export',
+        name='pooling_batched_or_gathered', stage='export',
         where='decompositions (decomposition_table)',
         upstream="torch-mlir 20261001 lowers max pooling of batched inputs only, compares "
                  "integers with arith.cmpf in max_pool2d_with_indices (and crashes in "
-                 "ConvertTorchToLinalg on max_pool3d_with_indices of integers), and lowers "
-                 "adaptive_max_pool2d only with static window sizes.",
+                 "ConvertTorchToLinalg on max_pool3d_with_indices of integers), pools 3-D "
+                 "wrongly at dynamic sizes (avg_pool3d and max_pool3d of depth 3 by 2), "
+                 "lowers adaptive_max_pool2d only with static window sizes, and pools "
+                 "avg_pool2d with stride=() to a wrong shape.",
         guard=('test/python/frontend/test_pooling.py::test_unbatched_max_pooling',
                'test/python/frontend/test_pooling.py::test_integer_max_pooling_with_indices',
-               'test/python/frontend/test_pooling.py::test_adaptive_max_pooling_at_every_length'),
+               'test/python/frontend/test_pooling.py::test_3d_pooling_matches_eager',
+               'test/python/frontend/test_pooling.py::test_adaptive_max_pooling_at_every_length',
+               'test/python/test_opinfo_floor.py::test_floor[nn.functional.avg_pool2d-float32-4]'),
         remove_when="torch-mlir lowers these at dynamic sizes"),
 )
 
