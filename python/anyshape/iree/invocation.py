@@ -142,12 +142,12 @@ _OPAQUE_OP = re.compile(r"^(?P<at>.*?error: )failed to legalize operation 'torch
 _AROUND = {
     "aten.histc": "anyshape decomposes histc in float32 and float64 only "
                   "(frontend/grouped_experts.py); compute it in float32",
-    "aten._fft_c2c": "anyshape computes an FFT whose complex values stay inside the model "
-                     "(frontend/graph_fixes/complex_as_pairs.py); this one has a complex input "
-                     "or output",
-    "aten._fft_r2c": "anyshape computes the complex FFT (torch.fft.fft of a complex tensor), "
-                     "not this real one (rfft, or fft of a real tensor)",
 }
+_FFT_AROUND = ("anyshape computes FFTs whose complex values stay inside the model "
+               "(frontend/graph_fixes/complex_as_pairs.py); this model has a complex input or "
+               "output, or a complex op other than products, sums, views, conj and abs")
+_AROUND.update({op: _FFT_AROUND for op in ("aten._fft_c2c", "aten._fft_r2c", "aten._fft_c2r",
+                                           "aten._conj")})
 
 
 def _name_unlowered_op(line: str) -> str:

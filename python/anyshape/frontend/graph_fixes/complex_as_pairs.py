@@ -10,15 +10,19 @@ layout): a product is ``(ac - bd, ad + bc)``, and views act on the leading
 dims. FNet mixes its tokens with ``fftn(x).real``, whose ``aten._fft_c2c``
 torch-mlir cannot lower at all: as pairs it is a discrete Fourier transform
 (``_dft``), products with cosine and sine matrices of each transformed dim's
-size, the dynamic length's included. A graph with a complex input or output,
-or any other complex op, is left as it was. Guarded by
-``test_complex_rotary_matches_eager`` and
+size, the dynamic length's included. The real FFTs are the same transform: of
+a real signal (``_fft_r2c``: rfft, fft of a real tensor) and back to one from
+the first ``n // 2 + 1`` frequencies (``_fft_c2r``: irfft, hfft, with
+``conj``), and ``abs`` of a complex value is its magnitude. A graph with a
+complex input or output, or any other complex op, is left as it was. Guarded
+by ``test_complex_rotary_matches_eager`` and
 ``test_fft_over_a_dynamic_length_matches_eager`` (test_complex_as_pairs.py).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 from torch.fx import Graph, Node
@@ -38,10 +42,10 @@ _SHAPE_OPS = {aten.view.default, aten.reshape.default, aten._unsafe_view.default
 _SAME_OPS = {aten.clone.default, aten.alias.default}
 _PRODUCERS = {aten.view_as_complex.default, aten.polar.default, aten.complex.default,
               aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.permute.default,
-              aten.transpose.int, aten._to_copy.default,
-              aten._fft_c2c.default} | _DIM_OPS | _SHAPE_OPS | _SAME_OPS
+              aten.transpose.int, aten._to_copy.default, aten._conj.default,
+              aten._fft_c2c.default, aten._fft_r2c.default} | _DIM_OPS | _SHAPE_OPS | _SAME_OPS
 _CONSUMERS = {aten.view_as_real.default, aten.real.default, aten.imag.default,
-              aten._assert_tensor_metadata.default}
+              aten._assert_tensor_metadata.default, aten._fft_c2r.default, aten.abs.default}
 
 
 def _is_complex(x) -> bool:
@@ -85,8 +89,16 @@ def rewrite_complex_as_pairs(graph: Graph) -> int:
                 graph.erase_node(node)
                 continue
             emit = Emitter(graph, node)
-            replacement = pair if node.target is aten.view_as_real.default else \
-                emit(aten.select.int, pair, -1, 0 if node.target is aten.real.default else 1)
+            if node.target is aten._fft_c2r.default:
+                replacement = _inverse_real_dft(emit, node, pairs)
+            elif node.target is aten.abs.default:  # the magnitude
+                replacement = emit(aten.sqrt.default, emit(aten.sum.dim_IntList, emit(
+                    aten.mul.Tensor, pair, pair), [-1]))
+            elif node.target is aten.view_as_real.default:
+                replacement = pair
+            else:
+                replacement = emit(aten.select.int, pair, -1,
+                                   0 if node.target is aten.real.default else 1)
             node.replace_all_uses_with(replacement)
             graph.erase_node(node)
     for node in reversed(list(pairs)):
@@ -123,6 +135,22 @@ def _pair(graph: Graph, node: Node, pairs: dict[Node, Node]) -> Node:
         return joined(re, emit(aten.zeros_like.default, re))
     if op is aten._fft_c2c.default:
         return joined(*_dft(emit, *parts(args[0]), *args[1:]))
+    if op is aten._fft_r2c.default:  # a real signal's spectrum, or its first n // 2 + 1
+        signal, dims, normalization, onesided = args
+        rank = signal.meta["val"].dim()
+        re, im = _dft(emit, signal, emit(aten.zeros_like.default, signal), dims, normalization,
+                      True)
+        spectrum = joined(re, im)
+        if onesided:
+            last = dims[-1] % rank
+            size = signal.meta["val"].shape[last]
+            half = size // 2 + 1 if isinstance(size, int) else emit(operator.add, emit(
+                operator.floordiv, emit(aten.sym_size.int, signal, last), 2), 1)
+            spectrum = emit(aten.slice.Tensor, spectrum, last, 0, half)
+        return spectrum
+    if op is aten._conj.default:
+        re, im = parts(args[0])
+        return joined(re, emit(aten.neg.default, im))
     if op in (aten.add.Tensor, aten.sub.Tensor):
         return emit(op, pairs[args[0]], pairs[args[1]])
     if op is aten.mul.Tensor:
@@ -194,6 +222,53 @@ def _dft(emit: Emitter, re: Node, im: Node, dims, normalization: int, forward: b
     return re, im
 
 
+def _inverse_real_dft(emit: Emitter, node: Node, pairs: dict[Node, Node]) -> Node:
+    """``aten._fft_c2r``: the inverse transform over every dim but the last
+    (``_dft``), then along the last one, from its first ``n // 2 + 1``
+    frequencies (torch passes exactly those), the real signal of length ``n``
+    whose spectrum is Hermitian: ``x[t] = sum_k w_k (re_k cos - im_k sin)(2 pi k
+    t / n)``, with ``w_k`` 1 at ``k = 0`` and ``k = n / 2``, 2 between."""
+    source, dims, normalization, n = node.args
+    pair = pairs[source]
+    re, im = emit(aten.select.int, pair, -1, 0), emit(aten.select.int, pair, -1, 1)
+    rank = re.meta["val"].dim()
+    dims = [d % rank for d in dims]
+    if len(dims) > 1:
+        re, im = _dft(emit, re, im, dims[:-1], normalization, forward=False)
+    dim = dims[-1]
+    frequencies = emit(aten.sym_size.int, re, dim)
+    k = emit(aten.arange.default, frequencies, dtype=torch.int64)
+    t = emit(aten.arange.default, n, dtype=torch.int64)
+    products = emit(aten.mul.Tensor, emit(aten.unsqueeze.default, k, 1),
+                    emit(aten.unsqueeze.default, t, 0))
+    size = emit(aten.scalar_tensor.default, n, dtype=torch.int64)
+    turns = emit(aten.sub.Tensor, products, emit(aten.mul.Tensor, size, emit(
+        aten.div.Tensor_mode, products, size, rounding_mode="trunc")))
+    dtype = re.meta["val"].dtype
+    real_size = emit(aten._to_copy.default, size, dtype=dtype)
+    angle = emit(aten.div.Tensor, emit(aten.mul.Tensor, emit(
+        aten._to_copy.default, turns, dtype=dtype), 2 * math.pi), real_size)
+    # 2 - [k == 0] - [2k == n], as a column
+    once = emit(aten.add.Tensor,
+                emit(aten._to_copy.default, emit(aten.eq.Scalar, k, 0), dtype=dtype),
+                emit(aten._to_copy.default, emit(aten.eq.Tensor, emit(aten.mul.Tensor, k, 2),
+                                                 size), dtype=dtype))
+    weight = emit(aten.unsqueeze.default, emit(aten.rsub.Scalar, once, 2), 1)
+    cos = emit(aten.mul.Tensor, emit(aten.cos.default, angle), weight)
+    sin = emit(aten.mul.Tensor, emit(aten.sin.default, angle), weight)
+
+    def along(x, matrix):
+        moved = emit(aten.transpose.int, x, dim, rank - 1)
+        return emit(aten.transpose.int, emit(aten.matmul.default, moved, matrix), dim, rank - 1)
+
+    signal = emit(aten.sub.Tensor, along(re, cos), along(im, sin))
+    if normalization in (_NORMALIZED_BY_ROOT, _NORMALIZED_BY_N):
+        scale = real_size if normalization == _NORMALIZED_BY_N else \
+            emit(aten.sqrt.default, real_size)
+        signal = emit(aten.div.Tensor, signal, scale)
+    return signal
+
+
 # Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).
 WORKAROUNDS = (
     Workaround(
@@ -202,7 +277,7 @@ WORKAROUNDS = (
         upstream="IREE refuses complex element types from torch-mlir's import ('Only "
                  "integer/float dtype supported'): Llama 4's and DeepSeek-V2's complex rotary "
                  "embeddings (torch.polar, view_as_complex) did not compile; torch-mlir has no "
-                 "lowering for aten._fft_c2c (FNet).",
+                 "lowering for aten._fft_c2c (FNet), _fft_r2c, _fft_c2r or _conj.",
         guard=('test/python/frontend/test_complex_as_pairs.py::test_complex_rotary_matches_eager',
                'test/python/frontend/test_complex_as_pairs.py::test_the_plain_stack_has_no_fft'),
         remove_when="when IREE compiles torch-mlir's complex tensors (the test's "
