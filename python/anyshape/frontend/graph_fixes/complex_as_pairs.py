@@ -91,9 +91,8 @@ def rewrite_complex_as_pairs(graph: Graph) -> int:
             emit = Emitter(graph, node)
             if node.target is aten._fft_c2r.default:
                 replacement = _inverse_real_dft(emit, node, pairs)
-            elif node.target is aten.abs.default:  # the magnitude
-                replacement = emit(aten.sqrt.default, emit(aten.sum.dim_IntList, emit(
-                    aten.mul.Tensor, pair, pair), [-1]))
+            elif node.target is aten.abs.default:
+                replacement = _magnitude(emit, pair)
             elif node.target is aten.view_as_real.default:
                 replacement = pair
             else:
@@ -220,6 +219,21 @@ def _dft(emit: Emitter, re: Node, im: Node, dims, normalization: int, forward: b
                 scale = emit(aten.sqrt.default, scale)
             re, im = emit(aten.div.Tensor, re, scale), emit(aten.div.Tensor, im, scale)
     return re, im
+
+
+def _magnitude(emit: Emitter, pair: Node) -> Node:
+    """``|re + i im|`` as hypot computes it, ``m * sqrt(1 + (n / m)^2)`` with
+    ``m`` the larger part and ``n`` the smaller: squares of float32 parts
+    overflow from 1.8e19 and vanish below 1e-23 (torch-mlir has no hypot)."""
+    size = emit(aten.abs.default, pair)
+    re, im = emit(aten.select.int, size, -1, 0), emit(aten.select.int, size, -1, 1)
+    larger, smaller = emit(aten.maximum.default, re, im), emit(aten.minimum.default, re, im)
+    finite = emit(aten.logical_and.default, emit(aten.gt.Scalar, larger, 0),
+                  emit(aten.lt.Scalar, larger, math.inf))
+    ratio = emit(aten.where.self, finite, emit(aten.div.Tensor, smaller, larger),
+                 emit(aten.zeros_like.default, larger))
+    return emit(aten.mul.Tensor, larger, emit(aten.sqrt.default, emit(
+        aten.add.Tensor, emit(aten.mul.Tensor, ratio, ratio), 1)))
 
 
 def _inverse_real_dft(emit: Emitter, node: Node, pairs: dict[Node, Node]) -> Node:
