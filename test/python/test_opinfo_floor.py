@@ -58,8 +58,6 @@ PINNED = [
     "nn.functional.pad.reflect-float32-0",  # a size at aten.sub.Tensor's Tensor operand
     "nn.functional.interpolate.nearest-float32-2",  # floor(L * 1.7) on IREE's host
     "softmax-float32-6",               # softmax of a 0-d tensor never compiled
-    "kthvalue-float32-7",              # topk along a 0-d tensor's implicit dim
-    "nanmedian-float32-8",             # no torch-mlir lowering; a dynamic median position
     "nn.functional.avg_pool2d-float32-4",  # stride=() pooled with another stride
     "var-float32-14",                  # the variance of an empty tensor was -0.0
 ]
