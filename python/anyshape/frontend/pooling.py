@@ -158,7 +158,7 @@ def _avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False,
     windows = _windows(x, 3, kernel_size, stride, padding, 1, ceil_mode)
     padded = [positions < x.shape[x.dim() - 3 + axis] + pad
               for axis, ((positions, _), pad) in enumerate(zip(windows, _as_list(padding, 3)))]
-    return window_mean(x, windows, None if count_include_pad else (), divisor_override, padded)
+    return window_mean(x, windows, count_include_pad, divisor_override, padded)
 
 
 def _pool_windows(size, kernel: int, stride: int, padding: int, dilation: int,
@@ -293,12 +293,12 @@ def window_max(x, windows):
     return values, indices
 
 
-def window_mean(x, windows, counted, divisor_override, padded):
+def window_mean(x, windows, count_include_pad: bool, divisor_override, padded):
     """Average pooling over ``windows`` (as ``window_max``'s), as eager computes
     it: the sum of the elements inside the input, over ``divisor_override``, or
     else the count of the window's positions inside the padded input
-    (``padded``: per dim [out, k]; ``counted`` None) or inside the input
-    (``counted`` ``()``: padding excluded). Integers divide with truncation."""
+    (``padded``: per dim [out, k]) with ``count_include_pad``, inside the input
+    without. Integers divide with truncation."""
     window_dims = tuple(range(-len(windows), 0))
     gathered, inside = _gathered(x, windows)
     total = torch.where(inside, gathered, torch.zeros((), dtype=gathered.dtype)).sum(
@@ -307,7 +307,7 @@ def window_mean(x, windows, counted, divisor_override, padded):
         divisor = torch.full((), divisor_override, dtype=torch.int64)
     else:
         within = inside
-        if counted is None:
+        if count_include_pad:
             within = None
             for valid in _over_windows(padded, windows):
                 within = valid if within is None else within & valid
