@@ -182,6 +182,28 @@ def _pair(graph: Graph, node: Node, pairs: dict[Node, Node]) -> Node:
 _NORMALIZED_BY_ROOT, _NORMALIZED_BY_N = 1, 2
 
 
+def _angles(emit: Emitter, rows: Node, columns: Node, n, dtype):
+    """(``2 pi (row * column mod n) / n`` as a [rows, columns] matrix of
+    ``dtype``, ``n`` as an int64 0-d tensor, and as a ``dtype`` one): the
+    product is taken modulo ``n`` first, so that the angle keeps float
+    precision."""
+    products = emit(aten.mul.Tensor, emit(aten.unsqueeze.default, rows, 1),
+                    emit(aten.unsqueeze.default, columns, 0))
+    size = emit(aten.scalar_tensor.default, n, dtype=torch.int64)
+    turns = emit(aten.sub.Tensor, products, emit(aten.mul.Tensor, size, emit(
+        aten.div.Tensor_mode, products, size, rounding_mode="trunc")))
+    real_size = emit(aten._to_copy.default, size, dtype=dtype)
+    angle = emit(aten.div.Tensor, emit(aten.mul.Tensor, emit(
+        aten._to_copy.default, turns, dtype=dtype), 2 * math.pi), real_size)
+    return angle, size, real_size
+
+
+def _along(emit: Emitter, x: Node, matrix: Node, dim: int, rank: int) -> Node:
+    """``x`` times ``matrix`` along ``dim``."""
+    moved = emit(aten.transpose.int, x, dim, rank - 1)
+    return emit(aten.transpose.int, emit(aten.matmul.default, moved, matrix), dim, rank - 1)
+
+
 def _dft(emit: Emitter, re: Node, im: Node, dims, normalization: int, forward: bool):
     """``aten._fft_c2c`` of ``re + i im`` over ``dims`` as discrete Fourier
     transforms: along each dim of size ``n``, a product with ``cos(2 pi jk / n)``
@@ -192,20 +214,11 @@ def _dft(emit: Emitter, re: Node, im: Node, dims, normalization: int, forward: b
     for dim in (d % rank for d in dims):
         n = emit(aten.sym_size.int, re, dim)
         index = emit(aten.arange.default, n, dtype=torch.int64)
-        products = emit(aten.mul.Tensor, emit(aten.unsqueeze.default, index, 1),
-                        emit(aten.unsqueeze.default, index, 0))
-        size = emit(aten.scalar_tensor.default, n, dtype=torch.int64)
-        turns = emit(aten.sub.Tensor, products, emit(aten.mul.Tensor, size, emit(
-            aten.div.Tensor_mode, products, size, rounding_mode="trunc")))
-        dtype = re.meta["val"].dtype
-        real_size = emit(aten._to_copy.default, size, dtype=dtype)
-        angle = emit(aten.div.Tensor, emit(aten.mul.Tensor, emit(
-            aten._to_copy.default, turns, dtype=dtype), 2 * math.pi), real_size)
+        angle, _, real_size = _angles(emit, index, index, n, re.meta["val"].dtype)
         cos, sin = emit(aten.cos.default, angle), emit(aten.sin.default, angle)
 
         def along(x, matrix):
-            moved = emit(aten.transpose.int, x, dim, rank - 1)
-            return emit(aten.transpose.int, emit(aten.matmul.default, moved, matrix), dim, rank - 1)
+            return _along(emit, x, matrix, dim, rank)
 
         re_cos, im_sin, im_cos, re_sin = along(re, cos), along(im, sin), along(im, cos), \
             along(re, sin)
@@ -253,15 +266,8 @@ def _inverse_real_dft(emit: Emitter, node: Node, pairs: dict[Node, Node]) -> Nod
     frequencies = emit(aten.sym_size.int, re, dim)
     k = emit(aten.arange.default, frequencies, dtype=torch.int64)
     t = emit(aten.arange.default, n, dtype=torch.int64)
-    products = emit(aten.mul.Tensor, emit(aten.unsqueeze.default, k, 1),
-                    emit(aten.unsqueeze.default, t, 0))
-    size = emit(aten.scalar_tensor.default, n, dtype=torch.int64)
-    turns = emit(aten.sub.Tensor, products, emit(aten.mul.Tensor, size, emit(
-        aten.div.Tensor_mode, products, size, rounding_mode="trunc")))
     dtype = re.meta["val"].dtype
-    real_size = emit(aten._to_copy.default, size, dtype=dtype)
-    angle = emit(aten.div.Tensor, emit(aten.mul.Tensor, emit(
-        aten._to_copy.default, turns, dtype=dtype), 2 * math.pi), real_size)
+    angle, size, real_size = _angles(emit, k, t, n, dtype)
     # 2 - [k == 0] - [2k == n], as a column
     once = emit(aten.add.Tensor,
                 emit(aten._to_copy.default, emit(aten.eq.Scalar, k, 0), dtype=dtype),
@@ -271,11 +277,8 @@ def _inverse_real_dft(emit: Emitter, node: Node, pairs: dict[Node, Node]) -> Nod
     cos = emit(aten.mul.Tensor, emit(aten.cos.default, angle), weight)
     sin = emit(aten.mul.Tensor, emit(aten.sin.default, angle), weight)
 
-    def along(x, matrix):
-        moved = emit(aten.transpose.int, x, dim, rank - 1)
-        return emit(aten.transpose.int, emit(aten.matmul.default, moved, matrix), dim, rank - 1)
-
-    signal = emit(aten.sub.Tensor, along(re, cos), along(im, sin))
+    signal = emit(aten.sub.Tensor, _along(emit, re, cos, dim, rank),
+                  _along(emit, im, sin, dim, rank))
     if normalization in (_NORMALIZED_BY_ROOT, _NORMALIZED_BY_N):
         scale = real_size if normalization == _NORMALIZED_BY_N else \
             emit(aten.sqrt.default, real_size)
