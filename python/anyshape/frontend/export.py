@@ -16,11 +16,11 @@ from torch.export.dynamic_shapes import _DerivedDim
 
 from anyshape.errors import CompileError, DimBoundedByConfig
 from anyshape.frontend import (cache_output, chunked_scans, config_bounds, export_diagnostics,
-                               grouped_experts, order_statistics, pooling,
+                               grouped_experts, order_statistics, pooling, pooling_sizes,
                                quantized_ops, unproven_guards)
 from anyshape.frontend.layout_probes import static_layout_probes
 from anyshape.frontend.sliding_window_cache import window_cut_caches
-from anyshape.frontend.program_signature import output_roles
+from anyshape.frontend.program_signature import SIZE_CONDITIONS, output_roles
 from anyshape.stages import Workaround
 
 # Ops kept whole through import, and why (everything else decomposes to core ATen,
@@ -258,6 +258,10 @@ def _needed_at(refusal: CompileError) -> str:
 def prepare_program(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     """An exported program (``export_program``'s, or one a user passes to
     ``compile``) decomposed as anyshape imports it (``decomposition_table``)."""
+    lowest = {str(symbol): int(rng.lower)  # at most 2: torch's assumption, not the user's
+              for symbol, rng in program.range_constraints.items()
+              if rng.lower.is_integer and rng.lower > 2}
+    pooled = pooling_sizes.pooled_size_conditions(program.graph, lowest)
     try:
         with static_layout_probes():
             program = program.run_decompositions(decomposition_table())
@@ -267,6 +271,7 @@ def prepare_program(program: torch.export.ExportedProgram) -> torch.export.Expor
                                      f"failed ({type(error).__name__}): {first[:300]}",
                            None, None) from error
     output_roles(program)  # refuses state updated in place before the slow stages
+    program.graph_module.meta[SIZE_CONDITIONS] = pooled
     return program
 
 

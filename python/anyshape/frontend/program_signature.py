@@ -17,6 +17,11 @@ from anyshape.runtime import size_conditions
 from anyshape.runtime.signature import ModuleSignature, Symbol, TensorSpec, dtype_name, encode_tree
 
 
+# Where ``prepare_program`` leaves conditions read before decomposing
+# (``pooling_sizes.py``), in the graph module's meta.
+SIZE_CONDITIONS = "anyshape.size_conditions"
+
+
 def _dim_entry(size) -> int | str:
     if isinstance(size, int):
         return size
@@ -76,6 +81,8 @@ def signature_from_program(program: torch.export.ExportedProgram,
     dims = {(spec.name, axis): dim for spec in inputs for axis, dim in enumerate(spec.dims)}
     conditions = size_conditions.from_guards(getattr(program, "_guards_code", None) or [],
                                              dims, list(symbols))
+    conditions += [c for c in program.graph_module.meta.get(SIZE_CONDITIONS, [])
+                   if c not in conditions]
     return ModuleSignature(inputs, outputs, symbols, encode_tree(program.call_spec.out_spec),
                            writes, conditions,
                            input_tree=_nested_inputs(program, [spec.name for spec in inputs]),

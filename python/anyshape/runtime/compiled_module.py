@@ -599,10 +599,12 @@ def _check_shapes(signature: ModuleSignature, specs: list[TensorSpec], arrays: l
 
     for condition in signature.conditions:
         if size_conditions.holds(condition, values) is False:
+            why = size_conditions.reason(condition) or (
+                "a condition of the model: torch._check or a size relation torch.export "
+                "recorded")
             raise ValueError(f"arguments: expected sizes with "
-                             f"{size_conditions.readable(condition, labels)} "
-                             f"(a condition of the model: torch._check or a size relation "
-                             f"torch.export recorded), got {sizes(condition)}")
+                             f"{size_conditions.readable(condition, labels)} ({why}), "
+                             f"got {sizes(condition)}")
     index_bounds.check_index_sizes(signature.index_bounds, values, sizes, labels)
 
 

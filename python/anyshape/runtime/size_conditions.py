@@ -4,8 +4,10 @@
 records while tracing (``(B*L) % 4 == 0`` for ``x.reshape(-1, 4)``) make
 its program valid only where they hold; eager raises elsewhere, and a
 compiled module would compute something. They are kept in the signature,
-over its symbols in Python syntax, and checked on every call. Needs neither
-torch nor the compilers: the runtime uses it.
+over its symbols in Python syntax, and checked on every call; one anyshape
+adds itself says why after a ``#`` (``frontend/pooling_sizes.py``: a window
+longer than its input). Needs neither torch nor the compilers: the runtime
+uses it.
 """
 
 from __future__ import annotations
@@ -60,8 +62,15 @@ def from_guards(guards: list[str], dims: dict[tuple[str, int], int | str],
 
 
 def readable(condition: str, labels: dict[str, str]) -> str:
-    """The condition with each symbol written as its Dim's name where known."""
-    return re.sub(r"\b[A-Za-z_]\w*\b", lambda m: labels.get(m.group(0), m.group(0)), condition)
+    """The condition with each symbol written as its Dim's name where known
+    (without its reason)."""
+    return re.sub(r"\b[A-Za-z_]\w*\b", lambda m: labels.get(m.group(0), m.group(0)),
+                  condition.partition("#")[0].strip())
+
+
+def reason(condition: str) -> str | None:
+    """Why the model requires it, where the condition says (after a ``#``)."""
+    return condition.partition("#")[2].strip() or None
 
 
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,

@@ -127,3 +127,26 @@ def test_3d_pooling_matches_eager():
     for depth, height, width in [(3, 8, 8), (2, 2, 3), (5, 7, 17), (3, 33, 4)]:
         x = torch.randn(2, 3, depth, height, width)
         _assert_same(compiled(x), pool(x))
+
+
+def test_an_input_shorter_than_the_window_is_refused_as_eager_refuses():
+    """torch.export assumes sizes of 2 and up, so a window of 2 left no condition
+    in the program: the compiled module returned an empty tensor at length 1,
+    and at 0 channels, where eager raises."""
+    def pool(x):
+        return F.max_pool1d(x, 2), F.avg_pool2d(x.unsqueeze(1), (1, 2)), F.adaptive_avg_pool1d(x, 3)
+    compiled = _compile_over_every_dim(pool, torch.randn(2, 4, 16))
+    for shape in [(1, 4, 2), (3, 1, 7), (0, 2, 5)]:
+        x = torch.randn(shape)
+        _assert_same(compiled(x), pool(x))
+    for shape, expected in [((2, 4, 1), r"d2 >= 2 \(max_pool1d\w*'s window needs 2 positions: "
+                                         r"eager raises 'Output size is too small'\), got "
+                                         r"argument 'x' dim 2 = 1"),
+                            ((2, 4, 0), r"got argument 'x' dim 2 = 0"),
+                            ((2, 0, 4), r"d1 >= 1 \(\w+ of an empty dim: eager raises\), got "
+                                        r"argument 'x' dim 1 = 0")]:
+        x = torch.randn(shape)
+        with pytest.raises(RuntimeError):
+            pool(x)
+        with pytest.raises(ValueError, match=expected):
+            compiled(x)
