@@ -1,9 +1,11 @@
 // RUN: %PYTHON -m anyshape.iree.workarounds separate-packing %s | FileCheck %s --check-prefix=PACK
+// RUN: %PYTHON -m anyshape.iree.workarounds separate-scatters %s | FileCheck %s --check-prefix=SCATTER
 // RUN: %PYTHON -m anyshape.iree.workarounds rewrite-flow %s --f64-math-in-f32 | FileCheck %s --check-prefix=FLOW
 // RUN: %PYTHON -m anyshape.iree.workarounds rewrite-flow %s | FileCheck %s --check-prefix=KEEP64
 
-// The rewrites of iree/workarounds.py, each run alone: `separate-packing` on
-// the torch-dialect IR IREE is given (functions @pack_*, @negative_pack_*),
+// The rewrites of iree/workarounds.py, each run alone: `separate-packing` and
+// `separate-scatters` on the torch-dialect IR IREE is given (functions
+// @pack_*, @negative_pack_*, @scatter_*, @negative_scatter_*),
 // `rewrite-flow` on the flow-phase IR between iree-compile's two runs (the
 // dispatches below them). Each leaves the other's IR alone.
 
@@ -121,6 +123,63 @@ func.func @negative_pack_static(%arg0: !torch.vtensor<[4,16],f32>, %arg1: !torch
   %1 = torch.aten.tanh %0 : !torch.vtensor<[4,16],f32> -> !torch.vtensor<[4,16],f32>
   %2 = torch.aten.mm %1, %arg1 : !torch.vtensor<[4,16],f32>, !torch.vtensor<[16,16],f32> -> !torch.vtensor<[4,16],f32>
   return %2 : !torch.vtensor<[4,16],f32>
+}
+
+// ---- separate-scatters -----------------------------------------------------
+
+/// index_add of computed rows at computed positions (JetMoE's experts): IREE
+/// 3.13 fuses both producers into the scatter's dispatch, which then needs a
+/// stack buffer of dynamic size and does not compile. Each goes behind a
+/// barrier sized by its dims; the target, an argument, needs none.
+// SCATTER-LABEL: func.func @scatter_index_add_of_computed_operands
+// SCATTER-SAME: (%[[X:[^:]*]]: !torch.vtensor<[?,32],f32>, %[[I:[^:]*]]: !torch.vtensor<[?],si64>)
+// SCATTER: %[[ROWS:.+]] = torch.aten.div.Tensor_mode %[[I]]
+// SCATTER: %[[VALUES:.+]] = torch.aten.mul.Scalar %[[X]]
+// SCATTER: %[[TR:.+]] = torch_c.to_builtin_tensor %[[ROWS]] : !torch.vtensor<[?],si64> -> tensor<?xi64>
+// SCATTER: %[[DR:.+]] = tensor.dim %[[TR]], %{{.+}} : tensor<?xi64>
+// SCATTER: %[[BR:.+]] = iree_tensor_ext.compute_barrier.start %[[TR]] : tensor<?xi64>{%[[DR]]} -> tensor<?xi64>
+// SCATTER: %[[KEPT_ROWS:.+]] = torch_c.from_builtin_tensor %[[BR]]
+// SCATTER: %[[LIST:.+]] = torch.prim.ListConstruct %[[KEPT_ROWS]]
+// SCATTER: %[[TV:.+]] = torch_c.to_builtin_tensor %[[VALUES]] : !torch.vtensor<[?,32],f32> -> tensor<?x32xf32>
+// SCATTER: %[[BV:.+]] = iree_tensor_ext.compute_barrier.start %[[TV]]
+// SCATTER: %[[KEPT_VALUES:.+]] = torch_c.from_builtin_tensor %[[BV]]
+// SCATTER: torch.aten.index_put %[[X]], %[[LIST]], %[[KEPT_VALUES]], %true
+func.func @scatter_index_add_of_computed_operands(%arg0: !torch.vtensor<[?,32],f32>, %arg1: !torch.vtensor<[?],si64>) -> !torch.vtensor<[?,32],f32> {
+  %int2 = torch.constant.int 2
+  %str = torch.constant.str "trunc"
+  %true = torch.constant.bool true
+  %two = torch.vtensor.literal(dense<2> : tensor<si64>) : !torch.vtensor<[],si64>
+  %0 = torch.aten.div.Tensor_mode %arg1, %two, %str : !torch.vtensor<[?],si64>, !torch.vtensor<[],si64>, !torch.str -> !torch.vtensor<[?],si64>
+  %1 = torch.aten.mul.Scalar %arg0, %int2 : !torch.vtensor<[?,32],f32>, !torch.int -> !torch.vtensor<[?,32],f32>
+  %2 = torch.prim.ListConstruct %0 : (!torch.vtensor<[?],si64>) -> !torch.list<optional<vtensor>>
+  %3 = torch.aten.index_put %arg0, %2, %1, %true : !torch.vtensor<[?,32],f32>, !torch.list<optional<vtensor>>, !torch.vtensor<[?,32],f32>, !torch.bool -> !torch.vtensor<[?,32],f32>
+  return %3 : !torch.vtensor<[?,32],f32>
+}
+
+/// A write that replaces (accumulate false: a KV cache's update) is left
+/// alone: IREE compiles it, and the in-place writes rely on its form.
+// SCATTER-LABEL: func.func @negative_scatter_replacing_write
+// SCATTER-NOT: compute_barrier.start
+// SCATTER: torch.aten.index_put
+func.func @negative_scatter_replacing_write(%arg0: !torch.vtensor<[?,32],f32>, %arg1: !torch.vtensor<[?],si64>) -> !torch.vtensor<[?,32],f32> {
+  %int2 = torch.constant.int 2
+  %false = torch.constant.bool false
+  %0 = torch.aten.mul.Scalar %arg0, %int2 : !torch.vtensor<[?,32],f32>, !torch.int -> !torch.vtensor<[?,32],f32>
+  %1 = torch.prim.ListConstruct %arg1 : (!torch.vtensor<[?],si64>) -> !torch.list<optional<vtensor>>
+  %2 = torch.aten.index_put %arg0, %1, %0, %false : !torch.vtensor<[?,32],f32>, !torch.list<optional<vtensor>>, !torch.vtensor<[?,32],f32>, !torch.bool -> !torch.vtensor<[?,32],f32>
+  return %2 : !torch.vtensor<[?,32],f32>
+}
+
+/// Static operands need no buffer of dynamic size: no barrier.
+// SCATTER-LABEL: func.func @negative_scatter_static
+// SCATTER-NOT: compute_barrier.start
+// SCATTER: torch.aten.scatter_add
+func.func @negative_scatter_static(%arg0: !torch.vtensor<[4,8],f32>, %arg1: !torch.vtensor<[4,8],si64>) -> !torch.vtensor<[4,8],f32> {
+  %int0 = torch.constant.int 0
+  %int2 = torch.constant.int 2
+  %0 = torch.aten.mul.Scalar %arg0, %int2 : !torch.vtensor<[4,8],f32>, !torch.int -> !torch.vtensor<[4,8],f32>
+  %1 = torch.aten.scatter_add %arg0, %int0, %arg1, %0 : !torch.vtensor<[4,8],f32>, !torch.int, !torch.vtensor<[4,8],si64>, !torch.vtensor<[4,8],f32> -> !torch.vtensor<[4,8],f32>
+  return %1 : !torch.vtensor<[4,8],f32>
 }
 
 // ---- rewrite-flow ----------------------------------------------------------

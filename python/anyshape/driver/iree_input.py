@@ -20,7 +20,9 @@ from anyshape.iree.kernels.linear_rows import kernel_for, route_linears, warn_un
 from anyshape.iree.parameters import externalize_weights
 from anyshape.iree.row_products import route_row_products
 from anyshape.iree.tiled_products import tile_products
-from anyshape.iree.workarounds import separate_dynamic_operand_packing
+from anyshape.iree.workarounds import (has_accumulating_scatters,
+                                       separate_accumulated_scatter_operands,
+                                       separate_dynamic_operand_packing)
 from anyshape.mlir import ir
 from anyshape.stages import IREE_INPUT_STAGE, Workaround, keep_reproducer
 
@@ -51,15 +53,16 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
         warn_unavailable(unavailable)
     row_products = routes_products(compilation.target)
     tiled = compilation.target.tiles_products()
+    scatters = has_accumulating_scatters(module)
     if not facts and weights is None and not data_tiling and not in_place and kernel is None \
-            and not row_products and not tiled:
+            and not row_products and not tiled and not scatters:
         return stages.write(IREE_INPUT_STAGE, module, same_as=source)
 
     def produce(bytecode: Path, text: Path | None) -> None:
         current = source
         # Each rewrite reads the last one's file; the last writes the text.
         last = "in_place" if in_place else "weights" if weights is not None else \
-            "tiled" if tiled else "data_tiling" if data_tiling else \
+            "tiled" if tiled else "data_tiling" if data_tiling else "scatters" if scatters else \
             "row_products" if row_products else "kernel" if kernel is not None else "facts"
         if facts:
             report("stating argument dim ranges for IREE")
@@ -81,6 +84,12 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
         if row_products:
             count = route_row_products(current, bytecode, text if last == "row_products" else None)
             report(f"  {count} products of a query row with the cache tiled for its rows (iree/row_products.py)")
+            current = bytecode
+        if scatters:
+            count = separate_accumulated_scatter_operands(current, bytecode,
+                                                          text if last == "scatters" else None)
+            report(f"  kept {count} accumulating scatters' operands apart from their producers "
+                   f"(iree/workarounds.py)")
             current = bytecode
         if data_tiling:
             count = separate_dynamic_operand_packing(current, bytecode,
