@@ -28,7 +28,8 @@ import torch
 from anyshape.generation.model_spec import (DECODE_ENTRIES, DECODE_ENTRY, export_or_warn,
                                              generation_config_of, model_spec)
 from anyshape.runtime.generator import Generator
-from anyshape.generation.step import CausalLMStep, grouped_query_attention_in_sdpa, probe_cache
+from anyshape.generation.step import (CausalLMStep, grouped_query_attention_in_sdpa, probe_cache,
+                                      takes_additive_mask)
 
 # Example sizes for torch.export: every dim above 1 (sizes 0 and 1 are
 # specialized), each size different (so that no two dims are taken for one).
@@ -52,6 +53,7 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
     from anyshape.options import BackendOptions
 
     _check_model(model)
+    takes_additive_mask(model.config)  # refuses masks it cannot build before a model runs
     if dtype is not None:
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
