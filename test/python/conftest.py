@@ -64,7 +64,10 @@ def _seed():
 # test skips where it would first run iree-compile in this process (what a
 # build costs), so none is left out that could run; those that build in other
 # processes (command lines, fresh-process checks, the OpInfo pool) are marked
-# builds_in_subprocess and skipped.
+# builds_in_subprocess and skipped, and so are those marked builds_after_export
+# (a whole model exported, then built: skipped before the export) and
+# slow_without_build (a process per case, tens of seconds), to keep `make check`
+# within its 4 minutes (docs/testing.md).
 NO_BUILD = os.environ.get("ANYSHAPE_NO_BUILD") == "1"
 
 # Compiles share one compile cache per test session (anyshape/driver/compile_cache.py):
@@ -89,6 +92,8 @@ def pytest_configure(config):
                                        "process (skipped by `make check`)")
     config.addinivalue_line("markers", "builds_after_export: exports a whole model, then builds "
                                        "it (skipped by `make check` before the export)")
+    config.addinivalue_line("markers", "slow_without_build: builds nothing but takes tens of "
+                                       "seconds, a process per case (skipped by `make check`)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -96,11 +101,14 @@ def pytest_collection_modifyitems(config, items):
         return
     in_subprocess = pytest.mark.skip(reason="builds with IREE in a subprocess: `make test` runs it")
     after_export = pytest.mark.skip(reason="builds a whole model with IREE: `make test` runs it")
+    slow = pytest.mark.skip(reason="tens of seconds, a process per case: `make test` runs it")
     for item in items:
         if "builds_in_subprocess" in item.keywords:
             item.add_marker(in_subprocess)
         elif "builds_after_export" in item.keywords:
             item.add_marker(after_export)
+        elif "slow_without_build" in item.keywords:
+            item.add_marker(slow)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -68,6 +68,7 @@ print(anyshape.import_torch(Sums(), args, dynamic_shapes=shapes))
 """
 
 
+@pytest.mark.slow_without_build
 def test_derived_dims_import_in_one_order_whatever_the_hash_seed():
     """torch.export adds the roots of derived dims (``2*a``, ``b+1``) from a set of
     sympy symbols: their order followed PYTHONHASHSEED into the manifest's

@@ -93,6 +93,7 @@ def gpt2_external():
     return built, compiled
 
 
+@pytest.mark.builds_after_export
 def test_external_parameters_hold_each_weight_once(gpt2_external):
     built, compiled = gpt2_external
     weights = hf.unique_parameter_bytes(built.model)
@@ -102,6 +103,7 @@ def test_external_parameters_hold_each_weight_once(gpt2_external):
     assert compiled.vmfb_path.stat().st_size < built.model.lm_head.weight.numel() * 4
 
 
+@pytest.mark.builds_after_export
 @pytest.mark.parametrize("model_type, config", [
     ("gpt2", dict(n_embd=64, n_layer=1, n_head=2, n_inner=128, vocab_size=16000, n_positions=64)),
     ("t5", dict(d_model=64, d_kv=32, d_ff=128, num_layers=1, num_decoder_layers=1, num_heads=2,

@@ -491,6 +491,7 @@ def _inputs(case, size):
     return case.inputs(**{name: size[name] for name in wanted})
 
 
+@pytest.mark.builds_after_export
 @pytest.mark.parametrize("case", [
     pytest.param(case, id=case.name,
                  marks=[pytest.mark.xfail(strict=True, reason=case.xfail, raises=case.raises)]

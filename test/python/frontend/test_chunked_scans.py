@@ -64,6 +64,7 @@ def _mamba2(chunk_size):
     return Logits().eval()
 
 
+@pytest.mark.builds_after_export
 @pytest.mark.parametrize("chunk_size, shapes", [
     (8, [(1, 1), (1, 7), (1, 8), (3, 17), (2, 33)]),
     (256, [(1, 1), (2, 7), (1, 333)]),          # transformers' default chunk

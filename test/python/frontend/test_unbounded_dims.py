@@ -9,6 +9,9 @@ from torch.export import Dim
 
 import anyshape
 
+# Every test here builds with IREE: `make check` skips the module before exporting.
+pytestmark = pytest.mark.builds_after_export
+
 
 class TokenMix(torch.nn.Module):
     """Token-wise and across-token work on [batch, seq, hidden]."""

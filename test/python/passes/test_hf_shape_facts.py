@@ -11,6 +11,9 @@ from anyshape.mlir import parse_module
 from anyshape.dialects import new_context
 from anyshape.driver.pipeline import run_pipeline
 
+# Every test here builds with IREE: `make check` skips the module before exporting.
+pytestmark = pytest.mark.builds_after_export
+
 
 def _bert():
     from transformers import BertConfig, BertForSequenceClassification

@@ -19,6 +19,9 @@ from torch.export import Dim
 import anyshape
 from anyshape.passes.print_flops.flops import count_flops
 
+# Every test here builds with IREE: `make check` skips the module before exporting.
+pytestmark = pytest.mark.builds_after_export
+
 HIDDEN, INTERMEDIATE, LAYERS, VOCAB = 64, 128, 2, 500
 
 

@@ -270,6 +270,7 @@ def test_show_dialects_lists_every_dialect_of_torch_mlir_opt(tmp_path):
     assert not missing, missing
 
 
+@pytest.mark.slow_without_build
 def test_every_pass_of_torch_mlir_opt_is_a_flag(tmp_path):
     """Each pass and pipeline torch-mlir-opt --help lists runs as a flag on an
     empty module (nested where it must be), with the reference's result."""
