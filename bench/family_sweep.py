@@ -566,6 +566,7 @@ class Family:
         self.built = hf.build(model_type, task, overrides, seed=seed)
         self.wrapper = _logits_wrapper(self.built.model)
         config = self.built.model.config
+        self.routers_drawn = _draw_zero_routers(self.built.model, seed)
         self.special = _special_ids(config)
         self.pad_id = getattr(config, "pad_token_id", None)
         self.vocab = min(self.built.vocab_size, sizes.vocab)
@@ -585,6 +586,29 @@ class Family:
     def compile(self):
         """(compiled module, note): see ``_compile``."""
         return _compile(self.wrapper, *self.example())
+
+
+def _draw_zero_routers(model, seed: int) -> list[str]:
+    """Routers a family initializes to zero (AfMoE's) tie every expert, and
+    topk's order among ties is unspecified (eager's CPU topk picks the last
+    experts, IREE's the first): the comparison would measure tie-breaking, not
+    the model. Such a router's weights (a linear layer's, all zero, one output
+    per expert) are drawn from N(0, 0.02), as a trained router's would differ.
+    Returns their names."""
+    import torch
+
+    config = model.config
+    experts = next((getattr(config, f) for f in EXPERT_FIELDS
+                    if isinstance(getattr(config, f, None), int)), None)
+    drawn = []
+    generator = torch.Generator().manual_seed(seed)
+    for name, module in model.named_modules():
+        if experts and isinstance(module, torch.nn.Linear) and \
+                module.out_features == experts and not module.weight.detach().any():
+            with torch.no_grad():
+                module.weight.normal_(0.0, 0.02, generator=generator)
+            drawn.append(f"{name}.weight")
+    return drawn
 
 
 def work(model_type: str, kind: str, task: str) -> dict:
@@ -642,6 +666,9 @@ def work(model_type: str, kind: str, task: str) -> dict:
     result = compare(family, compiled)
     built_from = ([f"its text model ({row['built_from']}), as AutoModelForCausalLM loads it "
                    f"from the text config"] if row.get("built_from") else [])
+    if family.routers_drawn:
+        built_from.append(f"{len(family.routers_drawn)} router(s) initialized to zero, drawn "
+                          f"from N(0, 0.02) (every expert tied)")
     row.update(result, note="; ".join(built_from + ([note] if note else []) + result["note"]))
     return row
 
@@ -668,6 +695,18 @@ def _batched_mm(model_type: str, kind: str, task: str) -> dict:
                              f", vs f64 {result['error_f64']:.1e}" if result.get("error_f64")
                              else ""))
     return result
+
+
+def _float64_copy(wrapper):
+    """The model in float64, as the reference. transformers' default MoE experts
+    (``grouped_mm``) take float32 and 16-bit floats only: there, the experts
+    run as its ``eager`` implementation, one product per expert, which computes
+    the same function."""
+    f64 = copy.deepcopy(wrapper).double()
+    model = f64.m
+    if getattr(model.config, "_experts_implementation", None) == "grouped_mm":
+        model.set_experts_implementation("eager")
+    return f64
 
 
 def compare(family: Family, run) -> dict:
@@ -708,7 +747,7 @@ def compare(family: Family, run) -> dict:
         worst = max(worst, error)
         if error > tolerance:
             if f64 is None:
-                f64 = copy.deepcopy(wrapper).double()
+                f64 = _float64_copy(wrapper)
             with torch.no_grad():
                 exact = f64(ids, mask)
             e64, _ = masked_error(got, exact, mask)

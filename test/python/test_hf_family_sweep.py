@@ -195,6 +195,10 @@ PASSING.update({
        for t in ("mamba2", "bamba", "falcon_h1", "granitemoehybrid", "nemotron_h", "zamba2")},
     "fnet": ("encoder", "FFTs as discrete Fourier transforms of real pairs (issue 65)"),
     "inkling2_text": ("causal", "flipped unfold windows without a layout guard (issue 65)"),
+    "afmoe": ("causal", "views of attention's heads in eager's layout; a zero-initialized "
+                        "router drawn (issue 65)"),
+    "jetmoe": ("causal", "views of attention's heads in eager's layout; index_add of "
+                         "computed rows (issue 65)"),
 })
 
 # One per mechanism: which of PASSING a default run compiles.
@@ -312,6 +316,28 @@ def test_a_heterogeneous_config_has_its_per_layer_fields_shrunk():
     overrides = sweep.small_overrides("dots3_note_text", SIZES)
     assert overrides["num_attention_heads"] == SIZES.heads
     assert overrides["kv_lora_rank"] <= SIZES.head_dim
+
+
+def test_a_router_initialized_to_zero_is_drawn():
+    """AfMoE initializes its router to zero: every expert ties, and topk's order
+    among ties is unspecified (eager's CPU topk and IREE's pick differently)."""
+    family = sweep.Family("afmoe", "causal", _task("afmoe", "causal"), SIZES)
+    assert family.routers_drawn == ["model.layers.1.mlp.router.gate.weight"]
+    router = family.built.model.get_submodule("model.layers.1.mlp.router.gate")
+    assert router.weight.std() > 0.01
+    assert sweep.Family("mixtral", "causal", _task("mixtral", "causal"), SIZES).routers_drawn == []
+
+
+def test_the_float64_reference_of_default_experts_runs():
+    """transformers' grouped_mm experts take no float64: the reference runs
+    them as its eager implementation."""
+    family = sweep.Family("afmoe", "causal", _task("afmoe", "causal"), SIZES)
+    ids, mask = family.inputs(*sweep.PADDED_SHAPE, seed=0)
+    with torch.no_grad():
+        exact = sweep._float64_copy(family.wrapper)(ids, mask)
+        expected = family.wrapper(ids, mask)
+    assert exact.dtype == torch.float64
+    torch.testing.assert_close(exact.float(), expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("model_type, status", [("gemma4_assistant", "not-standalone"),
