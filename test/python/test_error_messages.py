@@ -178,6 +178,26 @@ def test_compile_refuses_effectful_forward():
         anyshape.compile(Cholesky().eval(), (x,))
 
 
+class BranchOnTheData(torch.nn.Module):
+    def forward(self, x):
+        any_positive = (x > 0).any().item()
+        if any_positive:
+            return x + 1
+        return x - 1
+
+
+def test_a_branch_on_the_data_names_the_model_line_and_what_to_do():
+    """torch's own message named neither (longformer, BLT, DBRX in the family sweep)."""
+    with pytest.raises(anyshape.CompileError) as caught:
+        anyshape.compile(BranchOnTheData().eval(), (torch.randn(2, 8),),
+                         dynamic_shapes=({1: Dim("seq")},))
+    message = str(caught.value)
+    assert "Could not guard on data-dependent expression" in message
+    assert f"{__file__}:{BranchOnTheData.forward.__code__.co_firstlineno + 2}:\n" \
+           "    if any_positive:" in message
+    assert "torch.where" in message and "torch.cond" in message
+
+
 class Box:
     def __init__(self, tensor):
         self.tensor = tensor

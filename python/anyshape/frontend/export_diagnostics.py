@@ -81,19 +81,41 @@ def _inside_torch(frame: traceback.FrameSummary) -> bool:
     return frame.filename.startswith(os.path.dirname(torch.__file__))
 
 
-def _user_frame() -> traceback.FrameSummary | None:
-    """The innermost frame of the running stack in the user's code: not in
-    torch, anyshape or Python's own library."""
+def _user_frame(frames: list[traceback.FrameSummary] | None = None
+                ) -> traceback.FrameSummary | None:
+    """The innermost of ``frames`` (default: the running stack) in the user's
+    code: not in torch, anyshape or Python's own library."""
     import sysconfig
 
     import torch
 
     skip = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)),
             sysconfig.get_paths()["stdlib"])
-    for frame in reversed(traceback.extract_stack()):
+    for frame in reversed(traceback.extract_stack() if frames is None else frames):
         if not frame.filename.startswith(skip) and not frame.filename.startswith("<"):
             return frame
     return None
+
+
+def _raised_at(error: BaseException) -> traceback.FrameSummary | None:
+    """The user's frame where ``error`` (or the error it was raised from) was
+    raised: the innermost one of the deepest error in the chain that has one."""
+    found, seen = None, set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        frame = _user_frame(traceback.extract_tb(error.__traceback__))
+        found = frame or found
+        error = error.__cause__ or error.__context__
+    return found
+
+
+DATA_DEPENDENT_ADVICE = (
+    "The model's Python code there decides something from a value computed from the "
+    "inputs' data (a branch on .item() or .any(), a size that counts selected elements, "
+    "a size computed by a tensor op such as torch.div where // would keep it a size), and "
+    "one compiled program serves every input. Compute both sides and choose with "
+    "torch.where, write the branch with torch.cond, compute sizes with Python's "
+    "arithmetic, or decide outside the model and pass the result in as an input.")
 
 
 @contextlib.contextmanager
@@ -128,6 +150,15 @@ def export_error(error: Exception, log: ShapeLog, dynamic_shapes=None,
         if explained:
             return CompileError("export", explained, None, None)
     first = next((line for line in text.splitlines() if line.strip()), type(error).__name__)
+    if "Could not guard on data-dependent expression" in first:
+        frame = _raised_at(error)
+        where = "" if frame is None else \
+            f" at {frame.filename}:{frame.lineno}" + (
+                f":\n    {(frame.line or linecache.getline(frame.filename, frame.lineno)).strip()}"
+                if frame.line or linecache.getline(frame.filename, frame.lineno) else "")
+        return CompileError("export", f"torch.export could not export the model "
+                                      f"({type(error).__name__}): {first.strip()}{where}\n"
+                                      f"{DATA_DEPENDENT_ADVICE}", None, None)
     advice = QUANTIZED_TENSOR_ADVICE if type(error).__name__ == "UnsupportedOperatorException" \
         and _QUANTIZED_TENSOR_OP.search(first) else ""
     return CompileError("export", f"torch.export could not export the model "
