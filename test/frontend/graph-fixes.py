@@ -2,8 +2,9 @@
 
 # Rewrites of the exported graph before torch-mlir imports it, each in the form
 # anyshape imports: slices of a whole dim, sorts as packed keys, constants
-# computed, casts to unsigned integers (anyshape/frontend/graph_fixes/whole_dim_slices.py,
-# packed_sort_keys.py, constant_subexpressions.py, unsigned_casts.py).
+# computed, casts to unsigned integers, segment reductions onto their identity
+# (anyshape/frontend/graph_fixes/whole_dim_slices.py, packed_sort_keys.py,
+# constant_subexpressions.py, unsigned_casts.py, scatter_reduce_without_self.py).
 
 import os
 import sys
@@ -114,3 +115,34 @@ show("constant_sizes_one_row_at_every_length", RowsFromTheEnd(1), (torch.randn(2
 # CHECK: torch.aten.slice.Tensor {{.*}} -> !torch.vtensor<[4,?,8],f32>
 show("negative_constant_sizes_rows_that_vary", RowsFromTheEnd(3), (torch.randn(2, 16),),
      ({0: Dim("batch"), 1: Dim("seq")},))
+
+
+class SegmentMin(torch.nn.Module):
+    def __init__(self, include_self):
+        super().__init__()
+        self.include_self = include_self
+
+    def forward(self, values, segments):
+        return torch.zeros(8).scatter_reduce(0, segments, values, reduce="amin",
+                                             include_self=self.include_self)
+
+
+# /// torch-mlir's two-scatter lowering of include_self=False did not compile at
+# /// a dynamic size (TAPAS's segment minimum): the source is reduced onto the
+# /// identity, +inf, and kept where a count by scatter_add says some value landed.
+# CHECK-LABEL: // CASE: scatter_reduce_without_self
+# CHECK: %[[COUNTS:.+]] = torch.aten.scatter_add
+# CHECK: %[[HIT:.+]] = torch.aten.gt.Scalar %[[COUNTS]]
+# CHECK: %[[BASE:.+]] = torch.aten.full_like
+# CHECK: %[[TRUE:.+]] = torch.constant.bool true
+# CHECK: %[[REDUCED:.+]] = torch.aten.scatter_reduce.two %[[BASE]], {{.+}}, %[[TRUE]]
+# CHECK: torch.aten.where.self %[[HIT]], %[[REDUCED]]
+show("scatter_reduce_without_self", SegmentMin(False), (torch.randn(16), torch.randint(0, 8, (16,))),
+     ({0: Dim("n")}, {0: Dim("n")}))
+
+# /// include_self=True compiles as it is.
+# CHECK-LABEL: // CASE: negative_scatter_reduce_with_self
+# CHECK-NOT: torch.aten.scatter_add
+# CHECK: torch.aten.scatter_reduce.two
+show("negative_scatter_reduce_with_self", SegmentMin(True),
+     (torch.randn(16), torch.randint(0, 8, (16,))), ({0: Dim("n")}, {0: Dim("n")}))

@@ -2,8 +2,10 @@
 (iree/workarounds.py, ``separate_accumulated_scatter_operands``).
 
 Written as MoE experts write them (JetMoE's): tokens sorted by expert, each
-row's result added back at its token's position with ``index_add``, and a
-``scatter_add`` of computed values along a dynamic dim.
+row's result added back at its token's position with ``index_add``, a
+``scatter_add`` of computed values along a dynamic dim, and segment
+reductions as TAPAS writes them (``scatter_reduce(include_self=False)``,
+graph_fixes/scatter_reduce_without_self.py).
 """
 
 import shutil
@@ -73,3 +75,37 @@ def test_the_barrier_is_still_needed(monkeypatch, tmp_path):
     with pytest.raises(anyshape.CompileError, match="unbounded stack allocations"):
         _compile(SortedRowsAddedBack(), _sorted_rows_args(16),
                  ({0: Dim("tokens")}, {0: Dim("tokens")}))
+
+
+class SegmentReductions(torch.nn.Module):
+    """Each reduction of values into 8 segments, segments no value lands in
+    keeping their start value (TAPAS's ``_segment_reduce``), and an integer
+    maximum along a dynamic dim."""
+
+    def forward(self, values, segments, counts):
+        start = torch.arange(8, dtype=torch.float32)
+        floats = [start.scatter_reduce(0, segments, values * 2, reduce=reduce, include_self=False)
+                  for reduce in ("sum", "prod", "mean", "amax", "amin")]
+        ints = torch.zeros(counts.shape[0], 4, dtype=torch.int64).scatter_reduce(
+            1, segments.view(-1, 1).remainder(4).expand(-1, 2)[:counts.shape[0]], counts,
+            reduce="amax", include_self=False)
+        return (*floats, ints)
+
+
+def _segment_args(n: int):
+    values = torch.randn(n)
+    if n > 3:
+        values[3] = float("nan")  # a NaN wins its segment's amax and amin, as in eager
+    return values, torch.randint(0, 6, (n,)), torch.randint(-50, 50, (n, 2))
+
+
+def test_scatter_reduce_without_self_matches_eager():
+    """torch-mlir's two-scatter lowering of include_self=False did not compile at a
+    dynamic size ("offset 0 is out-of-bounds"; TAPAS: "unbounded stack allocations")."""
+    model = SegmentReductions()
+    n = Dim("n")
+    compiled = _compile(model, _segment_args(16), ({0: n}, {0: n}, {0: n}))
+    for size in (1, 7, 33):
+        args = _segment_args(size)
+        for got, expected in zip(compiled(*args), model(*args)):
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, equal_nan=True)

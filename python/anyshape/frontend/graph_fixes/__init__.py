@@ -24,6 +24,8 @@ from anyshape.frontend.graph_fixes.nonnegative_dims import count_dims_from_the_f
 from anyshape.frontend.graph_fixes.packed_sort_keys import rewrite_sorts_as_packed_keys
 from anyshape.frontend.graph_fixes.paired_indices import rewrite_paired_indices
 from anyshape.frontend.graph_fixes.rank0_softmax import rewrite_rank0_softmax
+from anyshape.frontend.graph_fixes.scatter_reduce_without_self import (
+    rewrite_scatter_reduce_without_self)
 from anyshape.frontend.graph_fixes.stable_logcumsumexp import rewrite_logcumsumexp
 from anyshape.frontend.graph_fixes.symbolic_scalars import (lower_symbolic_scalars,
                                                             wrap_scalars_at_tensor_operands)
@@ -49,6 +51,7 @@ GRAPH_FIXES: tuple[tuple[str, Callable[[torch.fx.Graph], None]], ...] = (
     ("packed_sort_keys", rewrite_sorts_as_packed_keys),
     ("integer_negation", rewrite_integer_negation),
     ("nonnegative_dims", count_dims_from_the_front),
+    ("scatter_reduce_without_self", rewrite_scatter_reduce_without_self),
     ("whole_dim_slices", drop_whole_dim_slices),
     ("constant_sizes", make_constant_sizes_static),
     ("edge_value_math", rewrite_edge_value_math),
