@@ -2,9 +2,10 @@
 
 # Rewrites of the exported graph before torch-mlir imports it, each in the form
 # anyshape imports: slices of a whole dim, sorts as packed keys, constants
-# computed, casts to unsigned integers, segment reductions onto their identity
-# (anyshape/frontend/graph_fixes/whole_dim_slices.py, packed_sort_keys.py,
-# constant_subexpressions.py, unsigned_casts.py, scatter_reduce_without_self.py).
+# computed, casts to unsigned integers, segment reductions onto their identity,
+# reads by a boolean mask (anyshape/frontend/graph_fixes/whole_dim_slices.py,
+# packed_sort_keys.py, constant_subexpressions.py, unsigned_casts.py,
+# scatter_reduce_without_self.py, boolean_mask_reads.py).
 
 import os
 import sys
@@ -146,3 +147,22 @@ show("scatter_reduce_without_self", SegmentMin(False), (torch.randn(16), torch.r
 # CHECK: torch.aten.scatter_reduce.two
 show("negative_scatter_reduce_with_self", SegmentMin(True),
      (torch.randn(16), torch.randint(0, 8, (16,))), ({0: Dim("n")}, {0: Dim("n")}))
+
+
+class RowsOfLanguage(torch.nn.Module):
+    def forward(self, hidden, lang_ids):
+        return hidden[lang_ids == 0]
+
+
+# /// torch-mlir lowered a boolean index to an arith.cmpi of i1 with i64, which
+# /// IREE rejects (XMOD's adapters): the rows are read at the mask's nonzero
+# /// positions.
+# CHECK-LABEL: // CASE: boolean_mask_read_by_position
+# CHECK: %[[MASK:.+]] = torch.aten.eq.Scalar
+# CHECK: %[[NONZERO:.+]] = torch.aten.nonzero %[[MASK]]
+# CHECK: %[[ROWS:.+]] = torch.aten.select.int %[[NONZERO]]
+# CHECK: %[[INDICES:.+]] = torch.prim.ListConstruct %[[ROWS]] : (!torch.vtensor<[?],si64>)
+# CHECK: torch.aten.index.Tensor %{{.+}}, %[[INDICES]]
+show("boolean_mask_read_by_position", RowsOfLanguage(),
+     (torch.randn(2, 16, 8), torch.tensor([0, 1])), ({0: Dim("batch"), 1: Dim("seq")},
+                                                     {0: Dim("batch")}))

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from anyshape.frontend.graph_fixes.argmax_as_reductions import rewrite_argmax_as_reductions
+from anyshape.frontend.graph_fixes.boolean_mask_reads import rewrite_boolean_mask_reads
 from anyshape.frontend.graph_fixes.checked_det import check_det
 from anyshape.frontend.graph_fixes.complex_as_pairs import rewrite_complex_as_pairs
 from anyshape.frontend.graph_fixes.constant_sizes import make_constant_sizes_static
@@ -52,6 +53,7 @@ GRAPH_FIXES: tuple[tuple[str, Callable[[torch.fx.Graph], None]], ...] = (
     ("integer_negation", rewrite_integer_negation),
     ("nonnegative_dims", count_dims_from_the_front),
     ("scatter_reduce_without_self", rewrite_scatter_reduce_without_self),
+    ("boolean_mask_reads", rewrite_boolean_mask_reads),
     ("whole_dim_slices", drop_whole_dim_slices),
     ("constant_sizes", make_constant_sizes_static),
     ("edge_value_math", rewrite_edge_value_math),
