@@ -55,3 +55,20 @@ def test_a_mask_over_a_middle_dim_as_eager():
     for width in (1, 7, 33):
         x, keep = torch.randn(3, width, 4), torch.rand(width) > 0.5
         torch.testing.assert_close(compiled(x, keep), model(x, keep), rtol=1e-5, atol=1e-5)
+
+
+class SelectPositive(torch.nn.Module):
+    def forward(self, x):
+        return torch.masked_select(x, x > 0) * 2
+
+
+def test_masked_select_as_eager():
+    """torch-mlir has no lowering of masked_select ("failed to legalize")."""
+    model = SelectPositive().eval()
+    compiled = anyshape.compile(model, (torch.randn(4, 9),),
+                                dynamic_shapes=({0: Dim("rows"), 1: Dim("cols")},))
+    for shape in [(1, 1), (3, 7), (2, 33)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(compiled(x), model(x))
+    x = -torch.ones(3, 5)  # nothing selected
+    assert compiled(x).shape == (0,)
