@@ -199,6 +199,8 @@ PASSING.update({
                         "router drawn (issue 65)"),
     "jetmoe": ("causal", "views of attention's heads in eager's layout; index_add of "
                          "computed rows (issue 65)"),
+    "tapas": ("encoder", "a segment minimum, scatter_reduce(include_self=False) (issue 65)"),
+    "xmod": ("encoder", "per-language adapters: rows read by a boolean mask (issue 65)"),
 })
 
 # One per mechanism: which of PASSING a default run compiles.
