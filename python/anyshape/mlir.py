@@ -216,6 +216,15 @@ def iree_bindings():
     return iree_ir
 
 
+def operations_in(op):
+    """Every operation nested in ``op`` (either bindings'), outer before inner."""
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                yield child.operation
+                yield from operations_in(child.operation)
+
+
 def rewrite_with_iree_bindings(in_file, out_file, text_file, rewrite) -> int:
     """``rewrite(iree_ir, module)`` (which returns a count) on ``in_file`` (IR
     that holds IREE's own ops, bytecode or text), written to ``out_file`` as

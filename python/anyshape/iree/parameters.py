@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from anyshape.mlir import iree_bindings
+from anyshape.mlir import iree_bindings, operations_in
 from anyshape.runtime.compiled_module import PARAMETER_SCOPE, PARAMETERS, write_archive
 
 SCOPE = PARAMETER_SCOPE
@@ -46,7 +46,7 @@ def externalize_weights(in_file: Path, out_file: Path, weights: dict[str, np.nda
         except iree_ir.MLIRError as error:
             raise ValueError(f"IREE's bindings cannot read {in_file}: {error}") from None
         literals = []
-        for op in _walk(module.operation):
+        for op in operations_in(module.operation):
             if op.name == "torch.vtensor.literal":
                 key = _RESOURCE_KEY.match(str(op.attributes["value"]))
                 if key is not None and key.group(1).strip('"') in weights:
@@ -84,9 +84,3 @@ def externalize_weights(in_file: Path, out_file: Path, weights: dict[str, np.nda
     return list(globals_)
 
 
-def _walk(op):
-    for region in op.regions:
-        for block in region.blocks:
-            for child in block.operations:
-                yield child.operation
-                yield from _walk(child.operation)

@@ -23,7 +23,7 @@ from anyshape.dialects import builtin_tensor_text, vtensor_shape
 from anyshape.iree.distinct_fills import give_in_place_writes_their_own_fills
 from anyshape.iree.distinct_workloads import untie_repeated_workloads
 from anyshape.iree.in_place_writes import drop_aliased_values_from_barriers
-from anyshape.mlir import iree_bindings
+from anyshape.mlir import iree_bindings, operations_in, rewrite_with_iree_bindings
 from anyshape.passes.torch_ir.ops import ELEMENTWISE
 from anyshape.stages import Workaround
 
@@ -162,15 +162,7 @@ _ACCUMULATING_SCATTERS = {"torch.aten.index_put": (1, 2), "torch.aten.index_put.
 
 def has_accumulating_scatters(module) -> bool:
     """Whether ``module`` (either bindings') has an op of ``_ACCUMULATING_SCATTERS``."""
-    return any(op.name in _ACCUMULATING_SCATTERS for op in _walk(module.operation))
-
-
-def _walk(op):
-    for region in op.regions:
-        for block in region:
-            for inner in block:
-                yield inner.operation
-                yield from _walk(inner.operation)
+    return any(op.name in _ACCUMULATING_SCATTERS for op in operations_in(module.operation))
 
 
 def separate_accumulated_scatter_operands(in_file: Path, out_file: Path,
@@ -183,9 +175,7 @@ def separate_accumulated_scatter_operands(in_file: Path, out_file: Path,
     dynamic size on the stack ("'memref.alloca' op expected no unbounded stack
     allocations"; JetMoE's experts, the plain stack too). Returns how many
     operands got one."""
-    ir = iree_bindings()
-    with ir.Context():
-        module = ir.Module.parse(Path(in_file).read_bytes())
+    def rewrite(ir, module) -> int:
         separated = []
 
         def behind_barrier(value, before):
@@ -227,12 +217,9 @@ def separate_accumulated_scatter_operands(in_file: Path, out_file: Path,
             return ir.WalkResult.ADVANCE
 
         module.operation.walk(visit)
-        with open(out_file, "wb") as f:
-            module.operation.write_bytecode(f)
-        if text_file is not None:
-            with open(text_file, "w") as f:
-                module.operation.print(file=f)
-    return len(separated)
+        return len(separated)
+
+    return rewrite_with_iree_bindings(in_file, out_file, text_file, rewrite)
 
 
 # Float64 math that IREE 3.13's CPU backend lowers to C library calls its
