@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "'anyshape' (default) runs anyshape's kernel, which computes only "
                              "the rows there are; 'iree' runs IREE's, which computes whole "
                              "tiles of 16 rows")
+    parser.add_argument("--weights", choices=["float32", "int8", "int4"], default="float32",
+                        help="the weights of linear layers, LM heads and embeddings: float32 "
+                             "(default, as the model has them), or quantized at compile time "
+                             "and stored so: int8 (a scale per output channel) or int4 (a "
+                             "scale per --group-size inputs); CPU targets (docs/api.md)")
+    parser.add_argument("--group-size", type=int, choices=[32, 64, 128], default=None,
+                        help="with --weights int4: inputs per scale (default 32)")
     parser.add_argument("--eliminate-padding", action="store_true",
                         help="run the token-wise layers on the real tokens only, as the input "
                              "attention_mask marks them (anyshape.compile(padding='eliminate'))")
@@ -113,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
             if given:
                 parser.error(f"{flag} does not apply to --task {args.task} (its dims and "
                              f"passes are anyshape's to choose)")
+    if args.group_size is not None and args.weights != "int4":
+        parser.error(f"--group-size goes with --weights int4, got --weights {args.weights}")
+    if args.input and args.weights != "float32":
+        parser.error(f"--weights {args.weights}: an MLIR file's weights cannot be read to "
+                     f"quantize them; give --hf or --model")
     if args.input and args.params == "external":
         parser.error("--params external: an MLIR file's weights are compiled inline; "
                      "give --hf or --model for external parameters")
@@ -250,7 +262,8 @@ def _compile_torch(args, report):
                                         opt_level=args.opt_level, data_tiling=_data_tiling(args),
                                         params=args.params,
                                         matmul_precision=args.matmul_precision,
-                                        product_kernel=args.product_kernel))
+                                        product_kernel=args.product_kernel,
+                                        weights=args.weights, group_size=args.group_size))
     described["unique_bytes"] = hf.unique_parameter_bytes(model)
     return compiled, described
 
@@ -278,7 +291,8 @@ def _compile_generator(args, report):
         backend=anyshape.BackendOptions(cuda_arch=args.cuda_arch, target_cpu=args.target_cpu,
                                         opt_level=args.opt_level, data_tiling=_data_tiling(args),
                                         matmul_precision=args.matmul_precision,
-                                        product_kernel=args.product_kernel))
+                                        product_kernel=args.product_kernel,
+                                        weights=args.weights, group_size=args.group_size))
     described = {"model": f"{args.hf} {args.task} ({type(built.model).__name__})",
                  "parameters": built.parameters(),
                  "unique_bytes": hf.unique_parameter_bytes(built.model)}

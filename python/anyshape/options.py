@@ -60,7 +60,14 @@ class BackendOptions:
     every product whose row count is dynamic to whole tiles, so that IREE
     tiles it (tensor cores in float16) instead of computing each output on
     its own (docs/iree-notes.md); "iree" keeps IREE's. Where no C compiler
-    can build the CPU kernel, IREE's runs, with a warning.
+    can build the CPU kernel, IREE's runs, with a warning. ``weights``:
+    "float32" (default: as the model has them), "int8" or "int4": the
+    weights of products with a weight of the model (linear layers, the LM
+    head) quantized at compile time and stored so in the artifact, computed
+    by anyshape's CPU kernel, which dequantizes them as it reads them: int8
+    with one scale per output channel, int4 with one per ``group_size``
+    (32, the default; 64 or 128) inputs of each output channel. CPU targets
+    only; their accuracy and speed: docs/quantized-weights.md.
     """
 
     cuda_arch: str | None = None
@@ -73,6 +80,8 @@ class BackendOptions:
     in_place_writes: bool = False
     matmul_precision: str = "highest"
     product_kernel: str = "anyshape"
+    weights: str = "float32"
+    group_size: int | None = None
 
 
 class _Unset:

@@ -9,7 +9,8 @@ import re
 from typing import Sequence
 
 from anyshape.driver.pipeline import make_anyshape_pass
-from anyshape.iree.flags import Target, make_target, with_matmul_precision, with_product_kernel
+from anyshape.iree.flags import (Target, make_target, with_matmul_precision, with_product_kernel,
+                                 with_weights)
 from anyshape.options import BackendOptions
 from anyshape.passes import DEFAULT_PIPELINE
 from anyshape.runtime.compiled_module import available_cores, check_threads
@@ -51,6 +52,7 @@ def target_from(target: str, backend: BackendOptions, padding: str | None) -> Ta
         compile_target = dataclasses.replace(compile_target, outer_dim_concat=False)
     compile_target = with_matmul_precision(compile_target, backend.matmul_precision)
     compile_target = with_product_kernel(compile_target, backend.product_kernel)
+    compile_target = with_weights(compile_target, backend.weights, backend.group_size)
     if not isinstance(backend.in_place_writes, bool):
         raise TypeError(f"in_place_writes: expected True or False, got "
                         f"{backend.in_place_writes!r}")

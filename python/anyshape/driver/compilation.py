@@ -27,6 +27,9 @@ class Compilation:
     weights: dict | None  # params="external": resource blob name -> array; None: inline
     # in_place_writes: function name -> the inputs its first results are the new values of
     in_place: dict[str, list[int]] | None = None
+    # Every weight's array (resource blob name -> array), where weights are
+    # quantized (target.weights); the blobs of the quantized ones join it
+    arrays: dict | None = None
 
     def with_data_tiling(self, data_tiling: bool) -> "Compilation":
         return dataclasses.replace(self, target=dataclasses.replace(self.target,

@@ -193,13 +193,16 @@ def _built(program, entries: dict, signature: ModuleSignature, target: Target,
     from anyshape.frontend.importer import import_programs
 
     weights: dict | None = {} if params == "external" else None
+    # Quantizing reads every weight's array (the same dict, where external).
+    arrays = weights if weights is not None or target.weights == "float32" else {}
     began = time.monotonic()
-    imported = import_programs({"main": program, **entries}, weights=weights)
+    imported = import_programs({"main": program, **entries}, weights=arrays)
     import_seconds = time.monotonic() - began
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         built = compile_module(imported, signature, target, pass_names,
                                dump_ir_dir=dump_ir_dir, report=report, weights=weights,
+                               arrays=arrays,
                                written=written)
     built.stage_seconds = {IMPORT_STAGE: import_seconds,
                            **{k: v for k, v in built.stage_seconds.items() if k != IMPORT_STAGE}}
@@ -239,7 +242,8 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
                    pass_names: Sequence[str], *, dump_ir_dir: str | Path | None = None,
                    report: Callable[[str], None] = lambda msg: None,
                    entry: str = "main", weights: dict | None = None,
-                   written: dict[str, list[int]] | None = None) -> CompiledModule:
+                   written: dict[str, list[int]] | None = None,
+                   arrays: dict | None = None) -> CompiledModule:
     """Run the pass stages on an imported module, then IREE. ``module`` is consumed.
     With data tiling, ``anyshape-data-tiling-forms`` joins the stages
     (``with_data_tiling_forms``). ``target.data_tiling`` None (auto): on where
@@ -249,7 +253,10 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
     weights become parameters in a ``params.irpa`` beside the ``.vmfb``; None
     keeps every weight inline. ``written`` (function name -> the input
     positions its first results are the new values of; default: ``main``'s,
-    from ``signature``): with ``target.in_place_writes``, written in place."""
+    from ``signature``): with ``target.in_place_writes``, written in place.
+    ``arrays`` (resource blob name -> array, from ``import_program``; the
+    same dict as ``weights`` where both are given): the weights that
+    ``target.weights`` "int8" or "int4" quantizes."""
     workdir = tempfile.TemporaryDirectory(prefix="anyshape-")
     stages = StageFiles(Path(workdir.name), Path(dump_ir_dir) if dump_ir_dir else None)
     stages.write(IMPORT_STAGE, module)
@@ -258,7 +265,7 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
     in_place = {name: positions for name, positions in written.items() if positions} \
         if target.in_place_writes else None
     compilation = Compilation(workdir, signature, target, pass_names, dump_ir_dir, report,
-                              entry, weights, in_place or None)
+                              entry, weights, in_place or None, arrays)
     if target.data_tiling is not None:
         return _compile_stages(module, stages, compilation)
     tiled = data_tiling_applies(target, signature, pass_names)

@@ -18,6 +18,7 @@ from anyshape.iree.flags import Target, iree_flags, routes_products
 from anyshape.iree.in_place_writes import write_inputs_in_place_file
 from anyshape.iree.kernels.linear_rows import kernel_for, route_linears, warn_unavailable
 from anyshape.iree.parameters import externalize_weights
+from anyshape.iree.quantized_weights import QuantizationError, weight_format
 from anyshape.iree.row_products import route_row_products
 from anyshape.iree.tiled_products import tile_products
 from anyshape.iree.workarounds import (has_accumulating_scatters,
@@ -49,7 +50,16 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
     facts = dim_facts and states_dim_facts(compilation.target) and has_dim_facts(module)
     in_place = compilation.in_place
     kernel, unavailable = kernel_for(compilation.target)
-    if unavailable:
+    quantized = weight_format(compilation.target.weights, compilation.target.group_size)
+    if quantized.quantized:
+        if kernel is None:
+            raise ValueError(f"weights: {quantized.name!r} weights are computed by anyshape's "
+                             f"product kernel, which is unavailable: {unavailable}")
+        if compilation.arrays is None:
+            raise ValueError(f"weights: quantizing to {quantized.name!r} reads the model's "
+                             f"weights, which an MLIR module does not hand over; compile the "
+                             f"torch model (anyshape.compile, anyshape-compile --hf or --model)")
+    elif unavailable:
         warn_unavailable(unavailable)
     row_products = routes_products(compilation.target)
     tiled = compilation.target.tiles_products()
@@ -70,11 +80,22 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
             current = bytecode
         if kernel is not None:
             attention_kernel = attention.kernel()
-            count = route_linears(current, bytecode, kernel, iree_flags(compilation.target),
-                                  text if last == "kernel" and attention_kernel is None else None,
-                                  workers=compilation.target.workers or 1)
-            report(f"  {count} products with a weight run anyshape's row-exact kernel "
+            routed = route_linears(current, bytecode, kernel, iree_flags(compilation.target),
+                                   text if last == "kernel" and attention_kernel is None else None,
+                                   workers=compilation.target.workers or 1, weights=quantized,
+                                   arrays=compilation.arrays)
+            report(f"  {routed.products} products with a weight run anyshape's row-exact kernel "
                    f"(iree/kernels/linear_rows.py)")
+            if quantized.quantized:
+                report(f"  {routed.quantized} of them with {quantized.name} weights, and "
+                       f"{routed.embeddings} embedding tables; "
+                       f"{len(routed.kept_float32)} kept float32 weights"
+                       + "".join(f"\n    {why}" for why in routed.kept_float32))
+                if routed.quantized == 0:
+                    raise QuantizationError(
+                        f"weights: {quantized.name!r} asked for, but the model has no product "
+                        f"with a weight of its own to quantize (a linear layer, an LM head)"
+                        + (": " + "; ".join(routed.kept_float32) if routed.kept_float32 else ""))
             current = bytecode
             if attention_kernel is not None:
                 count = attention.route_attention(current, bytecode, attention_kernel,
@@ -116,6 +137,8 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
 
     try:
         return stages.record(IREE_INPUT_STAGE, produce)
+    except QuantizationError:
+        raise  # the weights= option's error, not the compiler's
     except ValueError as error:
         repro = keep_reproducer(source, dump_ir_dir, f"{IREE_INPUT_STAGE}-input")
         command = " ".join(shlex.quote(a) for a in [

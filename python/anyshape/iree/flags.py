@@ -289,3 +289,28 @@ WORKAROUNDS = (
                'test/python/iree/test_cuda.py::test_unknown_gpu_gets_the_newest_older_arch'),
         remove_when='(inferred) when IREE knows sm_90 and sm_100: the guard fails then'),
 )
+
+
+def with_weights(target: Target, weights, group_size) -> Target:
+    """``target`` with the weights of its products with a weight of the
+    model stored as ``weights`` asks: "float32" (as the model has them),
+    "int8" or "int4" (with ``group_size``), quantized at compile time and
+    computed by anyshape's CPU kernel (iree/quantized_weights.py)."""
+    from anyshape.iree.quantized_weights import weight_format
+
+    fmt = weight_format(weights, group_size)
+    if not fmt.quantized:
+        return target
+    if target.name != "cpu":
+        raise ValueError(f"weights: {fmt.name!r} is computed by anyshape's CPU kernel, which "
+                         f"CUDA targets do not have yet; got target='{target.name}' (use "
+                         f"weights='float32' there)")
+    if target.product_kernel != "anyshape":
+        raise ValueError(f"weights: {fmt.name!r} is computed by anyshape's product kernel, "
+                         f"and product_kernel={target.product_kernel!r} asks for IREE's; use "
+                         f"product_kernel='anyshape' (the default)")
+    if target.matmul_precision != "highest":
+        raise ValueError(f"weights: {fmt.name!r} products compute in float32 from the "
+                         f"dequantized weights, not with matmul_precision="
+                         f"{target.matmul_precision!r}; give one or the other")
+    return dataclasses.replace(target, weights=fmt.name, group_size=fmt.group_size)

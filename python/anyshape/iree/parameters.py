@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from anyshape.dialects import builtin_tensor_text
 from anyshape.mlir import iree_bindings, operations_in
 from anyshape.runtime.compiled_module import PARAMETER_SCOPE, PARAMETERS, write_archive
 
@@ -54,7 +55,9 @@ def externalize_weights(in_file: Path, out_file: Path, weights: dict[str, np.nda
         globals_: dict[str, object] = {}
         first = module.body.operations[0]
         for literal, key in literals:
-            tensor_type = literal.attributes["value"].type
+            # The builtin type torch_c bridges the literal's to: signless
+            # integers (an int8 weight's blob is typed si8, its tensor i8).
+            tensor_type = iree_ir.Type.parse(builtin_tensor_text(literal.results[0].type))
             symbol = f"{_GLOBAL_PREFIX}{key}"  # never a function's name (@main)
             if key not in globals_:
                 with iree_ir.InsertionPoint(first):

@@ -45,6 +45,11 @@ class Target:
     # (iree/tiled_products.py); None: on for CUDA targets whose products are
     # anyshape's (product_kernel "anyshape"), off elsewhere (tiles_products)
     tiled_products: bool | None = None
+    # "int8" or "int4": the weights of products with a weight of the model
+    # quantized at compile time (BackendOptions.weights; iree/quantized_weights.py),
+    # int4 in groups of group_size inputs
+    weights: str = "float32"
+    group_size: int | None = None
 
     def tiles_products(self) -> bool:
         if self.tiled_products is not None:

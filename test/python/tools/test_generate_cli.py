@@ -137,3 +137,27 @@ def test_an_encoder_decoder_generates_hf_tokens_from_the_command_line(tmp_path):
     with torch.no_grad():
         want = model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
     assert rows == [row[1:] for row in want.tolist()]
+
+
+@pytest.mark.builds_in_subprocess
+def test_int4_weights_from_the_command_line_generate_as_the_dequantized_model(tmp_path):
+    from anyshape.iree.quantized_weights import reference_model, weight_format
+
+    out = tmp_path / "gpt2-int4"
+    result = run("anyshape-compile", "--hf", "gpt2", "--task", "text-generation", *CONFIG,
+                 "--weights", "int4", "--group-size", "64", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    result = run("anyshape-generate", str(out), "--ids", "5,6,7,8,9", "--max-new-tokens", "12")
+    assert result.returncode == 0, result.stderr
+    reference = reference_model(hf_model(), weight_format("int4", 64))
+    with torch.no_grad():
+        want = reference.generate(torch.tensor([[5, 6, 7, 8, 9]]), max_new_tokens=12,
+                                  do_sample=False)
+    assert [int(t) for t in result.stdout.split(",")] == want[0].tolist()
+
+
+def test_a_group_size_without_int4_weights_is_refused():
+    result = run("anyshape-compile", "--hf", "gpt2", "--task", "text-generation", *CONFIG,
+                 "--weights", "int8", "--group-size", "64", "-o", "unused")
+    assert result.returncode == 2
+    assert "--group-size goes with --weights int4, got --weights int8" in result.stderr

@@ -37,8 +37,9 @@ static int host_isa(void) {
   cpuid(0, 0, r);
   if (r[0] < 7) return ISA_PORTABLE;
   cpuid(1, 0, r);
-  int fma = (r[2] >> 12) & 1, osxsave = (r[2] >> 27) & 1, avx = (r[2] >> 28) & 1;
-  if (!(fma && osxsave && avx)) return ISA_PORTABLE;
+  int fma = (r[2] >> 12) & 1, osxsave = (r[2] >> 27) & 1, avx = (r[2] >> 28) & 1,
+      f16c = (r[2] >> 29) & 1;  // float16 scales (quantized_panels.h); every AVX2 CPU has it
+  if (!(fma && osxsave && avx && f16c)) return ISA_PORTABLE;
   uint64_t xcr0 = xgetbv0();
   if ((xcr0 & 0x6) != 0x6) return ISA_PORTABLE;  // the OS keeps no ymm state
   cpuid(7, 0, r);

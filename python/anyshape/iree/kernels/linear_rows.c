@@ -70,12 +70,20 @@
 #define TILE512_ROWS 12
 
 typedef struct {
-  const float* x;       // rows of x, `k` floats apart
+  const float* x;       // rows of x, `xk` floats apart
   const float* packed;  // panels of `k` x 16 floats
   const float* bias;    // n floats, or null
-  float* y;             // rows of y, `n` floats apart
+  float* y;             // rows of y, `yn` floats apart
   size_t m, n, k;
+  // Row strides of x and y: k and n, but in a part of a larger product
+  // (quantized_panels.h: a block of k, a run of panels).
+  size_t xk, yn;
+  // Whether y already holds the sums over the k before this part's.
+  int resume;
 } linear_rows_t;
+
+// Whether a block of k from `k0` adds to partial sums held in y.
+#define RESUMES(k0) ((k0) > 0 || a->resume)
 
 // The first `n - col` of a panel's 16 columns (all 16 but in the last panel).
 static size_t panel_cols(const linear_rows_t* a, size_t panel) {
@@ -107,7 +115,7 @@ static int rows_share_l1_sets(size_t k, size_t tile_rows) {
 static void copy_rows(const linear_rows_t* a, float* xp, size_t stride,
                       size_t row, size_t rows, size_t k0, size_t k1) {
   for (size_t r = 0; r < rows; ++r) {
-    const float* x = a->x + (row + r) * a->k;
+    const float* x = a->x + (row + r) * a->xk;
     for (size_t kk = k0; kk < k1; ++kk) xp[r * stride + kk - k0] = x[kk];
   }
 }
@@ -119,8 +127,8 @@ static const float* rows_of_x(const linear_rows_t* a, int copy, float* copied,
                               size_t stride, size_t row, size_t rows,
                               size_t k0, size_t k1, size_t* xs) {
   if (!copy) {
-    *xs = a->k;
-    return a->x + row * a->k + k0;
+    *xs = a->xk;
+    return a->x + row * a->xk + k0;
   }
   copy_rows(a, copied, stride, row, rows, k0, k1);
   *xs = stride;
@@ -162,10 +170,10 @@ AVX512_FN static inline __mmask16 mask16(size_t cols) {
       for (int r = 0; r < (MR); ++r)                                           \
         for (int p = 0; p < (NP); ++p)                                         \
           acc[s][r][p] =                                                       \
-              s == 0 && k0 > 0                                                 \
+              s == 0 && RESUMES(k0)                                                \
                   ? _mm512_maskz_loadu_ps(                                     \
                         mask[p],                                               \
-                        a->y + (row + r) * a->n + (panel + p) * PANEL)         \
+                        a->y + (row + r) * a->yn + (panel + p) * PANEL)         \
                   : _mm512_setzero_ps();                                       \
     size_t i = 0;                                                              \
     for (; i + SETS <= steps; i += SETS) {                                     \
@@ -203,7 +211,7 @@ AVX512_FN static inline __mmask16 mask16(size_t cols) {
         __m512 sum = acc[0][r][p];                                             \
         for (int s = 1; s < SETS; ++s) sum = _mm512_add_ps(sum, acc[s][r][p]); \
         if (last) sum = _mm512_add_ps(sum, bias);                              \
-        _mm512_mask_storeu_ps(a->y + (row + r) * a->n + col, mask[p], sum);    \
+        _mm512_mask_storeu_ps(a->y + (row + r) * a->yn + col, mask[p], sum);    \
       }                                                                        \
     }                                                                          \
   }
@@ -256,9 +264,9 @@ AVX512_FN static void tile512(const linear_rows_t* a, const float* xp, size_t xs
     __m512 acc[REG_ROWS][2];                                                   \
     for (int r = 0; r < (MR); ++r)                                             \
       for (int p = 0; p < 2; ++p) {                                            \
-        __m512 v = k0 > 0 ? _mm512_maskz_loadu_ps(                             \
+        __m512 v = RESUMES(k0) ? _mm512_maskz_loadu_ps(                             \
                                 mask[p],                                       \
-                                a->y + (row + r) * a->n + (panel + p) * PANEL) \
+                                a->y + (row + r) * a->yn + (panel + p) * PANEL) \
                           : _mm512_setzero_ps();                               \
         if (r < REG_ROWS)                                                      \
           acc[r < REG_ROWS ? r : 0][p] = v;                                    \
@@ -322,7 +330,7 @@ AVX512_FN static void tile512(const linear_rows_t* a, const float* xp, size_t xs
                 ? acc[r < REG_ROWS ? r : 0][p]                                 \
                 : _mm512_load_ps(held + ((r - REG_ROWS) * 2 + p) * PANEL);     \
         if (last) sum = _mm512_add_ps(sum, bias);                              \
-        _mm512_mask_storeu_ps(a->y + (row + r) * a->n + col, mask[p], sum);    \
+        _mm512_mask_storeu_ps(a->y + (row + r) * a->yn + col, mask[p], sum);    \
       }                                                                        \
     }                                                                          \
   }
@@ -417,8 +425,8 @@ AVX2_FN static inline __m256 bias256(const linear_rows_t* a, int last, size_t pa
     for (int s = 0; s < SETS; ++s)                                            \
       for (int r = 0; r < (MR); ++r)                                          \
         for (int h = 0; h < H; ++h)                                           \
-          acc[s][r][h] = s == 0 && k0 > 0                                     \
-                             ? _mm256_maskload_ps(a->y + (row + r) * a->n +   \
+          acc[s][r][h] = s == 0 && RESUMES(k0)                                    \
+                             ? _mm256_maskload_ps(a->y + (row + r) * a->yn +   \
                                                       panel * PANEL + h * 8,  \
                                                   mask[h])                    \
                              : _mm256_setzero_ps();                           \
@@ -454,7 +462,7 @@ AVX2_FN static inline __m256 bias256(const linear_rows_t* a, int last, size_t pa
       for (int r = 0; r < (MR); ++r) {                                        \
         __m256 sum = acc[0][r][h];                                            \
         if (SETS == 2) sum = _mm256_add_ps(sum, acc[SETS - 1][r][h]);         \
-        _mm256_maskstore_ps(a->y + (row + r) * a->n + panel * PANEL + h * 8,  \
+        _mm256_maskstore_ps(a->y + (row + r) * a->yn + panel * PANEL + h * 8,  \
                             mask[h], _mm256_add_ps(sum, bias));               \
       }                                                                       \
     }                                                                         \
@@ -511,7 +519,7 @@ NOINLINE AVX2_FN static void pass256(const linear_rows_t* a, const float* xp,
   for (size_t r = 0; r < rows; ++r)
     for (int h = 0; h < 4; ++h)
       _mm256_store_ps(held + r * 32 + h * 8,
-                      k0 > 0 ? _mm256_maskload_ps(a->y + (row + r) * a->n +
+                      RESUMES(k0) ? _mm256_maskload_ps(a->y + (row + r) * a->yn +
                                                       panel * PANEL + h * 8,
                                                   mask[h])
                              : _mm256_setzero_ps());
@@ -558,7 +566,7 @@ NOINLINE AVX2_FN static void pass256(const linear_rows_t* a, const float* xp,
   for (int h = 0; h < 4; ++h) {
     __m256 bias = bias256(a, last, panel + h / 2, h % 2, mask[h]);
     for (size_t r = 0; r < rows; ++r)
-      _mm256_maskstore_ps(a->y + (row + r) * a->n + panel * PANEL + h * 8, mask[h],
+      _mm256_maskstore_ps(a->y + (row + r) * a->yn + panel * PANEL + h * 8, mask[h],
                           _mm256_add_ps(_mm256_load_ps(held + r * 32 + h * 8), bias));
   }
 }
@@ -592,22 +600,23 @@ AVX2_FN static void panels256(const linear_rows_t* a, const float* xp, size_t xs
 
 static void row_portable(const linear_rows_t* a, size_t row, size_t panel) {
   const size_t k = a->k;
-  const float* x = a->x + row * k;
+  const float* x = a->x + row * a->xk;
   const float* w = a->packed + panel * k * PANEL;
+  size_t col = panel * PANEL, cols = panel_cols(a, panel);
   float acc[PANEL];
-  for (int j = 0; j < PANEL; ++j) acc[j] = 0.0f;
+  for (size_t j = 0; j < PANEL; ++j)
+    acc[j] = a->resume && j < cols ? a->y[row * a->yn + col + j] : 0.0f;
   for (size_t kk = 0; kk < k; ++kk)
     for (int j = 0; j < PANEL; ++j) acc[j] += x[kk] * w[kk * PANEL + j];
-  size_t col = panel * PANEL, cols = panel_cols(a, panel);
   for (size_t j = 0; j < cols; ++j)
-    a->y[row * a->n + col + j] = acc[j] + (a->bias ? a->bias[col + j] : 0.0f);
+    a->y[row * a->yn + col + j] = acc[j] + (a->bias ? a->bias[col + j] : 0.0f);
 }
 
 // A row of y where k = 0: the bias (torch's linear of no inputs), or zeros.
 static void row_without_k(const linear_rows_t* a, size_t row, size_t panel0, size_t panel1) {
   size_t col1 = panel1 * PANEL < a->n ? panel1 * PANEL : a->n;
   for (size_t col = panel0 * PANEL; col < col1; ++col)
-    a->y[row * a->n + col] = a->bias ? a->bias[col] : 0.0f;
+    a->y[row * a->yn + col] = a->bias ? a->bias[col] : 0.0f;
 }
 
 // --------------------------------------------------------------------------
@@ -624,7 +633,7 @@ NOINLINE AVX512_FN static void one_tile512(const linear_rows_t* a, size_t row0,
                                            size_t rows, size_t panel0,
                                            size_t panel1) {
   float copied[WIDE512_ROWS * COPY_STRIDE];
-  const int copy = rows_share_l1_sets(a->k, rows);
+  const int copy = rows_share_l1_sets(a->xk, rows);
   const size_t block = copy ? COPY_K : a->k;
   for (size_t k0 = 0; k0 < a->k; k0 += block) {
     size_t k1 = a->k - k0 > block ? k0 + block : a->k;
@@ -677,7 +686,7 @@ NOINLINE AVX2_FN static void tiles256(const linear_rows_t* a, size_t row0, size_
     size_t rows = 0;
     for (size_t row = row0, t = 0; row < row1; row += rows, ++t) {
       rows = even + (t < more);
-      panels256(a, a->x + row * a->k + kb, a->k, row, rows, panel0, panel1, kb, kb1, held);
+      panels256(a, a->x + row * a->xk + kb, a->xk, row, rows, panel0, panel1, kb, kb1, held);
     }
   }
 }
@@ -694,7 +703,7 @@ NOINLINE AVX512_FN static void tiles512(const linear_rows_t* a, size_t row0, siz
                                         size_t panel0, size_t panel1) {
   const size_t count = (row1 - row0 + TILES512_ROWS - 1) / TILES512_ROWS;
   const size_t even = (row1 - row0) / count, more = (row1 - row0) % count;
-  const int copy = rows_share_l1_sets(a->k, TILES512_ROWS);
+  const int copy = rows_share_l1_sets(a->xk, TILES512_ROWS);
   const size_t step = copy ? COPY_K : K_BLOCK;
   float copied[TILES512_ROWS * COPY_STRIDE];
   for (size_t kb = 0; kb < a->k; kb += K_BLOCK) {
@@ -741,9 +750,9 @@ static void block(const linear_rows_t* a, size_t row0, size_t row1,
   if (found == ISA_AVX2) {
     if (rows <= WIDE256_ROWS) {
       // As one_tile512 (rows this few never share L1 sets).
-      const float* xp = a->x + row0 * a->k;
+      const float* xp = a->x + row0 * a->xk;
       for (size_t p = panel0; p < panel1; p += 2)
-        tile256(a, xp, a->k, row0, rows, p, panel1 - p >= 2 ? 2 : 1, 0, a->k);
+        tile256(a, xp, a->xk, row0, rows, p, panel1 - p >= 2 ? 2 : 1, 0, a->k);
     } else {
       tiles256(a, row0, row1, panel0, panel1);
     }
@@ -776,7 +785,7 @@ void anyshape_linear_rows(const float* x, size_t x_offset, const float* packed,
                           size_t m, size_t n, size_t k, size_t gx, size_t nx,
                           size_t gy, size_t ny) {
   linear_rows_t a = {x + x_offset, packed + packed_offset, bias + bias_offset,
-                     y + y_offset, m, n, k};
+                     y + y_offset, m, n, k, k, n, 0};
   workgroup(&a, gx, nx, gy, ny);
 }
 
@@ -786,6 +795,8 @@ void anyshape_linear_rows_no_bias(const float* x, size_t x_offset,
                                   size_t n, size_t k, size_t gx, size_t nx,
                                   size_t gy, size_t ny) {
   linear_rows_t a = {x + x_offset, packed + packed_offset, 0, y + y_offset,
-                     m, n, k};
+                     m, n, k, k, n, 0};
   workgroup(&a, gx, nx, gy, ny);
 }
+
+#include "quantized_panels.h"

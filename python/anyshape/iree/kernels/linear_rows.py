@@ -28,22 +28,30 @@ kernel's numerics and the executable's object named by path
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from pathlib import Path
 from typing import Sequence
 
 from anyshape.dialects import computed_from_constants, vtensor_shape
+from anyshape.iree.constant_values import erase_if_unused, evaluate
 from anyshape.iree.flags import Target, routes_products
 from anyshape.iree.kernels.build import (KernelUnavailable, binding_pointers, entry_function,
                                          executable_target, isa_for_cpu, kernel_executable,
                                          kernel_object, pipeline_layout)
 from anyshape.mlir import rewrite_with_iree_bindings
+from anyshape.iree.kernels.quantized_products import (QuantizedBlobs, embedding_function_text,
+                                                      quantized_function_text, route_embeddings)
+from anyshape.iree.quantized_weights import WeightFormat
 from anyshape.iree.torch_ir_builders import call_with_builtin_tensors, matches, new_constant_int
 
 SOURCE = Path(__file__).with_name("linear_rows.c")
 EXECUTABLE = "anyshape_row_products"
-# Entry point -> whether it takes a bias.
+# Entry point -> whether it takes a bias (float32 weights).
 ENTRY_POINTS = {"linear_rows": True, "linear_rows_no_bias": False}
+# A quantized format's entry points: these suffixes after "linear_rows"
+# (quantized_panels.h), each with a bias and without ("_no_bias").
+QUANTIZED_ENTRY = {"float32": "", "int8": "_q8", "int4": "_q4"}
 PANEL = 16
 # The kernel's runs of rows and of panels per workgroup (linear_rows.c's
 # ``workgroup`` takes what the counts below give it). Each workgroup reads its
@@ -81,24 +89,37 @@ def warn_unavailable(reason: str) -> None:
                   f"unavailable: {reason}", KernelUnavailable, stacklevel=4)
 
 
-def executable_text(object_path: Path, target: str, workers: int = 1) -> str:
-    """The executable whose entry points, ``linear_rows`` (with a bias) and
-    ``linear_rows_no_bias``, call the kernel.
+def _entry_points(formats: Sequence[str]) -> list[tuple[str, bool, str]]:
+    """(entry point, whether it takes a bias, weight format) for ``formats``."""
+    return [(f"linear_rows{QUANTIZED_ENTRY[fmt]}{'' if bias else '_no_bias'}", bias, fmt)
+            for fmt in formats for bias in (True, False)]
 
-    Bindings: x (m x k), the packed weight, [the bias,] y (m x n); constants
-    m, n, k. Workgroups (the workload: rows, panels): runs of
-    PANELS_PER_WORKGROUP panels by runs of up to ROWS_PER_WORKGROUP rows,
-    and more runs of rows, up to one per tile, where there are fewer runs of
-    panels than ``workers``."""
+
+def executable_text(object_path: Path, target: str, workers: int = 1,
+                    formats: Sequence[str] = ("float32",)) -> str:
+    """The executable whose entry points call the kernel: ``linear_rows``
+    (with a bias) and ``linear_rows_no_bias`` for float32 weights, and their
+    ``_q8`` and ``_q4`` twins for the ``formats`` "int8" and "int4".
+
+    Bindings: x (m x k), the packed weight, [its scales (quantized),] [the
+    bias,] y (m x n); constants m, n, k [, int4's group]. Workgroups (the
+    workload: rows, panels): runs of PANELS_PER_WORKGROUP panels by runs of
+    up to ROWS_PER_WORKGROUP rows, and more runs of rows, up to one per
+    tile, where there are fewer runs of panels than ``workers``."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: expected a positive int, got {workers!r}")
     exports, functions = [], []
-    for ordinal, (name, bias) in enumerate(ENTRY_POINTS.items()):
-        layout = pipeline_layout(3, [True, True] + ([True] if bias else []) + [False])
-        sizes = ["%x_size", "%packed_size"] + (["%n"] if bias else []) + ["%y_size"]
+    for ordinal, (name, bias, fmt) in enumerate(_entry_points(formats)):
+        quantized = fmt != "float32"
+        constants = 4 if fmt == "int4" else 3
+        layout = pipeline_layout(constants, [True, True] + ([True] if quantized else []) +
+                                 ([True] if bias else []) + [False])
+        sizes = ["%x_size", "%packed_size"] + (["%scales_size"] if quantized else []) + \
+            (["%n"] if bias else []) + ["%y_size"]
         lines, pointers, types = binding_pointers(layout, sizes)
-        args = pointers + ["%m", "%n", "%k", "%gx", "%nx", "%gy", "%ny"]
-        types += ["index"] * 7
+        args = pointers + ["%m", "%n", "%k"] + (["%group"] if fmt == "int4" else []) + \
+            ["%gx", "%nx", "%gy", "%ny"]
+        types += ["index"] * (len(args) - len(pointers))
         exports.append(f"""
     hal.executable.export public @{name} ordinal({ordinal}) layout({layout})
         count(%device: !hal.device, %rows: index, %panels: index) -> (index, index, index) {{
@@ -113,16 +134,26 @@ def executable_text(object_path: Path, target: str, workers: int = 1) -> str:
       %y = arith.maxui %runs, %spread : index
       hal.return %x, %y, %c1 : index, index, index
     }}""")
+        loaded = ["m", "n", "k"] + (["group"] if fmt == "int4" else [])
+        # Each binding's size in floats (the kernel reads quantized ones as bytes).
+        packed_floats_per_k = {"float32": 16, "int8": 4, "int4": 2}[fmt]
         sizes_lines = [
             "%c16 = arith.constant 16 : index",
+            f"%per_k = arith.constant {packed_floats_per_k} : index",
             *(f"%{d}32 = hal.interface.constant.load layout({layout}) ordinal({i}) : i32"
-              for i, d in enumerate("mnk")),
-            *(f"%{d} = arith.index_castui %{d}32 : i32 to index" for d in "mnk"),
+              for i, d in enumerate(loaded)),
+            *(f"%{d} = arith.index_castui %{d}32 : i32 to index" for d in loaded),
             "%x_size = arith.muli %m, %k : index",
             "%y_size = arith.muli %m, %n : index",
             "%panel_count = arith.ceildivui %n, %c16 : index",
-            "%panel_floats = arith.muli %k, %c16 : index",
+            "%panel_floats = arith.muli %k, %per_k : index",
             "%packed_size = arith.muli %panel_count, %panel_floats : index",
+            *({"float32": [],
+               "int8": ["%scales_size = arith.muli %panel_count, %c16 : index"],
+               "int4": ["%c8 = arith.constant 8 : index",
+                        "%groups = arith.divui %k, %group : index",
+                        "%group_halves = arith.muli %groups, %c8 : index",
+                        "%scales_size = arith.muli %panel_count, %group_halves : index"]}[fmt]),
             "%gx = hal.interface.workgroup.id[0] : index",
             "%nx = hal.interface.workgroup.count[0] : index",
             "%gy = hal.interface.workgroup.id[1] : index",
@@ -151,10 +182,11 @@ def _is_constant_one(ir, value) -> bool:
     return float(str(op.attributes["value"]).split(":")[0]) == 1.0
 
 
-def _routable(ir, op):
+def _routable(ir, op, any_rows: bool = False):
     """(x rows (None: dynamic), k, n, layout, has bias) when ``op`` is a
     float32 product of 2-D x with a constant weight the kernel computes (rows
-    dynamic or above ``IREE_FITTED_ROWS``); else None."""
+    dynamic or above ``IREE_FITTED_ROWS``, or any with ``any_rows``); else
+    None."""
     x_at, w_at, bias_at, layout = _PRODUCTS[op.name]
     x_shape, w_shape = _f32_shape(op.operands[x_at]), _f32_shape(op.operands[w_at])
     out_shape = _f32_shape(op.results[0])
@@ -165,7 +197,7 @@ def _routable(ir, op):
     n, k = w_shape if layout == "nk" else reversed(w_shape)
     if x_shape[1] != k or out_shape != [x_shape[0], n]:
         return None
-    if x_shape[0] is not None and x_shape[0] <= IREE_FITTED_ROWS:
+    if x_shape[0] is not None and x_shape[0] <= IREE_FITTED_ROWS and not any_rows:
         return None
     has_bias = False
     if bias_at is not None:
@@ -273,18 +305,39 @@ func.func private @{name}(%x: {x_type}, %w: {w_type}{bias_arg}) -> {y_type} {{
 """
 
 
+@dataclasses.dataclass
+class Routed:
+    """What ``route_linears`` did: products on the kernel, those of them with
+    quantized weights, and the products whose weight stayed float32 where
+    weights were to be quantized (why, for each)."""
+    products: int = 0
+    quantized: int = 0
+    embeddings: int = 0  # embedding tables read quantized
+    kept_float32: list[str] = dataclasses.field(default_factory=list)
+
+
 def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Sequence[str],
-                  text_file: Path | None = None, workers: int = 1) -> int:
+                  text_file: Path | None = None, workers: int = 1,
+                  weights: WeightFormat = WeightFormat(), arrays: dict | None = None) -> Routed:
     """Rewrite ``in_file`` (torch-dialect IR, the iree-input stage) into
     ``out_file`` (bytecode; ``text_file`` as text when given), with every
     product ``_routable`` finds computed by the kernel, for the module that
     iree-compile builds with ``flags`` and runs on ``workers`` threads.
-    Returns how many."""
+
+    With quantized ``weights``, each weight whose value ``arrays`` (resource
+    blob name -> array: the importer's) give is quantized and packed here
+    (``quantized_weights.py``) and stored so; its product runs the kernel at
+    every row count, as IREE's own products would need it in float32. The
+    arrays of the blobs written are added to ``arrays``."""
+    routed = Routed()
+
     def rewrite(ir, module) -> int:
-        found = matches(ir, module, _PRODUCTS, lambda op: _routable(ir, op))
-        if not found:
+        found = matches(ir, module, _PRODUCTS,
+                        lambda op: _routable(ir, op, any_rows=weights.quantized))
+        if not found and not weights.quantized:
             return 0
         functions: dict[tuple, str] = {}  # in order of first use: the same input, the same text
+        blobs = QuantizedBlobs(ir, weights, arrays if arrays is not None else {})
 
         def product(op, shape, weight, bias, result_type):
             rows, k, n, layout, has_bias = shape
@@ -293,6 +346,16 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
                        f"{'_bias' if has_bias else ''}")
             x_at = _PRODUCTS[op.name][0]
             operands = [op.operands[x_at], weight] + ([bias] if has_bias else [])
+            return call_with_builtin_tensors(ir, name, operands, result_type)
+
+        def quantized_product(op, shape, packed, bias, result_type):
+            rows, k, n, _, has_bias = shape
+            key = (rows, k, n, weights.name, weights.group_size, has_bias)
+            name = functions.setdefault(
+                key, f"anyshape_linear_rows_{'d' if rows is None else rows}x{k}x{n}_"
+                     f"{QUANTIZED_ENTRY[weights.name][1:]}{'_bias' if has_bias else ''}")
+            x_at = _PRODUCTS[op.name][0]
+            operands = [op.operands[x_at], *packed] + ([bias] if has_bias else [])
             return call_with_builtin_tensors(ir, name, operands, result_type)
 
         def constant(value: int):
@@ -324,17 +387,45 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
                 groups.append((shape, [op]))
             else:
                 same.append(op)
+        weights_read = []
         for shape, ops in groups:
             rows, k, n, layout, has_bias = shape
             op = ops[0]
             _, w_at, bias_at, _ = _PRODUCTS[op.name]
             weight = op.operands[w_at]
             bias = op.operands[bias_at] if has_bias else None
+            quantized = None
+            if weights.quantized:
+                quantized = evaluate(weight, blobs.arrays)
+                if quantized is None:
+                    routed.kept_float32.append(
+                        f"{k} x {n} (its weight is computed by {weight.owner.name}, which "
+                        f"quantizing at compile time does not evaluate)")
+                    if rows is not None and rows <= IREE_FITTED_ROWS:
+                        continue  # IREE's own product, as without quantizing
+                else:
+                    quantized = quantized if layout == "nk" else quantized.T
+                    if not any(weight == seen for seen in weights_read):
+                        weights_read.append(weight)
+            routed.products += len(ops)
+            routed.quantized += len(ops) if quantized is not None else 0
+
+            def part_product(at, start: int, end: int, result_type):
+                part_shape = (rows, k, end - start, layout, has_bias)
+                part_bias = None if not has_bias else bias if (start, end) == (0, n) else \
+                    columns_of(bias, 0, start, end)
+                if quantized is not None:
+                    packed = blobs.literals(weight, start, end, n, quantized[start:end])
+                    return quantized_product(at, part_shape, packed, part_bias, result_type)
+                part_weight = weight if (start, end) == (0, n) else \
+                    columns_of(weight, 0 if layout == "nk" else 1, start, end)
+                return product(at, part_shape, part_weight, part_bias, result_type)
+
             parts = _column_parts(ops, n)
             if parts is None:
                 for each in ops:
                     with ir.InsertionPoint(each), each.location:
-                        y = product(each, shape, weight, bias, each.results[0].type)
+                        y = part_product(each, 0, n, each.results[0].type)
                     each.results[0].replace_all_uses_with(y)
                     each.erase()
                 continue
@@ -347,10 +438,7 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
                             "!torch.vtensor<[" + ",".join("?" if d is None else str(d)
                                                           for d in sizes[:-1]) +
                             f",{end - start}],{dtype}>")
-                        made[(start, end)] = product(
-                            op, (rows, k, end - start, layout, has_bias),
-                            columns_of(weight, 0 if layout == "nk" else 1, start, end),
-                            columns_of(bias, 0, start, end) if has_bias else None, part_type)
+                        made[(start, end)] = part_product(op, start, end, part_type)
                 part = made[(start, end)]
                 if unflatten is not None:
                     with ir.InsertionPoint(column_slice), column_slice.location:
@@ -367,11 +455,24 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
                 unflatten.erase()
             for each in ops:
                 each.erase()
-        text = executable_text(object_path, executable_target(tuple(flags)), workers) + "".join(
-            _function_text(name, *shape) for shape, name in functions.items())
+        for weight in weights_read:  # the float32 weights now read by nothing
+            erase_if_unused(weight)
+        if weights.quantized:
+            routed.embeddings = route_embeddings(ir, module, blobs, functions)
+        if not functions:
+            return 0
+        formats = ["float32"] * any(len(key) == 5 for key in functions) + \
+            [weights.name] * any(len(key) == 6 for key in functions)
+        text = executable_text(object_path, executable_target(tuple(flags)), workers,
+                               formats) if formats else ""
+        text += "".join(
+            _function_text(name, *key) if len(key) == 5 else
+            quantized_function_text(EXECUTABLE, name, *key) if len(key) == 6 else
+            embedding_function_text(name, key) for key, name in functions.items())
         helpers = ir.Module.parse(f"module {{{text}}}")
         for helper in list(helpers.body.operations):
             module.body.append(helper)
-        return len(found)
+        return routed.products
 
-    return rewrite_with_iree_bindings(in_file, out_file, text_file, rewrite)
+    rewrite_with_iree_bindings(in_file, out_file, text_file, rewrite)
+    return routed

@@ -1,0 +1,105 @@
+"""The value of a weight computed from the model's constants, on the host.
+
+Weights reach the IREE input as literals over the importer's resource blobs,
+read directly or through the views and joins the passes left: a transpose
+(GPT-2's Conv1D, a tied LM head), a concatenation (``anyshape-data-tiling-
+forms`` joins the Q, K and V weights that share an input), a slice, a view.
+Quantizing a weight at compile time (``quantized_weights.py``) needs its
+value: ``evaluate`` computes it in numpy from the blobs' arrays, for those
+ops only. Anything else gives None, and the product keeps its float32 weight.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from anyshape.passes.torch_ir.constants import constant_int, int_list
+
+_RESOURCE_KEY = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>]+)>')
+
+
+def resource_key(literal) -> str | None:
+    """The blob name of a ``torch.vtensor.literal`` over a ``dense_resource``."""
+    found = _RESOURCE_KEY.match(str(literal.attributes["value"]))
+    return None if found is None else found.group(1).strip('"')
+
+
+def _list_items(value):
+    op = value.owner
+    if getattr(op, "name", None) != "torch.prim.ListConstruct":
+        return None
+    return list(op.operands)
+
+
+def evaluate(value, arrays: dict) -> np.ndarray | None:
+    """``value`` (a torch tensor of the IREE input) as a float32 array where
+    it is a blob of ``arrays`` (resource name -> array) or a view, transpose,
+    slice or concatenation of such; else None."""
+    op = value.owner
+    name = getattr(op, "name", None)
+    if name == "torch.vtensor.literal":
+        key = resource_key(op)
+        if key is None or key not in arrays:
+            return None
+        array = np.asarray(arrays[key])
+        return array if array.dtype == np.float32 else None
+    if name in ("torch.aten.t", "torch.aten.numpy_T"):
+        inner = evaluate(op.operands[0], arrays)
+        return None if inner is None else inner.T
+    if name == "torch.aten.transpose.int":
+        inner = evaluate(op.operands[0], arrays)
+        dims = [constant_int(v) for v in op.operands[1:3]]
+        if inner is None or None in dims:
+            return None
+        return np.swapaxes(inner, *dims)
+    if name == "torch.aten.permute":
+        inner = evaluate(op.operands[0], arrays)
+        order = int_list(op.operands[1])
+        return None if inner is None or order is None else np.transpose(inner, order)
+    if name == "torch.aten.slice.Tensor":
+        inner = evaluate(op.operands[0], arrays)
+        dim, start, end, step = (constant_int(v) for v in op.operands[1:5])
+        if inner is None or None in (dim, start, end, step) or step < 1:
+            return None
+        index = [slice(None)] * inner.ndim
+        index[dim] = slice(start, end, step)
+        return inner[tuple(index)]
+    if name == "torch.aten.cat":
+        items = _list_items(op.operands[0])
+        dim = constant_int(op.operands[1])
+        if items is None or dim is None:
+            return None
+        parts = [evaluate(item, arrays) for item in items]
+        if any(part is None for part in parts):
+            return None
+        return np.concatenate(parts, axis=dim)
+    if name in ("torch.aten.view", "torch.aten.reshape"):
+        inner = evaluate(op.operands[0], arrays)
+        sizes = int_list(op.operands[1])
+        return None if inner is None or sizes is None else inner.reshape(sizes)
+    if name in ("torch.aten.unsqueeze", "torch.aten.squeeze.dim"):
+        inner = evaluate(op.operands[0], arrays)
+        dim = constant_int(op.operands[1])
+        if inner is None or dim is None:
+            return None
+        if name == "torch.aten.unsqueeze":
+            return np.expand_dims(inner, dim)
+        return np.squeeze(inner, dim) if inner.shape[dim] == 1 else inner
+    if name in ("torch.aten.detach", "torch.aten.clone", "torch.aten.contiguous",
+                "torch.aten.alias"):
+        return evaluate(op.operands[0], arrays)
+    return None
+
+
+def erase_if_unused(value) -> None:
+    """Erase ``value``'s op, and the ops only it read, where nothing reads
+    it any more (a weight replaced by its quantized copy)."""
+    op = value.owner
+    if not hasattr(op, "name") or any(True for result in op.results for _ in result.uses):
+        return
+    operands = list(op.operands)
+    op.erase()
+    for operand in operands:
+        erase_if_unused(operand)

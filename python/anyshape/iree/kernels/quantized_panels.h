@@ -1,0 +1,439 @@
+// Products with int8 or int4 weights (BackendOptions(weights=...), issue 66):
+// included by linear_rows.c, whose float32 tiles compute them.
+//
+// The weights come quantized and packed at compile time
+// (iree/quantized_weights.py), in panels of 16 output columns as the float32
+// ones are:
+// - int8: q[p][k][j] = round(w[16 p + j][k] / s[16 p + j]) in [-127, 127],
+//   one float32 scale s per output column (symmetric);
+// - int4: groups of `group` k (32, 64 or 128) per column, q in [-8, 7]
+//   stored as q + 8, two k to a byte: q4[p][k / 2][j] holds k even in its low
+//   four bits and k + 1 in its high ones; one float16 scale per group and
+//   column, s4[p][k / group][j].
+//
+// A workgroup dequantizes QUANT_K k of two panels at a time into a float32
+// block on its stack (scales applied), where it stays in L1, and runs the
+// float32 tiles over it as a part of the product (linear_rows_t's strides and
+// `resume`): the weights are read from memory at their own size, once per run
+// of rows, and every row count takes the float32 kernel's path.
+
+#ifndef ANYSHAPE_KERNELS_QUANTIZED_PANELS_H_
+#define ANYSHAPE_KERNELS_QUANTIZED_PANELS_H_
+
+// k dequantized at a time: two panels of it are 16 KiB of the worker's
+// stack, beside the float32 tiles' own frames (FRAME_BUDGET in build.py is
+// per function; a worker's 48 KiB holds both). A multiple of every group
+// size, so that a block holds whole groups.
+#define QUANT_K 128
+#define QUANT_PANELS 2
+
+typedef struct {
+  const float* x;          // rows of x, k floats apart
+  const uint8_t* q;        // the packed weights (int8, or int4 two to a byte)
+  const void* scales;      // int8: float[panels * 16]; int4: uint16_t (f16) [panels][k / group][16]
+  const float* bias;       // n floats, or null
+  float* y;                // rows of y, n floats apart
+  size_t m, n, k, group;   // group: int4's (0 for int8)
+} quantized_t;
+
+// IEEE half to float, for the portable path (no F16C).
+static float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1Fu,
+           mantissa = h & 0x3FFu, bits;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      exponent = 113;
+      while (!(mantissa & 0x400u)) {
+        mantissa <<= 1;
+        --exponent;
+      }
+      bits = sign | (exponent << 23) | ((mantissa & 0x3FFu) << 13);
+    }
+  } else if (exponent == 31) {
+    bits = sign | 0x7F800000u | (mantissa << 13);
+  } else {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  }
+  union {
+    uint32_t u;
+    float f;
+  } value = {bits};
+  return value.f;
+}
+
+// Dequantizes k in [k0, k0 + steps) of panels [panel, panel + np) into
+// `block` ([np][steps][16]) with the given ISA's code.
+static void dequantize_portable(const quantized_t* a, size_t panel, size_t np, size_t k0,
+                                size_t steps, float* block) {
+  for (size_t p = 0; p < np; ++p) {
+    float* out = block + p * steps * PANEL;
+    if (a->group == 0) {
+      const int8_t* q = (const int8_t*)a->q + (panel + p) * a->k * PANEL + k0 * PANEL;
+      const float* s = (const float*)a->scales + (panel + p) * PANEL;
+      for (size_t i = 0; i < steps * PANEL; ++i) out[i] = (float)q[i] * s[i % PANEL];
+    } else {
+      const uint8_t* q = a->q + (panel + p) * (a->k / 2) * PANEL + (k0 / 2) * PANEL;
+      const uint16_t* s = (const uint16_t*)a->scales + (panel + p) * (a->k / a->group) * PANEL;
+      for (size_t i = 0; i < steps; i += 2)
+        for (size_t j = 0; j < PANEL; ++j) {
+          uint8_t byte = q[(i / 2) * PANEL + j];
+          float scale = half_to_float(s[((k0 + i) / a->group) * PANEL + j]);
+          out[i * PANEL + j] = (float)((int)(byte & 15) - 8) * scale;
+          out[(i + 1) * PANEL + j] = (float)((int)(byte >> 4) - 8) * scale;
+        }
+    }
+  }
+}
+
+#if ANYSHAPE_MAX_ISA >= ISA_AVX512
+AVX512_FN static void dequantize512(const quantized_t* a, size_t panel, size_t np, size_t k0,
+                                    size_t steps, float* block) {
+  for (size_t p = 0; p < np; ++p) {
+    float* out = block + p * steps * PANEL;
+    if (a->group == 0) {
+      const int8_t* q = (const int8_t*)a->q + (panel + p) * a->k * PANEL + k0 * PANEL;
+      const __m512 s = _mm512_loadu_ps((const float*)a->scales + (panel + p) * PANEL);
+      for (size_t i = 0; i < steps; ++i) {
+        __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(q + i * PANEL)));
+        _mm512_storeu_ps(out + i * PANEL, _mm512_mul_ps(_mm512_cvtepi32_ps(v), s));
+      }
+    } else {
+      const uint8_t* q = a->q + (panel + p) * (a->k / 2) * PANEL + (k0 / 2) * PANEL;
+      const uint16_t* scales =
+          (const uint16_t*)a->scales + (panel + p) * (a->k / a->group) * PANEL;
+      const __m512i low = _mm512_set1_epi32(15), eight = _mm512_set1_epi32(8);
+      for (size_t g = 0; g < steps; g += a->group) {
+        const __m512 s = _mm512_cvtph_ps(
+            _mm256_loadu_si256((const __m256i*)(scales + ((k0 + g) / a->group) * PANEL)));
+        for (size_t i = g; i < g + a->group; i += 2) {
+          __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(q + (i / 2) * PANEL)));
+          __m512i even = _mm512_sub_epi32(_mm512_and_si512(v, low), eight);
+          __m512i odd = _mm512_sub_epi32(_mm512_srli_epi32(v, 4), eight);
+          _mm512_storeu_ps(out + i * PANEL, _mm512_mul_ps(_mm512_cvtepi32_ps(even), s));
+          _mm512_storeu_ps(out + (i + 1) * PANEL, _mm512_mul_ps(_mm512_cvtepi32_ps(odd), s));
+        }
+      }
+    }
+  }
+}
+#endif  // ANYSHAPE_MAX_ISA >= ISA_AVX512
+
+#if ANYSHAPE_MAX_ISA >= ISA_AVX2
+#define AVX2_F16C_FN __attribute__((target("avx2,fma,f16c")))
+
+AVX2_F16C_FN static void dequantize256(const quantized_t* a, size_t panel, size_t np, size_t k0,
+                                       size_t steps, float* block) {
+  for (size_t p = 0; p < np; ++p) {
+    float* out = block + p * steps * PANEL;
+    if (a->group == 0) {
+      const int8_t* q = (const int8_t*)a->q + (panel + p) * a->k * PANEL + k0 * PANEL;
+      const float* scales = (const float*)a->scales + (panel + p) * PANEL;
+      const __m256 s[2] = {_mm256_loadu_ps(scales), _mm256_loadu_ps(scales + 8)};
+      for (size_t i = 0; i < steps; ++i)
+        for (int h = 0; h < 2; ++h) {
+          __m256i v = _mm256_cvtepi8_epi32(
+              _mm_loadl_epi64((const __m128i*)(q + i * PANEL + h * 8)));
+          _mm256_storeu_ps(out + i * PANEL + h * 8, _mm256_mul_ps(_mm256_cvtepi32_ps(v), s[h]));
+        }
+    } else {
+      const uint8_t* q = a->q + (panel + p) * (a->k / 2) * PANEL + (k0 / 2) * PANEL;
+      const uint16_t* scales =
+          (const uint16_t*)a->scales + (panel + p) * (a->k / a->group) * PANEL;
+      const __m256i low = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
+      for (size_t g = 0; g < steps; g += a->group) {
+        const uint16_t* group = scales + ((k0 + g) / a->group) * PANEL;
+        const __m256 s[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)group)),
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(group + 8)))};
+        for (size_t i = g; i < g + a->group; i += 2)
+          for (int h = 0; h < 2; ++h) {
+            __m256i v = _mm256_cvtepu8_epi32(
+                _mm_loadl_epi64((const __m128i*)(q + (i / 2) * PANEL + h * 8)));
+            __m256i even = _mm256_sub_epi32(_mm256_and_si256(v, low), eight);
+            __m256i odd = _mm256_sub_epi32(_mm256_srli_epi32(v, 4), eight);
+            _mm256_storeu_ps(out + i * PANEL + h * 8,
+                             _mm256_mul_ps(_mm256_cvtepi32_ps(even), s[h]));
+            _mm256_storeu_ps(out + (i + 1) * PANEL + h * 8,
+                             _mm256_mul_ps(_mm256_cvtepi32_ps(odd), s[h]));
+          }
+      }
+    }
+  }
+}
+#endif  // ANYSHAPE_MAX_ISA >= ISA_AVX2
+
+#if ANYSHAPE_MAX_ISA >= ISA_AVX2
+// Up to DIRECT_ROWS rows (a decode step's) skip the block on the stack: each
+// tile dequantizes its panels' weights in registers as it reads them, and
+// scales its sums once (int8: at the end; int4: at the end of each group,
+// where they are added into totals). AVX-512 hosts run
+// this code too (their 512-bit version is not written yet). The 8 of q + 8
+// comes off each value as an integer, before any rounding: taken off the
+// sums (through the sum of x) it cancelled digits, 4x float32's error.
+#define DIRECT_ROWS 4
+// One cache line of int8 weights holds 4 steps of k of a panel: the loops
+// run 4 steps at a time and ask for the line DIRECT_AHEAD bytes ahead once.
+#define DIRECT_AHEAD 4096
+
+AVX2_F16C_FN static inline void store256(const quantized_t* a, size_t row, size_t col,
+                                         __m256 sum, __m256i mask) {
+  __m256 bias = a->bias ? _mm256_maskload_ps(a->bias + col, mask) : _mm256_setzero_ps();
+  _mm256_maskstore_ps(a->y + row * a->n + col, mask, _mm256_add_ps(sum, bias));
+}
+
+// The masks of the eight-column halves of panels [panel, panel + np).
+AVX2_F16C_FN static inline void direct_masks(const quantized_t* a, size_t panel, int np,
+                                             __m256i* mask) {
+  for (int p = 0; p < np; ++p) {
+    size_t col = (panel + p) * PANEL, cols = a->n - col < PANEL ? a->n - col : PANEL;
+    mask[2 * p] = mask8(cols);
+    mask[2 * p + 1] = mask8(cols > 8 ? cols - 8 : 0);
+  }
+}
+
+// int8: MR rows from `row` by NP panels from `panel`, the sums in registers
+// (SETS of them on alternate k where there are few, for the FMA's latency).
+#define DEFINE_DIRECT_Q8(MR, NP)                                                  \
+  AVX2_F16C_FN static void direct_q8_##MR##x##NP(const quantized_t* a, size_t row, \
+                                                 size_t panel) {                  \
+    enum { H = 2 * (NP), SETS = (MR) * (NP) <= 2 ? 2 : 1 };                       \
+    const size_t k = a->k;                                                        \
+    const int8_t* w[NP];                                                          \
+    for (int p = 0; p < (NP); ++p)                                                \
+      w[p] = (const int8_t*)a->q + (panel + p) * k * PANEL;                       \
+    __m256 acc[SETS][MR][H];                                                      \
+    for (int s = 0; s < SETS; ++s)                                                \
+      for (int r = 0; r < (MR); ++r)                                              \
+        for (int h = 0; h < H; ++h) acc[s][r][h] = _mm256_setzero_ps();           \
+    size_t i = 0;                                                                 \
+    for (; i + 4 <= k; i += 4) {                                                  \
+      for (int p = 0; p < (NP); ++p)                                              \
+        _mm_prefetch((const char*)(w[p] + i * PANEL + DIRECT_AHEAD), _MM_HINT_T0); \
+      for (int t = 0; t < 4; ++t) {                                               \
+        const int s = t % SETS;                                                   \
+        __m256 b[H];                                                              \
+        for (int h = 0; h < H; ++h)                                               \
+          b[h] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(         \
+              (const __m128i*)(w[h / 2] + (i + t) * PANEL + (h % 2) * 8))));      \
+        for (int r = 0; r < (MR); ++r) {                                          \
+          __m256 xv = _mm256_set1_ps(a->x[(row + r) * k + i + t]);                \
+          for (int h = 0; h < H; ++h)                                             \
+            acc[s][r][h] = _mm256_fmadd_ps(xv, b[h], acc[s][r][h]);               \
+        }                                                                         \
+      }                                                                           \
+    }                                                                             \
+    for (; i < k; ++i)                                                            \
+      for (int h = 0; h < H; ++h) {                                               \
+        __m256 b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(       \
+            (const __m128i*)(w[h / 2] + i * PANEL + (h % 2) * 8))));              \
+        for (int r = 0; r < (MR); ++r)                                            \
+          acc[0][r][h] = _mm256_fmadd_ps(_mm256_set1_ps(a->x[(row + r) * k + i]), \
+                                         b, acc[0][r][h]);                        \
+      }                                                                           \
+    __m256i mask[H];                                                              \
+    direct_masks(a, panel, NP, mask);                                             \
+    for (int h = 0; h < H; ++h) {                                                 \
+      const size_t col = panel * PANEL + h * 8;                                   \
+      const __m256 scale = _mm256_loadu_ps((const float*)a->scales + col);        \
+      for (int r = 0; r < (MR); ++r) {                                            \
+        __m256 sum = acc[0][r][h];                                                \
+        if (SETS == 2) sum = _mm256_add_ps(sum, acc[SETS - 1][r][h]);             \
+        store256(a, row + r, col, _mm256_mul_ps(sum, scale), mask[h]);            \
+      }                                                                           \
+    }                                                                             \
+  }
+
+// int4: as DEFINE_DIRECT_Q8, each group's sums in registers, then scaled
+// into `totals`: totals += s * sums.
+#define DEFINE_DIRECT_Q4(MR, NP)                                                  \
+  AVX2_F16C_FN static void direct_q4_##MR##x##NP(const quantized_t* a, size_t row, \
+                                                 size_t panel) {                  \
+    enum { H = 2 * (NP) };                                                        \
+    const size_t k = a->k, group = a->group, groups = k / group;                  \
+    const uint8_t* w[NP];                                                         \
+    const uint16_t* scales[NP];                                                   \
+    for (int p = 0; p < (NP); ++p) {                                              \
+      w[p] = a->q + (panel + p) * (k / 2) * PANEL;                                \
+      scales[p] = (const uint16_t*)a->scales + (panel + p) * groups * PANEL;      \
+    }                                                                             \
+    const __m256i low = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);     \
+    __m256 totals[MR][H];                                                         \
+    for (int r = 0; r < (MR); ++r)                                                \
+      for (int h = 0; h < H; ++h) totals[r][h] = _mm256_setzero_ps();             \
+    for (size_t g = 0; g < groups; ++g) {                                         \
+      __m256 acc[MR][H];                                                          \
+      for (int r = 0; r < (MR); ++r)                                              \
+        for (int h = 0; h < H; ++h) acc[r][h] = _mm256_setzero_ps();              \
+      for (size_t i = g * group; i < (g + 1) * group; i += 8) {                   \
+        for (int p = 0; p < (NP); ++p)                                            \
+          _mm_prefetch((const char*)(w[p] + (i / 2) * PANEL + DIRECT_AHEAD),      \
+                       _MM_HINT_T0);                                              \
+        for (int t = 0; t < 8; t += 2) {                                          \
+          __m256 even[H], odd[H];                                                 \
+          for (int h = 0; h < H; ++h) {                                           \
+            __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(                     \
+                (const __m128i*)(w[h / 2] + ((i + t) / 2) * PANEL + (h % 2) * 8))); \
+            even[h] = _mm256_cvtepi32_ps(                                         \
+                _mm256_sub_epi32(_mm256_and_si256(v, low), eight));               \
+            odd[h] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(v, 4), eight)); \
+          }                                                                       \
+          for (int r = 0; r < (MR); ++r) {                                        \
+            const float* x = a->x + (row + r) * k + i + t;                        \
+            __m256 x0 = _mm256_set1_ps(x[0]), x1 = _mm256_set1_ps(x[1]);         \
+            for (int h = 0; h < H; ++h)                                           \
+              acc[r][h] = _mm256_fmadd_ps(x1, odd[h],                             \
+                                          _mm256_fmadd_ps(x0, even[h], acc[r][h])); \
+          }                                                                       \
+        }                                                                         \
+      }                                                                           \
+      for (int h = 0; h < H; ++h) {                                               \
+        const __m256 scale = _mm256_cvtph_ps(_mm_loadu_si128(                     \
+            (const __m128i*)(scales[h / 2] + g * PANEL + (h % 2) * 8)));          \
+        for (int r = 0; r < (MR); ++r)                                            \
+          totals[r][h] = _mm256_fmadd_ps(acc[r][h], scale, totals[r][h]);         \
+      }                                                                           \
+    }                                                                             \
+    __m256i mask[H];                                                              \
+    direct_masks(a, panel, NP, mask);                                             \
+    for (int h = 0; h < H; ++h)                                                   \
+      for (int r = 0; r < (MR); ++r)                                              \
+        store256(a, row + r, panel * PANEL + h * 8, totals[r][h], mask[h]);       \
+  }
+
+DEFINE_DIRECT_Q8(1, 2) DEFINE_DIRECT_Q8(2, 2) DEFINE_DIRECT_Q8(3, 1) DEFINE_DIRECT_Q8(4, 1)
+DEFINE_DIRECT_Q8(1, 1) DEFINE_DIRECT_Q8(2, 1)
+DEFINE_DIRECT_Q4(1, 2) DEFINE_DIRECT_Q4(2, 2) DEFINE_DIRECT_Q4(3, 1) DEFINE_DIRECT_Q4(4, 1)
+DEFINE_DIRECT_Q4(1, 1) DEFINE_DIRECT_Q4(2, 1)
+
+// Rows [row0, row0 + rows) (at most DIRECT_ROWS) by panels [panel0, panel1):
+// one or two rows by two panels at a time, three or four by one.
+AVX2_F16C_FN static void direct_rows(const quantized_t* a, size_t row0, size_t rows,
+                                     size_t panel0, size_t panel1) {
+  const int int4 = a->group != 0;
+  for (size_t panel = panel0; panel < panel1;) {
+    const int two = rows <= 2 && panel1 - panel >= 2;
+#define DIRECT(MR, NP)                                                   \
+  (int4 ? direct_q4_##MR##x##NP(a, row0, panel) : direct_q8_##MR##x##NP(a, row0, panel))
+    switch (rows) {
+      case 1: if (two) DIRECT(1, 2); else DIRECT(1, 1); break;
+      case 2: if (two) DIRECT(2, 2); else DIRECT(2, 1); break;
+      case 3: DIRECT(3, 1); break;
+      case 4: DIRECT(4, 1); break;
+      default: __builtin_trap();  // callers take at most DIRECT_ROWS
+    }
+#undef DIRECT
+    panel += two ? 2 : 1;
+  }
+}
+#endif  // ANYSHAPE_MAX_ISA >= ISA_AVX2
+
+static void dequantize(const quantized_t* a, size_t panel, size_t np, size_t k0, size_t steps,
+                       float* block) {
+#if ANYSHAPE_MAX_ISA >= ISA_AVX2
+  const int found = isa();
+#endif
+#if ANYSHAPE_MAX_ISA >= ISA_AVX512
+  if (found == ISA_AVX512) {
+    dequantize512(a, panel, np, k0, steps, block);
+    return;
+  }
+#endif
+#if ANYSHAPE_MAX_ISA >= ISA_AVX2
+  if (found == ISA_AVX2) {
+    dequantize256(a, panel, np, k0, steps, block);
+    return;
+  }
+#endif
+  dequantize_portable(a, panel, np, k0, steps, block);
+}
+
+// Rows [row0, row1) by panels [panel0, panel1): for each two panels, each
+// block of QUANT_K k dequantized and taken by the float32 tiles as a part of
+// the product, whose sums the next block resumes.
+NOINLINE static void quantized_block(const quantized_t* a, size_t row0, size_t row1,
+                                     size_t panel0, size_t panel1) {
+#if ANYSHAPE_MAX_ISA >= ISA_AVX2
+  if (row1 - row0 <= DIRECT_ROWS && a->k > 0 && isa() >= ISA_AVX2) {
+    direct_rows(a, row0, row1 - row0, panel0, panel1);
+    return;
+  }
+#endif
+  __attribute__((aligned(64))) float block_of_weights[QUANT_PANELS * QUANT_K * PANEL];
+  for (size_t panel = panel0; panel < panel1; panel += QUANT_PANELS) {
+    const size_t np = panel1 - panel < QUANT_PANELS ? panel1 - panel : QUANT_PANELS;
+    const size_t col = panel * PANEL;
+    const size_t cols = a->n - col < np * PANEL ? a->n - col : np * PANEL;
+    if (a->k == 0) {
+      linear_rows_t part = {a->x, block_of_weights, a->bias ? a->bias + col : 0,
+                            a->y + col, a->m, cols, 0, a->k, a->n, 0};
+      block(&part, row0, row1, 0, np);
+      continue;
+    }
+    for (size_t k0 = 0; k0 < a->k; k0 += QUANT_K) {
+      const size_t steps = a->k - k0 < QUANT_K ? a->k - k0 : QUANT_K;
+      dequantize(a, panel, np, k0, steps, block_of_weights);
+      const int last = k0 + steps == a->k;
+      linear_rows_t part = {a->x + k0, block_of_weights,
+                            last && a->bias ? a->bias + col : 0, a->y + col, a->m, cols,
+                            steps, a->k, a->n, k0 > 0};
+      block(&part, row0, row1, 0, np);
+    }
+  }
+}
+
+static void quantized_workgroup(const quantized_t* a, size_t gx, size_t nx, size_t gy,
+                                size_t ny) {
+  size_t panels = (a->n + PANEL - 1) / PANEL;
+  size_t panels_per = (panels + nx - 1) / nx;
+  size_t rows_per = (a->m + ny - 1) / ny;
+  rows_per = (rows_per + TILE512_ROWS - 1) / TILE512_ROWS * TILE512_ROWS;
+  size_t panel0 = gx * panels_per, row0 = gy * rows_per;
+  size_t panel1 = panel0 + panels_per < panels ? panel0 + panels_per : panels;
+  size_t row1 = row0 + rows_per < a->m ? row0 + rows_per : a->m;
+  if (panel0 < panel1 && row0 < row1) quantized_block(a, row0, row1, panel0, panel1);
+}
+
+// The entry points (llvm.bareptr memrefs of float: a base pointer, then an
+// offset in floats; the weights' and scales' buffers are read as bytes).
+void anyshape_linear_rows_q8(const float* x, size_t x_offset, const float* q,
+                             size_t q_offset, const float* scales, size_t scales_offset,
+                             const float* bias, size_t bias_offset, float* y,
+                             size_t y_offset, size_t m, size_t n, size_t k, size_t gx,
+                             size_t nx, size_t gy, size_t ny) {
+  quantized_t a = {x + x_offset, (const uint8_t*)(q + q_offset), scales + scales_offset,
+                   bias + bias_offset, y + y_offset, m, n, k, 0};
+  quantized_workgroup(&a, gx, nx, gy, ny);
+}
+
+void anyshape_linear_rows_q8_no_bias(const float* x, size_t x_offset, const float* q,
+                                     size_t q_offset, const float* scales,
+                                     size_t scales_offset, float* y, size_t y_offset,
+                                     size_t m, size_t n, size_t k, size_t gx, size_t nx,
+                                     size_t gy, size_t ny) {
+  quantized_t a = {x + x_offset, (const uint8_t*)(q + q_offset), scales + scales_offset, 0,
+                   y + y_offset, m, n, k, 0};
+  quantized_workgroup(&a, gx, nx, gy, ny);
+}
+
+void anyshape_linear_rows_q4(const float* x, size_t x_offset, const float* q,
+                             size_t q_offset, const float* scales, size_t scales_offset,
+                             const float* bias, size_t bias_offset, float* y,
+                             size_t y_offset, size_t m, size_t n, size_t k, size_t group,
+                             size_t gx, size_t nx, size_t gy, size_t ny) {
+  quantized_t a = {x + x_offset, (const uint8_t*)(q + q_offset), scales + scales_offset,
+                   bias + bias_offset, y + y_offset, m, n, k, group};
+  quantized_workgroup(&a, gx, nx, gy, ny);
+}
+
+void anyshape_linear_rows_q4_no_bias(const float* x, size_t x_offset, const float* q,
+                                     size_t q_offset, const float* scales,
+                                     size_t scales_offset, float* y, size_t y_offset,
+                                     size_t m, size_t n, size_t k, size_t group, size_t gx,
+                                     size_t nx, size_t gy, size_t ny) {
+  quantized_t a = {x + x_offset, (const uint8_t*)(q + q_offset), scales + scales_offset, 0,
+                   y + y_offset, m, n, k, group};
+  quantized_workgroup(&a, gx, nx, gy, ny);
+}
+
+#endif  // ANYSHAPE_KERNELS_QUANTIZED_PANELS_H_

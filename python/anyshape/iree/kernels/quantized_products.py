@@ -1,0 +1,244 @@
+"""The IREE input of a product with quantized weights (``linear_rows.route_linears``):
+the packed weights and scales as literals over blobs of their own, and the
+helper function that dispatches the kernel's ``_q8``/``_q4`` entry points
+(``quantized_panels.h``).
+
+A weight read by several functions (``main`` and a decode step), or by
+several products (a tied LM head), is quantized once: its blobs are keyed by
+the float32 values' digest, and every literal of them names the same blob.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from anyshape.iree.constant_values import resource_key
+from anyshape.iree.quantized_weights import PANEL, WeightFormat, check_shape, packed
+
+class QuantizedBlobs:
+    """The blobs of quantized weights a rewrite makes, in IREE's bindings
+    ``ir``, each once; ``arrays`` (resource blob name -> array) gets each
+    blob's array, so that ``params="external"`` moves them to the archive."""
+
+    def __init__(self, ir, fmt: WeightFormat, arrays: dict):
+        self.ir, self.fmt, self.arrays = ir, fmt, arrays
+        self._attributes: dict[str, tuple] = {}  # digest -> (data, scales) attributes
+
+    def literals(self, weight, start: int, end: int, columns: int, values: np.ndarray) -> list:
+        """New literals of the packed weight and its scales, for ``values``
+        (float32 [n, k]: output columns [start, end) of the ``columns`` of
+        ``weight``)."""
+        n, k = values.shape
+        check_shape(self.fmt, n, k, _described(weight, start, end, columns))
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        digest = hashlib.blake2b(values.tobytes(), digest_size=16)
+        digest.update(repr((values.shape, self.fmt)).encode())
+        key = digest.hexdigest()
+        if key not in self._attributes:
+            data, scales = packed(values, self.fmt)
+            index = len(self._attributes)
+            self._attributes[key] = (self._attribute(data.view(np.int8), f"quantized.{index}.panels"),
+                                     self._attribute(scales, f"quantized.{index}.scales"))
+        return [self._literal(attribute) for attribute in self._attributes[key]]
+
+    def _attribute(self, array: np.ndarray, name: str):
+        ir = self.ir
+        element = {np.dtype(np.int8): ir.IntegerType.get_signed(8),
+                   np.dtype(np.float16): ir.F16Type.get(),
+                   np.dtype(np.float32): ir.F32Type.get()}[array.dtype]
+        attribute = ir.DenseResourceElementsAttr.get_from_buffer(
+            array, name, ir.RankedTensorType.get(list(array.shape), element))
+        self.arrays[_key_of(attribute)] = array
+        return attribute
+
+    def _literal(self, attribute):
+        ir = self.ir
+        text = str(attribute.type)  # tensor<PxKx16xsi8>
+        sizes, dtype = text[len("tensor<"):-1].rsplit("x", 1)[0], text[:-1].rsplit("x", 1)[1]
+        vtensor = ir.Type.parse(f"!torch.vtensor<[{sizes.replace('x', ',')}],{dtype}>")
+        return ir.Operation.create("torch.vtensor.literal", results=[vtensor],
+                                   attributes={"value": attribute}).result
+
+
+def _key_of(attribute) -> str:
+    class _Literal:  # resource_key reads a literal's "value" attribute
+        attributes = {"value": attribute}
+    return resource_key(_Literal())
+
+
+def _described(weight, start: int, end: int, n: int) -> str:
+    op = weight.owner
+    if getattr(op, "name", None) == "torch.vtensor.literal":
+        name = f"'{resource_key(op)}'"
+    else:
+        name = f"computed by {getattr(op, 'name', 'an argument')}"
+    return name if (start, end) == (0, n) else f"{name} (output columns {start} to {end})"
+
+
+def quantized_function_text(executable: str, name: str, rows, k: int, n: int, fmt: str,
+                            group: int | None, has_bias: bool) -> str:
+    """The helper function ``name``: x [rows, k] times the packed weight
+    (``fmt``: "int8" or "int4" with ``group``) plus the bias, in one dispatch
+    of the kernel's ``linear_rows_q8``/``_q4`` entry point in ``executable``."""
+    panels = -(-n // PANEL)
+    m = "?" if rows is None else str(rows)
+    x_type, y_type = f"tensor<{m}x{k}xf32>", f"tensor<{m}x{n}xf32>"
+    if fmt == "int8":
+        q_type, s_type, entry = f"tensor<{panels}x{k}x{PANEL}xi8>", \
+            f"tensor<{panels * PANEL}xf32>", "linear_rows_q8"
+    else:
+        q_type, s_type, entry = f"tensor<{panels}x{k // 2}x{PANEL}xi8>", \
+            f"tensor<{panels}x{k // group}x{PANEL}xf16>", "linear_rows_q4"
+    dims = "{%m}" if rows is None else ""
+    bias_arg = f", %b: tensor<{n}xf32>" if has_bias else ""
+    bias_operand = ", %b" if has_bias else ""
+    bias_type = f", tensor<{n}xf32>" if has_bias else ""
+    group_constant = f"%g32 = arith.constant {group} : i32\n  " if fmt == "int4" else ""
+    group_operand = ", %g32" if fmt == "int4" else ""
+    group_type = ", i32" if fmt == "int4" else ""
+    entry += "" if has_bias else "_no_bias"
+    return f"""
+func.func private @{name}(%x: {x_type}, %q: {q_type}, %s: {s_type}{bias_arg}) -> {y_type} {{
+  %c0 = arith.constant 0 : index
+  %m = tensor.dim %x, %c0 : {x_type}
+  %m32 = arith.index_cast %m : index to i32
+  %n32 = arith.constant {n} : i32
+  %k32 = arith.constant {k} : i32
+  {group_constant}%panels = arith.constant {panels} : index
+  %y = flow.dispatch @{executable}::@x86_64::@{entry}[%m, %panels](%m32, %n32, %k32{group_operand}, %x, %q, %s{bias_operand}) : (i32, i32, i32{group_type}, {x_type}{dims}, {q_type}, {s_type}{bias_type}) -> {y_type}{dims}
+  return %y : {y_type}
+}}
+"""
+
+
+def _embedding_text(name: str, ids_sizes: list, ids_element: str, vocab: int, dim: int,
+                    fmt: str, group: int | None) -> str:
+    """The helper function ``name``: the rows ``ids`` of a table [vocab, dim]
+    stored as the packed weight of a product (an LM head's layout, so a tied
+    one is stored once), dequantized. Ids are clamped into the table, as a
+    read must stay in it (the runtime's bounds checks refuse them first)."""
+    panels = -(-vocab // PANEL)
+    text = lambda sizes: "x".join("?" if s is None else str(s) for s in sizes)  # noqa: E731
+    ids_type = f"tensor<{text(ids_sizes)}x{ids_element}>"
+    flat_type = f"tensor<{'?' if None in ids_sizes else _product(ids_sizes)}x{ids_element}>"
+    rows_type = f"tensor<{'?' if None in ids_sizes else _product(ids_sizes)}x{dim}xf32>"
+    out_type = f"tensor<{text(ids_sizes + [dim])}xf32>"
+    if fmt == "int8":
+        q_type, s_type = f"tensor<{panels}x{dim}x{PANEL}xi8>", f"tensor<{panels * PANEL}xf32>"
+        value = f"""%b = tensor.extract %q[%p, %d, %j] : {q_type}
+      %e = arith.extsi %b : i8 to i32
+      %f = arith.sitofp %e : i32 to f32
+      %scale = tensor.extract %s[%i] : {s_type}"""
+    else:
+        q_type = f"tensor<{panels}x{dim // 2}x{PANEL}xi8>"
+        s_type = f"tensor<{panels}x{dim // group}x{PANEL}xf16>"
+        value = f"""%half = arith.divui %d, %c2 : index
+      %odd = arith.remui %d, %c2 : index
+      %b = tensor.extract %q[%p, %half, %j] : {q_type}
+      %u = arith.extui %b : i8 to i32
+      %shift_index = arith.muli %odd, %c4 : index
+      %shift = arith.index_cast %shift_index : index to i32
+      %nibble = arith.shrui %u, %shift : i32
+      %low = arith.andi %nibble, %c15_i32 : i32
+      %centered = arith.subi %low, %c8_i32 : i32
+      %f = arith.sitofp %centered : i32 to f32
+      %g = arith.divui %d, %c_group : index
+      %scale16 = tensor.extract %s[%p, %g, %j] : {s_type}
+      %scale = arith.extf %scale16 : f16 to f32"""
+    rank = len(ids_sizes)
+    collapse = f"[[{', '.join(map(str, range(rank)))}]]"
+    expand = f"[[{', '.join(map(str, range(rank)))}], [{rank}]]"
+    dims = [f"%ids_dim{i}" if size is None else str(size) for i, size in enumerate(ids_sizes)]
+    dim_lines = "".join(f"\n  %ids_dim{i} = tensor.dim %ids, %c{i}_dim : {ids_type}"
+                        for i, size in enumerate(ids_sizes) if size is None)
+    dim_constants = "".join(f"\n  %c{i}_dim = arith.constant {i} : index"
+                            for i, size in enumerate(ids_sizes) if size is None)
+    count = "(%count)" if None in ids_sizes else "()"
+    return f"""
+func.func private @{name}(%ids: {ids_type}, %q: {q_type}, %s: {s_type}) -> {out_type} {{
+  %c0 = arith.constant 0 : index{dim_constants}{dim_lines}
+  %flat = tensor.collapse_shape %ids {collapse} : {ids_type} into {flat_type}
+  %count = tensor.dim %flat, %c0 : {flat_type}
+  %empty = tensor.empty{count} : {rows_type}
+  %rows = linalg.generic {{indexing_maps = [affine_map<(t, d) -> (t)>, affine_map<(t, d) -> (t, d)>],
+      iterator_types = ["parallel", "parallel"]}} ins(%flat : {flat_type}) outs(%empty : {rows_type}) {{
+    ^bb0(%id: {ids_element}, %out: f32):
+      %c2 = arith.constant 2 : index
+      %c4 = arith.constant 4 : index
+      %c16 = arith.constant {PANEL} : index
+      %c_group = arith.constant {group or 1} : index
+      %c15_i32 = arith.constant 15 : i32
+      %c8_i32 = arith.constant 8 : i32
+      %zero = arith.constant 0 : index
+      %last = arith.constant {vocab - 1} : index
+      %d = linalg.index 1 : index
+      %given = arith.index_cast %id : {ids_element} to index
+      %above = arith.maxsi %given, %zero : index
+      %i = arith.minsi %above, %last : index
+      %p = arith.divui %i, %c16 : index
+      %j = arith.remui %i, %c16 : index
+      {value}
+      %v = arith.mulf %f, %scale : f32
+      linalg.yield %v : f32
+  }} -> {rows_type}
+  %out = tensor.expand_shape %rows {expand} output_shape [{', '.join(dims + [str(dim)])}] : {rows_type} into {out_type}
+  return %out : {out_type}
+}}
+"""
+
+
+def _product(sizes) -> int:
+    count = 1
+    for size in sizes:
+        count *= size
+    return count
+
+
+def route_embeddings(ir, module, blobs: QuantizedBlobs, functions: dict) -> int:
+    """Every ``aten.embedding`` of a table ``blobs`` can evaluate, read from
+    the table quantized as the packed weight of a product (shared with a tied
+    LM head's), by a helper function in ``functions`` (key -> name; the
+    caller writes each ``embedding_function_text``). Returns how many."""
+    from anyshape.dialects import vtensor_shape
+    from anyshape.iree.constant_values import erase_if_unused, evaluate
+    from anyshape.iree.torch_ir_builders import call_with_builtin_tensors, matches
+
+    fmt = blobs.fmt
+
+    def match(op):
+        table, ids = op.operands[0], op.operands[1]
+        table_shape, ids_shape = vtensor_shape(table.type), vtensor_shape(ids.type)
+        if table_shape is None or ids_shape is None or len(table_shape[0]) != 2 \
+                or table_shape[1] != "f32" or ids_shape[1] not in ("si64", "si32") \
+                or not ids_shape[0]:
+            return None
+        values = evaluate(table, blobs.arrays)
+        return None if values is None else values
+
+    found = matches(ir, module, ("torch.aten.embedding",), match)
+    tables = []
+    for op, values in found:
+        table, ids = op.operands[0], op.operands[1]
+        vocab, dim = values.shape
+        ids_sizes, ids_dtype = vtensor_shape(ids.type)
+        element = {"si64": "i64", "si32": "i32"}[ids_dtype]
+        key = ("embedding", tuple(ids_sizes), element, vocab, dim, fmt.name, fmt.group_size)
+        name = functions.setdefault(key, f"anyshape_embedding_{fmt.name}_{vocab}x{dim}_"
+                                         f"{len(functions)}")
+        with ir.InsertionPoint(op), op.location:
+            packed = blobs.literals(table, 0, vocab, vocab, values)
+            rows = call_with_builtin_tensors(ir, name, [ids, *packed], op.results[0].type)
+        op.results[0].replace_all_uses_with(rows)
+        op.erase()
+        if not any(table == seen for seen in tables):
+            tables.append(table)
+    for table in tables:
+        erase_if_unused(table)
+    return len(found)
+
+
+def embedding_function_text(name: str, key: tuple) -> str:
+    _, ids_sizes, element, vocab, dim, fmt, group = key
+    return _embedding_text(name, list(ids_sizes), element, vocab, dim, fmt, group)

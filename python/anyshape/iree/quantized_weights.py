@@ -1,0 +1,174 @@
+"""Weights quantized at compile time (``BackendOptions(weights="int8"|"int4")``, issue 66).
+
+Decode on a CPU reads every weight once per token, so its time is the weights'
+bytes over memory bandwidth: int8 weights are a quarter of float32's bytes,
+int4 (with a float16 scale per group of 32) about a seventh. Each weight is
+quantized once here, in numpy, and stored quantized in the artifact, packed
+in the panels of 16 output columns that the product kernel reads
+(``kernels/quantized_panels.h``, which dequantizes them in its workers):
+
+- int8: symmetric, one float32 scale per output column (CTranslate2's int8);
+- int4: symmetric, one float16 scale per group of ``group_size`` k (32, 64
+  or 128) per column, the value of largest magnitude mapped to -8 and the
+  rest rounded into [-8, 7] (llama.cpp's Q4_0).
+
+``dequantized`` is what the kernel computes with, for the tests' and
+benchmarks' eager references.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+FORMATS = ("float32", "int8", "int4")
+GROUP_SIZES = (32, 64, 128)
+DEFAULT_GROUP_SIZE = 32
+PANEL = 16  # the kernel's panel of output columns (linear_rows.PANEL)
+_FLOAT16_MAX = float(np.finfo(np.float16).max)
+
+
+class QuantizationError(ValueError):
+    """A weight the format asked for cannot hold (the group size does not
+    divide its k, values past int4's scales): the user's option, not a
+    compiler failure."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightFormat:
+    """How products with a weight of the model store it: "float32" (as the
+    model has it), "int8" or "int4" with ``group_size``."""
+    name: str = "float32"
+    group_size: int | None = None
+
+    @property
+    def quantized(self) -> bool:
+        return self.name != "float32"
+
+
+def weight_format(weights, group_size) -> WeightFormat:
+    """The ``WeightFormat`` that ``BackendOptions(weights=..., group_size=...)``
+    asks for, or a ValueError naming the argument."""
+    if weights not in FORMATS:
+        raise ValueError(f"weights: expected one of {', '.join(map(repr, FORMATS))}, "
+                         f"got {weights!r}")
+    if weights != "int4":
+        if group_size is not None:
+            raise ValueError(f"group_size: only int4 weights have groups (weights='int4'), "
+                             f"got group_size={group_size!r} with weights={weights!r}")
+        return WeightFormat(weights)
+    if group_size is None:
+        group_size = DEFAULT_GROUP_SIZE
+    if isinstance(group_size, bool) or group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size: expected one of {', '.join(map(str, GROUP_SIZES))}, "
+                         f"got {group_size!r}")
+    return WeightFormat("int4", int(group_size))
+
+
+def check_shape(fmt: WeightFormat, n: int, k: int, name: str) -> None:
+    """A ValueError where ``fmt`` cannot hold a weight of n x k (``name``)."""
+    if fmt.name == "int4" and k % fmt.group_size:
+        raise QuantizationError(f"group_size: {fmt.group_size} does not divide k = {k}, the inputs of "
+                         f"the product with weight {name} ({n} x {k}); use a group size that "
+                         f"divides it, or weights='int8'")
+
+
+def quantize(weight: np.ndarray, fmt: WeightFormat) -> tuple[np.ndarray, np.ndarray]:
+    """(q, scales) of ``weight`` [n, k]: int8 q [n, k] and float32 scales [n]
+    (int8), or q in [-8, 7] as int8 [n, k] and float16 scales [n, k / group]
+    (int4). Rounding is to nearest, ties to even."""
+    w = np.asarray(weight, dtype=np.float32)
+    if w.ndim != 2:
+        raise ValueError(f"weight: expected 2 dims [n, k], got shape {list(w.shape)}")
+    if not np.isfinite(w).all():
+        raise QuantizationError("weight: holds inf or NaN, which no scale can quantize")
+    n, k = w.shape
+    if fmt.name == "int8":
+        scale = np.abs(w).max(axis=1, initial=0.0) / np.float32(127)
+        q = np.rint(w / np.where(scale > 0, scale, 1)[:, None])
+        return np.clip(q, -127, 127).astype(np.int8), scale.astype(np.float32)
+    if fmt.name != "int4":
+        raise ValueError(f"weights: {fmt.name!r} is not a quantized format")
+    check_shape(fmt, n, k, "given")
+    groups = w.reshape(n, k // fmt.group_size, fmt.group_size)
+    at = np.abs(groups).argmax(axis=2)
+    extreme = np.take_along_axis(groups, at[..., None], axis=2)[..., 0]
+    scale = extreme / np.float32(-8)
+    if np.abs(scale).max(initial=0.0) > _FLOAT16_MAX:
+        raise QuantizationError(f"weight: values up to {np.abs(w).max():.3g} need int4 scales past "
+                         f"float16's range ({_FLOAT16_MAX:g} x 8); use weights='int8'")
+    scale16 = scale.astype(np.float16)
+    stored = scale16.astype(np.float32)
+    q = np.rint(groups / np.where(stored != 0, stored, 1)[..., None])
+    return np.clip(q, -8, 7).astype(np.int8).reshape(n, k), scale16
+
+
+def dequantized(weight: np.ndarray, fmt: WeightFormat) -> np.ndarray:
+    """``weight`` as the kernel computes with it: quantized, then scaled back
+    to float32."""
+    if not fmt.quantized:
+        return np.asarray(weight, dtype=np.float32)
+    q, scale = quantize(weight, fmt)
+    if fmt.name == "int8":
+        return q.astype(np.float32) * scale[:, None]
+    n, k = q.shape
+    groups = q.reshape(n, k // fmt.group_size, fmt.group_size).astype(np.float32)
+    return (groups * scale.astype(np.float32)[..., None]).reshape(n, k)
+
+
+def packed(weight: np.ndarray, fmt: WeightFormat) -> tuple[np.ndarray, np.ndarray]:
+    """(panels, scales) of ``weight`` [n, k] as the kernel reads them, the
+    columns past n zero: int8 panels [P, k, 16] and float32 scales [P * 16];
+    int4 panels [P, k / 2, 16] of uint8 (k even in the low four bits, as
+    q + 8) and float16 scales [P, k / group, 16]."""
+    q, scale = quantize(weight, fmt)
+    n, k = q.shape
+    panels = -(-n // PANEL)
+    pad = panels * PANEL - n
+    if fmt.name == "int8":
+        q = np.concatenate([q, np.zeros((pad, k), np.int8)])
+        data = q.reshape(panels, PANEL, k).transpose(0, 2, 1)
+        scales = np.concatenate([scale, np.zeros(pad, np.float32)])
+        return np.ascontiguousarray(data), scales
+    biased = (q.astype(np.int16) + 8).astype(np.uint8)
+    pairs = biased[:, 0::2] | (biased[:, 1::2] << 4)
+    pairs = np.concatenate([pairs, np.full((pad, k // 2), 0x88, np.uint8)])
+    data = pairs.reshape(panels, PANEL, k // 2).transpose(0, 2, 1)
+    scales = np.concatenate([scale, np.zeros((pad, scale.shape[1]), np.float16)])
+    scales = scales.reshape(panels, PANEL, -1).transpose(0, 2, 1)
+    return np.ascontiguousarray(data), np.ascontiguousarray(scales)
+
+
+def reference_model(model, fmt: WeightFormat):
+    """A copy of the torch ``model`` whose weights are what a module compiled
+    with ``fmt`` computes with: every ``nn.Linear`` and ``nn.Embedding``
+    weight, and HF's ``Conv1D`` (GPT-2's, [k, n]), dequantized (tied weights
+    stay tied). The eager reference of the tests and of the accuracy
+    benchmarks (bench/quantized_accuracy.py)."""
+    import copy
+
+    import torch
+
+    reference = copy.deepcopy(model)
+    done = {}
+    for module in reference.modules():
+        weight = getattr(module, "weight", None)
+        if not isinstance(weight, torch.nn.Parameter) or weight.dim() != 2:
+            continue
+        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+            transposed = False
+        elif type(module).__name__ == "Conv1D":
+            transposed = True
+        else:
+            continue
+        if id(weight) in done:
+            continue
+        values = weight.detach().float().numpy()
+        values = values.T if transposed else values
+        result = dequantized(values, fmt)
+        result = result.T if transposed else result
+        with torch.no_grad():
+            weight.copy_(torch.from_numpy(np.ascontiguousarray(result)).to(weight.dtype))
+        done[id(weight)] = True
+    return reference
