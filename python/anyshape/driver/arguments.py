@@ -21,6 +21,10 @@ def check_model_and_inputs(model, args, kwargs, dtype, entries: dict | None) -> 
     example inputs."""
     import torch
 
+    from anyshape.frontend.hf import refuse_prequantized
+
+    refuse_prequantized(model)
+
     exported_already = isinstance(model, torch.export.ExportedProgram)
     if exported_already and (args is not None or kwargs):
         raise TypeError("args: expected none with an ExportedProgram (it was exported with its "

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from anyshape.frontend.hf import refuse_prequantized
+
 from anyshape.generation.model_spec import (DECODE_ENTRIES, DECODE_ENTRY, export_or_warn,
                                              generation_config_of, model_spec)
 from anyshape.runtime.generator import Generator
@@ -145,6 +147,7 @@ def _check_model(model: Any) -> None:
             not hasattr(model, "generate"):
         raise TypeError(f"model: expected a HuggingFace *ForCausalLM or encoder-decoder (a "
                         f"torch.nn.Module with a config and generate), got {type(model).__name__}")
+    refuse_prequantized(model)
     if getattr(config, "is_encoder_decoder", False) and (
             getattr(model, "main_input_name", "input_ids") != "input_ids"
             or not hasattr(model, "get_encoder")):

@@ -326,3 +326,25 @@ def test_int4_weights_make_the_artifact_about_a_seventh(tmp_path):
         sizes[weights] = module.save(tmp_path / weights).joinpath("module.vmfb").stat().st_size
     assert sizes["int4"] < sizes["float32"] / 6, sizes
     assert sizes["int8"] < sizes["float32"] / 3, sizes
+
+
+@pytest.mark.parametrize("quantization, named", [
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "'gptq' (4-bit)"),
+    ({"quant_method": "awq", "bits": 4}, "'awq' (4-bit)"),
+    ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "'bitsandbytes'"),
+])
+def test_a_pre_quantized_checkpoint_is_refused_naming_its_format(quantization, named):
+    """A HF config with a quantization_config: refused before the export, by
+    compile and compile_generator alike, naming the format."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=2,
+                                         vocab_size=128)).eval()
+    model.config.quantization_config = quantization
+    message = rf"model: a pre-quantized checkpoint \(its config's quantization_config is " \
+              rf"{re.escape(named)}\); anyshape does not read"
+    with pytest.raises(NotImplementedError, match=message):
+        anyshape.compile_generator(model)
+    with pytest.raises(NotImplementedError, match=message):
+        anyshape.compile(model, (torch.randint(0, 128, (1, 5)),))
