@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 PYTEST_WORKERS ?= auto
 XDIST := -n $(PYTEST_WORKERS) --maxprocesses=4 --dist loadscope
 
-.PHONY: test check check-pytest check-fuzz lit pytest docs demo gpu-check bench bench-kernels bench-sweep bench-steps bench-served bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
+.PHONY: test check check-pytest check-fuzz lit pytest docs demo gpu-check bench bench-quantized bench-kernels bench-sweep bench-steps bench-served bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
 
 # PIP_CONSTRAINT, not only -c: it also pins what pip installs to build anyshape
 # itself (setuptools, in pip's isolated build environment).
@@ -90,6 +90,36 @@ $(ORT_STAMP):
 
 bench-generate: $(BENCH_STAMP) $(ORT_STAMP)
 	$(PY) bench/generate.py --ort-python $(ORT_VENV)/bin/python $(BENCH_ARGS)
+
+# llama.cpp for the quantized generation benchmark (docs/quantized-weights.md):
+# llama-cpp-python built from its PyPI source for this CPU (about 15 minutes
+# on 2 cores), and the converter its source vendors (convert_hf_to_gguf.py,
+# beside which bench/generate_llama_worker.py looks for it).
+LLAMA_VENV := .venv-llama
+LLAMA_STAMP := $(LLAMA_VENV)/.installed
+LLAMA_CPP_PYTHON := 0.3.36
+$(LLAMA_STAMP):
+	test -x $(LLAMA_VENV)/bin/python || $(PYTHON) -m venv $(LLAMA_VENV)
+	$(LLAMA_VENV)/bin/pip download --quiet --no-deps --no-binary :all: \
+		llama-cpp-python==$(LLAMA_CPP_PYTHON) -d $(LLAMA_VENV)/sdist
+	CMAKE_ARGS="-DGGML_NATIVE=ON" $(LLAMA_VENV)/bin/pip install --quiet \
+		$(LLAMA_VENV)/sdist/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz torch==2.13.0 \
+		transformers==5.23.0 sentencepiece numpy
+	rm -rf $(LLAMA_VENV)/llama.cpp && mkdir -p $(LLAMA_VENV)/llama.cpp
+	tar xzf $(LLAMA_VENV)/sdist/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz \
+		-C $(LLAMA_VENV)/llama.cpp --strip-components=3 \
+		llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp/convert_hf_to_gguf.py \
+		llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp/conversion \
+		llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp/gguf-py
+	touch $(LLAMA_STAMP)
+
+# anyshape's int8 and int4 weights against CTranslate2's and llama.cpp's,
+# and their accuracy (bench/quantized_accuracy.py).
+QUANTIZED_SYSTEMS := anyshape,anyshape-int8,anyshape-int4,ct2-int8,ct2-int8_float32,llama.cpp-q8_0,llama.cpp-q4_0,eager
+bench-quantized: $(BENCH_STAMP) $(LLAMA_STAMP)
+	$(PY) bench/generate.py --models gpt2,qwen2 --systems $(QUANTIZED_SYSTEMS) --interleave \
+		--llama-python $(LLAMA_VENV)/bin/python --out bench/results/quantized $(BENCH_ARGS)
+	$(PY) bench/quantized_accuracy.py --out bench/results/quantized
 
 bench: $(BENCH_STAMP)
 	$(PY) bench/compare.py $(BENCH_ARGS)

@@ -59,8 +59,17 @@ SEQ2SEQ_NEW_TOKENS = 64
 SEQ2SEQ_RUNS = {"b1-s17": [17], "b1-s333": [333], "b4-s17": [17] * 4, "b4-s333": [333] * 4}
 SEQ2SEQ_MODELS = ("t5-small", "bart-base")
 SYSTEMS = ("anyshape", "eager", "compile", "ct2", "ort")
-# Run only when named: anyshape with IREE's own products (product_kernel="iree").
-OPTIONAL_SYSTEMS = ("anyshape-iree-products",)
+# Run only when named: anyshape with IREE's own products (product_kernel="iree"),
+# and the quantized weights of anyshape and its peers (docs/quantized-weights.md):
+# anyshape's int8 and int4 (groups of 32); CTranslate2's int8 (int8 products)
+# and int8_float32 (int8 weights, float32 products); llama.cpp's Q8_0 and Q4_0
+# through llama-cpp-python (--llama-python, bench/generate_llama_worker.py).
+QUANTIZED_SYSTEMS = ("anyshape-int8", "anyshape-int4", "ct2-int8", "ct2-int8_float32",
+                     "llama.cpp-q8_0", "llama.cpp-q4_0")
+OPTIONAL_SYSTEMS = ("anyshape-iree-products",) + QUANTIZED_SYSTEMS
+# Bytes a decode step reads per weight of its products, by system (the bound).
+BITS_PER_WEIGHT = {"anyshape-int8": 8, "ct2-int8": 8, "ct2-int8_float32": 8,
+                   "llama.cpp-q8_0": 8.5, "anyshape-int4": 4.5, "llama.cpp-q4_0": 4.5}
 # torch.compile with a static cache is the causal LMs' peer only.
 SEQ2SEQ_SYSTEMS = ("anyshape", "anyshape-iree-products", "eager", "ct2", "ort")
 
@@ -173,11 +182,11 @@ def hf_static_compiled(model):
     return run
 
 
-def anyshape_generate(model, product_kernel: str = "anyshape"):
+def anyshape_generate(model, product_kernel: str = "anyshape", weights: str = "float32"):
     import anyshape
 
     generator = anyshape.compile_generator(
-        model, backend=anyshape.BackendOptions(product_kernel=product_kernel))
+        model, backend=anyshape.BackendOptions(product_kernel=product_kernel, weights=weights))
 
     def run(ids, mask, new):
         out = generator.generate(ids, attention_mask=mask, max_new_tokens=new,
@@ -186,7 +195,7 @@ def anyshape_generate(model, product_kernel: str = "anyshape"):
     return run
 
 
-def ct2_generate(model, workdir: Path):
+def ct2_generate(model, workdir: Path, quantization: str = "float32"):
     import ctranslate2
     from ctranslate2.converters import TransformersConverter
 
@@ -196,8 +205,8 @@ def ct2_generate(model, workdir: Path):
         # transformers 5's BartConfig no longer has (BART is post-norm).
         model.config.normalize_before = False
     _save_with_tokenizer(model, model_dir)
-    out = workdir / "ct2"
-    TransformersConverter(str(model_dir)).convert(str(out), quantization="float32", force=True)
+    out = workdir / f"ct2-{quantization}"
+    TransformersConverter(str(model_dir)).convert(str(out), quantization=quantization, force=True)
     if model.config.is_encoder_decoder:
         translator = ctranslate2.Translator(str(out), device="cpu", inter_threads=1,
                                             intra_threads=os.cpu_count() or 1)
@@ -247,6 +256,32 @@ def ort_generate(model, workdir: Path, python: str):
                                "seq2seq" if model.config.is_encoder_decoder else "causal"],
                               stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
+    ready = json.loads(worker.stdout.readline())
+    if "error" in ready:
+        raise RuntimeError(ready["error"])
+
+    def run(ids, mask, new):
+        worker.stdin.write(json.dumps({"ids": ids.tolist(), "mask": mask.tolist(),
+                                       "new": new}) + "\n")
+        worker.stdin.flush()
+        reply = json.loads(worker.stdout.readline())
+        if "error" in reply:
+            raise RuntimeError(reply["error"])
+        return torch.tensor(reply["tokens"])
+    run.worker = worker
+    return run
+
+
+def llama_generate(model, workdir: Path, python: str, quantization: str):
+    """llama.cpp through llama-cpp-python in ``python`` (another environment):
+    the model converted by llama.cpp's own converter and quantized to
+    ``quantization`` (q8_0, q4_0), driven over JSON lines."""
+    model_dir = workdir / "hf"
+    if not model_dir.exists():
+        _save_with_tokenizer(model, model_dir)
+    worker = subprocess.Popen([python, str(HERE / "generate_llama_worker.py"), str(model_dir),
+                               str(workdir / f"llama-{quantization}"), quantization],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     ready = json.loads(worker.stdout.readline())
     if "error" in ready:
         raise RuntimeError(ready["error"])
@@ -316,8 +351,13 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default="gpt2,qwen2,t5-small,bart-base")
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--labels", default=None,
+                        help="a comma list of the runs to take (default: all: "
+                             + ", ".join(RUNS) + "; seq2seq: " + ", ".join(SEQ2SEQ_RUNS) + ")")
     parser.add_argument("--ort-python", default=None,
                         help="a Python with optimum-onnx and onnxruntime (for system ort)")
+    parser.add_argument("--llama-python", default=None,
+                        help="a Python with llama-cpp-python (systems llama.cpp-q8_0, -q4_0)")
     parser.add_argument("--out", default=str(HERE / "results" / "generate"))
     parser.add_argument("--interleave", action="store_true",
                         help="set every system up first, then take each run's repetitions "
@@ -349,6 +389,13 @@ def main(argv=None) -> int:
         results["models"][name] = info
         vocab = model.get_output_embeddings().weight.shape[0]
         runs = SEQ2SEQ_RUNS if seq2seq else RUNS
+        if args.labels:
+            wanted = [label.strip() for label in args.labels.split(",")]
+            unknown_labels = [label for label in wanted if label not in runs]
+            if unknown_labels:
+                parser.error(f"--labels: unknown {', '.join(unknown_labels)} for {name} "
+                             f"(known: {', '.join(runs)})")
+            runs = {label: runs[label] for label in wanted}
         make_inputs = sources if seq2seq else prompts
         with tempfile.TemporaryDirectory(prefix=f"bench-generate-{name}-") as tmp:
             chosen = [s for s in systems if not seq2seq or s in SEQ2SEQ_SYSTEMS]
@@ -438,6 +485,15 @@ def _make(system: str, model, workdir: Path, args):
         return anyshape_generate(model)
     if system == "anyshape-iree-products":
         return anyshape_generate(model, product_kernel="iree")
+    if system in ("anyshape-int8", "anyshape-int4"):
+        return anyshape_generate(model, weights=system.split("-")[1])
+    if system in ("ct2-int8", "ct2-int8_float32"):
+        return ct2_generate(model, workdir, quantization=system.split("-")[1])
+    if system in ("llama.cpp-q8_0", "llama.cpp-q4_0"):
+        if not args.llama_python:
+            raise RuntimeError("no --llama-python given (a Python with llama-cpp-python and "
+                               "its converter: bench/README.md)")
+        return llama_generate(model, workdir, args.llama_python, system.split("-")[1])
     if system == "eager":
         return hf_generate(model)
     if system == "compile":
@@ -449,6 +505,12 @@ def _make(system: str, model, workdir: Path, args):
             raise RuntimeError("no --ort-python given (optimum-onnx needs transformers < 4.58)")
         return ort_generate(model, workdir, args.ort_python)
     raise ValueError(system)
+
+
+def _agreement(tokens: torch.Tensor, reference: torch.Tensor) -> str:
+    if tokens.shape != reference.shape:
+        return "shape differs"
+    return f"{100 * (tokens == reference).float().mean().item():.0f} % agree"
 
 
 def _write(results: dict, out: Path) -> None:
@@ -464,7 +526,8 @@ def _write(results: dict, out: Path) -> None:
              f"torch {results['torch']}; measured read bandwidth "
              f"{results['bandwidth_GBps']:.1f} GB/s\n",
              "Greedy, float32; decode tokens/s counts every row; "
-             "the median of the runs. 'same tokens': the system's new tokens are HF eager's. "
+             "the median of the runs. 'same tokens': the system's new tokens are HF eager's "
+             "(anyshape float32's where eager did not run). "
              + ("The systems' repetitions were taken in turn (--interleave).\n"
                 if results.get("interleaved") else "The systems ran one after another.\n")]
     for name, info in results["models"].items():
@@ -475,6 +538,12 @@ def _write(results: dict, out: Path) -> None:
         lines.append(f"\n## {name}: {info['weight_bytes'] / 1e6:.0f} MB of weights{', ' + read if read else ''}; "
                      f"{info.get('new_tokens', NEW_TOKENS)} new tokens; bandwidth "
                      f"bound at batch 1: {bound:.1f} tokens/s\n")
+        if any(system in BITS_PER_WEIGHT for by_system in info["runs"].values()
+               for system in by_system):
+            lines.append("Quantized systems: their bound is the float32 one times 32 over "
+                         "their bits per weight (int8 8, Q8_0 8.5, int4 and Q4_0 4.5, scales "
+                         "included); 'same tokens' is the share of their new tokens equal to "
+                         "HF eager's float32 ones, position by position.\n")
         setup = ", ".join(f"{s} {v:.0f} s" for s, v in info["setup_s"].items())
         lines.append(f"setup (compile, convert, export): {setup}\n")
         first = "time to first token ms" if seq2seq else "prefill ms"
@@ -482,12 +551,18 @@ def _write(results: dict, out: Path) -> None:
                      "% of bound (batch 1) | same tokens |")
         lines.append("|---|---|---|---|---|---|---|")
         for label, by_system in info["runs"].items():
-            reference = by_system.get("eager", {}).get("tokens")
+            # HF eager's tokens; without eager in the run, anyshape float32's
+            # (which are eager's: test_generate.py).
+            reference = by_system.get("eager", by_system.get("anyshape", {})).get("tokens")
+            reference_system = "eager" if "eager" in by_system else "anyshape"
             for system, m in by_system.items():
-                same = "-" if reference is None or system == "eager" else \
+                same = "-" if reference is None or system == reference_system else \
+                    _agreement(torch.as_tensor(m["tokens"]), reference) \
+                    if system in BITS_PER_WEIGHT else \
                     ("yes" if torch.equal(torch.as_tensor(m["tokens"]), reference) else "no")
-                share = f"{100 * m['tokens_per_s'] / bound:.0f} %" if label.startswith("b1") \
-                    else ""
+                system_bound = bound * 32 / BITS_PER_WEIGHT.get(system, 32)
+                share = f"{100 * m['tokens_per_s'] / system_bound:.0f} %" \
+                    if label.startswith("b1") else ""
                 lines.append(f"| {label} | {system} | {m['prefill_ms']:.1f} | "
                              f"{m['decode_ms']:.1f} | {m['tokens_per_s']:.1f} | {share} | "
                              f"{same} |")
