@@ -251,11 +251,16 @@ def ort_generate(model, workdir: Path, python: str):
     model_dir = workdir / "hf"
     if not model_dir.exists():
         _save_with_tokenizer(model, model_dir)
-    worker = subprocess.Popen([python, str(HERE / "generate_ort_worker.py"), str(model_dir),
-                               str(workdir / "onnx"),
-                               "seq2seq" if model.config.is_encoder_decoder else "causal"],
-                              stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    return _worker([python, str(HERE / "generate_ort_worker.py"), str(model_dir),
+                    str(workdir / "onnx"),
+                    "seq2seq" if model.config.is_encoder_decoder else "causal"])
+
+
+def _worker(command: list[str]):
+    """The ``run`` of a worker process (``command``) that prints
+    ``{"ready": ...}`` once set up, then answers each JSON line ``{"ids",
+    "mask", "new"}`` with ``{"tokens": ...}`` (or ``{"error": ...}``)."""
+    worker = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     ready = json.loads(worker.stdout.readline())
     if "error" in ready:
         raise RuntimeError(ready["error"])
@@ -279,23 +284,8 @@ def llama_generate(model, workdir: Path, python: str, quantization: str):
     model_dir = workdir / "hf"
     if not model_dir.exists():
         _save_with_tokenizer(model, model_dir)
-    worker = subprocess.Popen([python, str(HERE / "generate_llama_worker.py"), str(model_dir),
-                               str(workdir / f"llama-{quantization}"), quantization],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    ready = json.loads(worker.stdout.readline())
-    if "error" in ready:
-        raise RuntimeError(ready["error"])
-
-    def run(ids, mask, new):
-        worker.stdin.write(json.dumps({"ids": ids.tolist(), "mask": mask.tolist(),
-                                       "new": new}) + "\n")
-        worker.stdin.flush()
-        reply = json.loads(worker.stdout.readline())
-        if "error" in reply:
-            raise RuntimeError(reply["error"])
-        return torch.tensor(reply["tokens"])
-    run.worker = worker
-    return run
+    return _worker([python, str(HERE / "generate_llama_worker.py"), str(model_dir),
+                    str(workdir / f"llama-{quantization}"), quantization])
 
 
 # -- measuring -------------------------------------------------------------------------------

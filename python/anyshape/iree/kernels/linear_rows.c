@@ -765,16 +765,24 @@ static void block(const linear_rows_t* a, size_t row0, size_t row1,
 
 // Workgroup (gx, gy) of (nx, ny) takes the gx-th of nx runs of panels and the
 // gy-th of ny runs of rows; runs of rows are whole AVX-512 tiles but the last.
+// Its rows [r[0], r[1]) and panels [p[0], p[1]); whether it has any.
+static int workgroup_share(size_t m, size_t n, size_t gx, size_t nx, size_t gy, size_t ny,
+                           size_t r[2], size_t p[2]) {
+  size_t panels = (n + PANEL - 1) / PANEL;
+  size_t panels_per = (panels + nx - 1) / nx;
+  size_t rows_per = (m + ny - 1) / ny;
+  rows_per = (rows_per + TILE512_ROWS - 1) / TILE512_ROWS * TILE512_ROWS;
+  p[0] = gx * panels_per;
+  r[0] = gy * rows_per;
+  p[1] = p[0] + panels_per < panels ? p[0] + panels_per : panels;
+  r[1] = r[0] + rows_per < m ? r[0] + rows_per : m;
+  return p[0] < p[1] && r[0] < r[1];
+}
+
 static void workgroup(const linear_rows_t* a, size_t gx, size_t nx, size_t gy,
                       size_t ny) {
-  size_t panels = (a->n + PANEL - 1) / PANEL;
-  size_t panels_per = (panels + nx - 1) / nx;
-  size_t rows_per = (a->m + ny - 1) / ny;
-  rows_per = (rows_per + TILE512_ROWS - 1) / TILE512_ROWS * TILE512_ROWS;
-  size_t panel0 = gx * panels_per, row0 = gy * rows_per;
-  size_t panel1 = panel0 + panels_per < panels ? panel0 + panels_per : panels;
-  size_t row1 = row0 + rows_per < a->m ? row0 + rows_per : a->m;
-  if (panel0 < panel1 && row0 < row1) block(a, row0, row1, panel0, panel1);
+  size_t r[2], p[2];
+  if (workgroup_share(a->m, a->n, gx, nx, gy, ny, r, p)) block(a, r[0], r[1], p[0], p[1]);
 }
 
 // The entry points the dispatches call (llvm.bareptr memrefs: a base pointer,

@@ -384,14 +384,8 @@ NOINLINE static void quantized_block(const quantized_t* a, size_t row0, size_t r
 
 static void quantized_workgroup(const quantized_t* a, size_t gx, size_t nx, size_t gy,
                                 size_t ny) {
-  size_t panels = (a->n + PANEL - 1) / PANEL;
-  size_t panels_per = (panels + nx - 1) / nx;
-  size_t rows_per = (a->m + ny - 1) / ny;
-  rows_per = (rows_per + TILE512_ROWS - 1) / TILE512_ROWS * TILE512_ROWS;
-  size_t panel0 = gx * panels_per, row0 = gy * rows_per;
-  size_t panel1 = panel0 + panels_per < panels ? panel0 + panels_per : panels;
-  size_t row1 = row0 + rows_per < a->m ? row0 + rows_per : a->m;
-  if (panel0 < panel1 && row0 < row1) quantized_block(a, row0, row1, panel0, panel1);
+  size_t r[2], p[2];
+  if (workgroup_share(a->m, a->n, gx, nx, gy, ny, r, p)) quantized_block(a, r[0], r[1], p[0], p[1]);
 }
 
 // The entry points (llvm.bareptr memrefs of float: a base pointer, then an
