@@ -22,7 +22,12 @@ _RESOURCE_KEY = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>]+)>')
 
 def resource_key(literal) -> str | None:
     """The blob name of a ``torch.vtensor.literal`` over a ``dense_resource``."""
-    found = _RESOURCE_KEY.match(str(literal.attributes["value"]))
+    return attribute_resource_key(literal.attributes["value"])
+
+
+def attribute_resource_key(attribute) -> str | None:
+    """The blob name of a ``dense_resource`` attribute; None for another."""
+    found = _RESOURCE_KEY.match(str(attribute))
     return None if found is None else found.group(1).strip('"')
 
 

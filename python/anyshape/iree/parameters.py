@@ -17,12 +17,12 @@ when the module loads. The archive holds each weight once, as the model does
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 
 from anyshape.dialects import builtin_tensor_text
+from anyshape.iree.constant_values import resource_key
 from anyshape.mlir import iree_bindings, operations_in
 from anyshape.runtime.compiled_module import PARAMETER_SCOPE, PARAMETERS, write_archive
 
@@ -30,7 +30,6 @@ SCOPE = PARAMETER_SCOPE
 _GLOBAL_PREFIX = "param."
 ARCHIVE = PARAMETERS
 
-_RESOURCE_KEY = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>]+)>')
 
 
 def externalize_weights(in_file: Path, out_file: Path, weights: dict[str, np.ndarray],
@@ -49,9 +48,9 @@ def externalize_weights(in_file: Path, out_file: Path, weights: dict[str, np.nda
         literals = []
         for op in operations_in(module.operation):
             if op.name == "torch.vtensor.literal":
-                key = _RESOURCE_KEY.match(str(op.attributes["value"]))
-                if key is not None and key.group(1).strip('"') in weights:
-                    literals.append((op, key.group(1).strip('"')))
+                key = resource_key(op)
+                if key is not None and key in weights:
+                    literals.append((op, key))
         globals_: dict[str, object] = {}
         first = module.body.operations[0]
         for literal, key in literals:

@@ -14,7 +14,7 @@ import hashlib
 
 import numpy as np
 
-from anyshape.iree.constant_values import resource_key
+from anyshape.iree.constant_values import attribute_resource_key, resource_key
 from anyshape.iree.quantized_weights import PANEL, WeightFormat, check_shape, packed
 
 class QuantizedBlobs:
@@ -50,7 +50,7 @@ class QuantizedBlobs:
                    np.dtype(np.float32): ir.F32Type.get()}[array.dtype]
         attribute = ir.DenseResourceElementsAttr.get_from_buffer(
             array, name, ir.RankedTensorType.get(list(array.shape), element))
-        self.arrays[_key_of(attribute)] = array
+        self.arrays[attribute_resource_key(attribute)] = array
         return attribute
 
     def _literal(self, attribute):
@@ -60,12 +60,6 @@ class QuantizedBlobs:
         vtensor = ir.Type.parse(f"!torch.vtensor<[{sizes.replace('x', ',')}],{dtype}>")
         return ir.Operation.create("torch.vtensor.literal", results=[vtensor],
                                    attributes={"value": attribute}).result
-
-
-def _key_of(attribute) -> str:
-    class _Literal:  # resource_key reads a literal's "value" attribute
-        attributes = {"value": attribute}
-    return resource_key(_Literal())
 
 
 def _described(weight, start: int, end: int, n: int) -> str:
