@@ -85,7 +85,7 @@ ORT_STAMP := $(ORT_VENV)/.installed
 $(ORT_STAMP):
 	test -x $(ORT_VENV)/bin/python || $(PYTHON) -m venv $(ORT_VENV)
 	$(ORT_VENV)/bin/pip install --quiet torch==2.13.0 transformers==4.57.6 optimum==2.1.0 \
-		optimum-onnx==0.1.0 onnxruntime==1.32.0 onnx==1.23.2
+		optimum-onnx==0.1.0 onnxruntime==1.32.0 onnx==1.23.2 onnx-ir==1.1.0
 	touch $(ORT_STAMP)
 
 bench-generate: $(BENCH_STAMP) $(ORT_STAMP)
@@ -113,12 +113,13 @@ $(LLAMA_STAMP):
 		llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp/gguf-py
 	touch $(LLAMA_STAMP)
 
-# anyshape's int8 and int4 weights against CTranslate2's and llama.cpp's,
-# and their accuracy (bench/quantized_accuracy.py).
-QUANTIZED_SYSTEMS := anyshape,anyshape-int8,anyshape-int4,ct2-int8,ct2-int8_float32,llama.cpp-q8_0,llama.cpp-q4_0,eager
-bench-quantized: $(BENCH_STAMP) $(LLAMA_STAMP)
+# anyshape's int8 and int4 weights against CTranslate2's, ONNX Runtime's and
+# llama.cpp's, and their accuracy (bench/quantized_accuracy.py).
+QUANTIZED_SYSTEMS := anyshape,anyshape-int8,anyshape-int4,ct2-int8,ct2-int8_float32,ort-int8,ort-int4,llama.cpp-q8_0,llama.cpp-q4_0,eager
+bench-quantized: $(BENCH_STAMP) $(LLAMA_STAMP) $(ORT_STAMP)
 	$(PY) bench/generate.py --models gpt2,qwen2 --systems $(QUANTIZED_SYSTEMS) --interleave \
-		--llama-python $(LLAMA_VENV)/bin/python --out bench/results/quantized $(BENCH_ARGS)
+		--llama-python $(LLAMA_VENV)/bin/python --ort-python $(ORT_VENV)/bin/python \
+		--out bench/results/quantized $(BENCH_ARGS)
 	$(PY) bench/quantized_accuracy.py --out bench/results/quantized
 
 bench: $(BENCH_STAMP)

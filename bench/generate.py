@@ -63,12 +63,17 @@ SYSTEMS = ("anyshape", "eager", "compile", "ct2", "ort")
 # and the quantized weights of anyshape and its peers (docs/quantized-weights.md):
 # anyshape's int8 and int4 (groups of 32); CTranslate2's int8 (int8 products)
 # and int8_float32 (int8 weights, float32 products); llama.cpp's Q8_0 and Q4_0
-# through llama-cpp-python (--llama-python, bench/generate_llama_worker.py).
+# through llama-cpp-python (--llama-python, bench/generate_llama_worker.py);
+# ONNX Runtime's export quantized by its own quantizers: int8 weights and
+# activations (quantize_dynamic, per channel) and int4 weights (MatMulNBits,
+# groups of 32, int8 products: accuracy_level 4) (--ort-python).
 QUANTIZED_SYSTEMS = ("anyshape-int8", "anyshape-int4", "ct2-int8", "ct2-int8_float32",
+                     "ort-int8", "ort-int4",
                      "llama.cpp-q8_0", "llama.cpp-q4_0")
 OPTIONAL_SYSTEMS = ("anyshape-iree-products",) + QUANTIZED_SYSTEMS
 # Bytes a decode step reads per weight of its products, by system (the bound).
-BITS_PER_WEIGHT = {"anyshape-int8": 8, "ct2-int8": 8, "ct2-int8_float32": 8,
+BITS_PER_WEIGHT = {"anyshape-int8": 8, "ct2-int8": 8, "ct2-int8_float32": 8, "ort-int8": 8,
+                   "ort-int4": 4.5,
                    "llama.cpp-q8_0": 8.5, "anyshape-int4": 4.5, "llama.cpp-q4_0": 4.5}
 # torch.compile with a static cache is the causal LMs' peer only.
 SEQ2SEQ_SYSTEMS = ("anyshape", "anyshape-iree-products", "eager", "ct2", "ort")
@@ -245,15 +250,17 @@ def _save_with_tokenizer(model, directory: Path) -> None:
     tokenizer.save_pretrained(directory)
 
 
-def ort_generate(model, workdir: Path, python: str):
+def ort_generate(model, workdir: Path, python: str, quantization: str = "float32"):
     """optimum-onnx's with-past export and ORTModelForCausalLM, in ``python``
-    (another environment), driven over JSON lines."""
+    (another environment), driven over JSON lines; with ``quantization``
+    int8 or int4, the export quantized by onnxruntime's own quantizers
+    (generate_ort_worker.py)."""
     model_dir = workdir / "hf"
     if not model_dir.exists():
         _save_with_tokenizer(model, model_dir)
     return _worker([python, str(HERE / "generate_ort_worker.py"), str(model_dir),
-                    str(workdir / "onnx"),
-                    "seq2seq" if model.config.is_encoder_decoder else "causal"])
+                    str(workdir / f"onnx-{quantization}"),
+                    "seq2seq" if model.config.is_encoder_decoder else "causal", quantization])
 
 
 def _worker(command: list[str]):
@@ -494,6 +501,10 @@ def _make(system: str, model, workdir: Path, args):
         if not args.ort_python:
             raise RuntimeError("no --ort-python given (optimum-onnx needs transformers < 4.58)")
         return ort_generate(model, workdir, args.ort_python)
+    if system in ("ort-int8", "ort-int4"):
+        if not args.ort_python:
+            raise RuntimeError("no --ort-python given (optimum-onnx needs transformers < 4.58)")
+        return ort_generate(model, workdir, args.ort_python, system.split("-")[1])
     raise ValueError(system)
 
 

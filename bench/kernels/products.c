@@ -7,8 +7,13 @@
 // dispatch splits them (linear_rows.py's executable_text) and taken by
 // `threads` workers in turn, as IREE's task system takes them.
 //
-// usage: products <threads> <layers> <rounds> <rows>...
-// prints, per row count: rows, threads, the median and the fastest round in ms.
+// With format q8 or q4 the weights are int8 or int4 (groups of 32) in the
+// quantized entry points' layout (quantized_panels.h), their values
+// arbitrary (the time does not depend on them), for the float32 kernel's
+// figures side by side with the quantized ones'.
+//
+// usage: products <f32|q8|q4> <threads> <layers> <rounds> <rows>...
+// prints, per row count: format, rows, threads, the median and the fastest round in ms.
 
 #define _POSIX_C_SOURCE 200809L  // pthread barriers, clock_gettime
 
@@ -24,13 +29,27 @@ void anyshape_linear_rows(const float* x, size_t x_offset, const float* packed,
                           float* y, size_t y_offset, size_t m, size_t n, size_t k,
                           size_t gx, size_t nx, size_t gy, size_t ny);
 
+void anyshape_linear_rows_q8(const float* x, size_t x_offset, const float* q,
+                             size_t q_offset, const float* scales, size_t scales_offset,
+                             const float* bias, size_t bias_offset, float* y,
+                             size_t y_offset, size_t m, size_t n, size_t k, size_t gx,
+                             size_t nx, size_t gy, size_t ny);
+void anyshape_linear_rows_q4(const float* x, size_t x_offset, const float* q,
+                             size_t q_offset, const float* scales, size_t scales_offset,
+                             const float* bias, size_t bias_offset, float* y,
+                             size_t y_offset, size_t m, size_t n, size_t k, size_t group,
+                             size_t gx, size_t nx, size_t gy, size_t ny);
+
 // linear_rows.py's PANEL, ROWS_PER_WORKGROUP, PANELS_PER_WORKGROUP, TILE_ROWS.
-enum { PANEL = 16, ROWS_PER_WG = 192, PANELS_PER_WG = 8, TILE_ROWS = 12 };
+enum { PANEL = 16, ROWS_PER_WG = 192, PANELS_PER_WG = 8, TILE_ROWS = 12, GROUP = 32 };
+enum format { F32, Q8, Q4 };
 
 typedef struct {
   size_t k, n;
-  float *packed, *bias;
+  float *packed, *bias, *scales;
 } product_t;
+
+static enum format format;
 
 static product_t* products;
 static size_t count, rows, threads;
@@ -56,8 +75,15 @@ static void* worker(void* arg) {
     size_t nx, ny;
     grid(p, &nx, &ny);
     for (size_t g; (g = atomic_fetch_add(&next[i], 1)) < nx * ny;)
-      anyshape_linear_rows(x, 0, p->packed, 0, p->bias, 0, y, 0, rows, p->n, p->k, g % nx,
-                           nx, g / nx, ny);
+      if (format == Q8)
+        anyshape_linear_rows_q8(x, 0, p->packed, 0, p->scales, 0, p->bias, 0, y, 0, rows,
+                                p->n, p->k, g % nx, nx, g / nx, ny);
+      else if (format == Q4)
+        anyshape_linear_rows_q4(x, 0, p->packed, 0, p->scales, 0, p->bias, 0, y, 0, rows,
+                                p->n, p->k, GROUP, g % nx, nx, g / nx, ny);
+      else
+        anyshape_linear_rows(x, 0, p->packed, 0, p->bias, 0, y, 0, rows, p->n, p->k, g % nx,
+                             nx, g / nx, ny);
     pthread_barrier_wait(&barrier);  // as the module's dispatches, one after the other
   }
   return NULL;
@@ -74,6 +100,21 @@ static int by_value(const void* a, const void* b) {
   return (d > 0) - (d < 0);
 }
 
+// n bytes of arbitrary int8 or int4 weights (as floats' storage, which the
+// entry points take).
+static float* bytes(size_t n) {
+  unsigned char* p = aligned_alloc(64, ceil_div(n, 64) * 64);
+  for (size_t i = 0; i < n; ++i) p[i] = (unsigned char)((i * 2654435761u) >> 13);
+  return (float*)p;
+}
+
+// n float16 scales of 1/64 (0x2400).
+static float* halves(size_t n) {
+  unsigned short* p = aligned_alloc(64, ceil_div(n * 2, 64) * 64);
+  for (size_t i = 0; i < n; ++i) p[i] = 0x2400;
+  return (float*)p;
+}
+
 static float* filled(size_t n) {
   float* p = aligned_alloc(64, ceil_div(n * sizeof(float), 64) * 64);
   for (size_t i = 0; i < n; ++i) p[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
@@ -81,10 +122,13 @@ static float* filled(size_t n) {
 }
 
 int main(int argc, char** argv) {
-  if (argc < 5) {
-    fprintf(stderr, "usage: %s <threads> <layers> <rounds> <rows>...\n", argv[0]);
+  if (argc < 6 || (strcmp(argv[1], "f32") && strcmp(argv[1], "q8") && strcmp(argv[1], "q4"))) {
+    fprintf(stderr, "usage: %s <f32|q8|q4> <threads> <layers> <rounds> <rows>...\n", argv[0]);
     return 2;
   }
+  format = !strcmp(argv[1], "q8") ? Q8 : !strcmp(argv[1], "q4") ? Q4 : F32;
+  ++argv;
+  --argc;
   threads = strtoul(argv[1], 0, 10);
   size_t layers = strtoul(argv[2], 0, 10), rounds = strtoul(argv[3], 0, 10);
   const size_t shapes[6][2] = {{768, 768}, {768, 768}, {768, 768}, {768, 768},
@@ -95,7 +139,16 @@ int main(int argc, char** argv) {
     product_t* p = &products[i];
     p->k = shapes[i % 6][0];
     p->n = shapes[i % 6][1];
-    p->packed = filled(ceil_div(p->n, PANEL) * PANEL * p->k);
+    const size_t columns = ceil_div(p->n, PANEL) * PANEL;
+    if (format == Q8) {
+      p->packed = bytes(columns * p->k);
+      p->scales = filled(columns);
+    } else if (format == Q4) {
+      p->packed = bytes(columns * p->k / 2);
+      p->scales = halves(columns * p->k / GROUP);
+    } else {
+      p->packed = filled(columns * p->k);
+    }
     p->bias = filled(p->n);
   }
   next = calloc(count, sizeof(atomic_size_t));
@@ -116,8 +169,8 @@ int main(int argc, char** argv) {
       pthread_barrier_destroy(&barrier);
     }
     qsort(times, rounds, sizeof(double), by_value);
-    printf("rows %zu threads %zu: %.2f ms median, %.2f fastest (%zu rounds of %zu products)\n",
-           rows, threads, times[rounds / 2], times[0], rounds, count);
+    printf("%s rows %zu threads %zu: %.2f ms median, %.2f fastest (%zu rounds of %zu products)\n",
+           format == Q8 ? "q8" : format == Q4 ? "q4" : "f32", rows, threads, times[rounds / 2], times[0], rounds, count);
     fflush(stdout);
     free(x);
     free(y);

@@ -4,7 +4,8 @@ The kernel is the object a module links: ``kernels/build.py`` builds it with
 the module's flags, its instruction set capped at ``--isa`` (as a module for a
 CPU without AVX-512, or without AVX2, links it), and the harness is linked
 against it. Not a test: it prints milliseconds per round of roberta-base's
-products, for the figures ``linear_rows.c`` and docs/iree-notes.md cite.
+products, for the figures ``linear_rows.c`` and docs/iree-notes.md cite;
+``--formats f32 q8 q4`` adds the quantized entry points' (int8, int4).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ def main(argv=None) -> int:
                         help="the widest instruction set (the host's, where it has less)")
     parser.add_argument("--layers", type=int, default=12, help="roberta-base has 12")
     parser.add_argument("--rounds", type=int, default=9, help="timed rounds (the median is shown)")
+    parser.add_argument("--formats", nargs="+", choices=("f32", "q8", "q4"), default=["f32"],
+                        help="the weights' format: float32, or int8 / int4 (groups of 32) "
+                             "through the quantized entry points")
     args = parser.parse_args(argv)
     built, why = build.kernel_object(linear_rows.SOURCE, ISAS[args.isa])
     if built is None:
@@ -47,8 +51,9 @@ def main(argv=None) -> int:
         print(f"{linear_rows.SOURCE.name} ({built.name}), --isa {args.isa}: the {runs} code "
               f"runs, {args.layers} layers of roberta-base's products", flush=True)
         for threads in args.threads:
-            subprocess.run([str(harness), str(threads), str(args.layers), str(args.rounds),
-                            *map(str, args.rows)], check=True)
+            for fmt in args.formats:
+                subprocess.run([str(harness), fmt, str(threads), str(args.layers),
+                                str(args.rounds), *map(str, args.rows)], check=True)
     return 0
 
 
