@@ -109,7 +109,7 @@ def _host_library(tmp_path, isa: str):
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
 def test_every_path_computes_every_row_count(tmp_path, isa):
     """Rows 1 to 4 (the tiles that dequantize in registers: 1 or 2 rows by
-    two panels, 3 or 4 by one), 5 and up (blocks of 128 k dequantized on the
+    two panels, 3 or 4 by one), 5 and up (blocks of 256 k dequantized on the
     stack, taken by the float32 tiles: 15, 16, 33, 193 take each of their
     paths), n with a partial last panel and an odd panel count, k within one
     block and over several (the last short), int8 and int4 in each group

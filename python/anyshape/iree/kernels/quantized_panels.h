@@ -11,7 +11,7 @@
 //   four bits and k + 1 in its high ones; one float16 scale per group and
 //   column, s4[p][k / group][j].
 //
-// A workgroup dequantizes QUANT_K k of two panels at a time into a float32
+// A workgroup dequantizes QUANT_K k of a panel at a time into a float32
 // block on its stack (scales applied), where it stays in L1, and runs the
 // float32 tiles over it as a part of the product (linear_rows_t's strides and
 // `resume`): the weights are read from memory at their own size, once per run
@@ -20,12 +20,16 @@
 #ifndef ANYSHAPE_KERNELS_QUANTIZED_PANELS_H_
 #define ANYSHAPE_KERNELS_QUANTIZED_PANELS_H_
 
-// k dequantized at a time: two panels of it are 16 KiB of the worker's
-// stack, beside the float32 tiles' own frames (FRAME_BUDGET in build.py is
-// per function; a worker's 48 KiB holds both). A multiple of every group
-// size, so that a block holds whole groups.
-#define QUANT_K 128
-#define QUANT_PANELS 2
+// k dequantized at a time, of one panel: 16 KiB of the worker's stack,
+// beside the float32 tiles' own frames (FRAME_BUDGET in build.py is per
+// function; a worker's 48 KiB holds both). A multiple of every group size,
+// so that a block holds whole groups. One panel of 256 k took roberta-base's
+// products at 333 rows in about 0.7 of the time of two panels of 128 in
+// most runs, and as long in a few (`make bench-kernels`,
+// docs/quantized-weights.md): the float32 tiles re-read the block once per
+// tile of rows, and one panel's block stays in L1 beside x.
+#define QUANT_K 256
+#define QUANT_PANELS 1
 
 typedef struct {
   const float* x;          // rows of x, k floats apart
@@ -348,7 +352,7 @@ static void dequantize(const quantized_t* a, size_t panel, size_t np, size_t k0,
   dequantize_portable(a, panel, np, k0, steps, block);
 }
 
-// Rows [row0, row1) by panels [panel0, panel1): for each two panels, each
+// Rows [row0, row1) by panels [panel0, panel1): for each QUANT_PANELS, each
 // block of QUANT_K k dequantized and taken by the float32 tiles as a part of
 // the product, whose sums the next block resumes.
 NOINLINE static void quantized_block(const quantized_t* a, size_t row0, size_t row1,
