@@ -23,11 +23,9 @@
 // k dequantized at a time, of one panel: 16 KiB of the worker's stack,
 // beside the float32 tiles' own frames (FRAME_BUDGET in build.py is per
 // function; a worker's 48 KiB holds both). A multiple of every group size,
-// so that a block holds whole groups. One panel of 256 k took roberta-base's
-// products at 333 rows in about 0.7 of the time of two panels of 128 in
-// most runs, and as long in a few (`make bench-kernels`,
-// docs/quantized-weights.md): the float32 tiles re-read the block once per
-// tile of rows, and one panel's block stays in L1 beside x.
+// so that a block holds whole groups. One panel of 256 k rather than two of
+// 128 (the same 16 KiB): each tile of rows stores and resumes its sums half
+// as often (docs/quantized-weights.md, "The kernel alone").
 #define QUANT_K 256
 #define QUANT_PANELS 1
 
