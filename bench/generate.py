@@ -497,14 +497,11 @@ def _make(system: str, model, workdir: Path, args):
         return hf_static_compiled(model)
     if system == "ct2":
         return ct2_generate(model, workdir)
-    if system == "ort":
+    if system in ("ort", "ort-int8", "ort-int4"):
         if not args.ort_python:
             raise RuntimeError("no --ort-python given (optimum-onnx needs transformers < 4.58)")
-        return ort_generate(model, workdir, args.ort_python)
-    if system in ("ort-int8", "ort-int4"):
-        if not args.ort_python:
-            raise RuntimeError("no --ort-python given (optimum-onnx needs transformers < 4.58)")
-        return ort_generate(model, workdir, args.ort_python, system.split("-")[1])
+        return ort_generate(model, workdir, args.ort_python,
+                            system.partition("-")[2] or "float32")
     raise ValueError(system)
 
 

@@ -43,6 +43,7 @@ void anyshape_linear_rows_q4(const float* x, size_t x_offset, const float* q,
 // linear_rows.py's PANEL, ROWS_PER_WORKGROUP, PANELS_PER_WORKGROUP, TILE_ROWS.
 enum { PANEL = 16, ROWS_PER_WG = 192, PANELS_PER_WG = 8, TILE_ROWS = 12, GROUP = 32 };
 enum format { F32, Q8, Q4 };
+static const char* const names[] = {"f32", "q8", "q4"};
 
 typedef struct {
   size_t k, n;
@@ -126,7 +127,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s <f32|q8|q4> <threads> <layers> <rounds> <rows>...\n", argv[0]);
     return 2;
   }
-  format = !strcmp(argv[1], "q8") ? Q8 : !strcmp(argv[1], "q4") ? Q4 : F32;
+  for (format = F32; strcmp(argv[1], names[format]); ++format) {
+  }
   ++argv;
   --argc;
   threads = strtoul(argv[1], 0, 10);
@@ -170,7 +172,7 @@ int main(int argc, char** argv) {
     }
     qsort(times, rounds, sizeof(double), by_value);
     printf("%s rows %zu threads %zu: %.2f ms median, %.2f fastest (%zu rounds of %zu products)\n",
-           format == Q8 ? "q8" : format == Q4 ? "q4" : "f32", rows, threads, times[rounds / 2], times[0], rounds, count);
+           names[format], rows, threads, times[rounds / 2], times[0], rounds, count);
     fflush(stdout);
     free(x);
     free(y);
