@@ -68,6 +68,10 @@ class BackendOptions:
     with one scale per output channel, int4 with one per ``group_size``
     (32, the default; 64 or 128) inputs of each output channel. CPU targets
     only; their accuracy and speed: docs/quantized-weights.md.
+    ``weights_from``: "gptq" or "bitsandbytes" for a pre-quantized checkpoint,
+    set by ``compile`` and ``compile_generator`` from the model's
+    ``quantization_config``: its own codes are stored, and the weights it kept
+    in float stay float32 (frontend/prequantized.py).
     """
 
     cuda_arch: str | None = None
@@ -82,6 +86,7 @@ class BackendOptions:
     product_kernel: str = "anyshape"
     weights: str = "float32"
     group_size: int | None = None
+    weights_from: str | None = None
 
 
 class _Unset:

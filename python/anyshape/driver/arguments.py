@@ -21,10 +21,6 @@ def check_model_and_inputs(model, args, kwargs, dtype, entries: dict | None) -> 
     example inputs."""
     import torch
 
-    from anyshape.frontend.hf import refuse_prequantized
-
-    refuse_prequantized(model)
-
     exported_already = isinstance(model, torch.export.ExportedProgram)
     if exported_already and (args is not None or kwargs):
         raise TypeError("args: expected none with an ExportedProgram (it was exported with its "
@@ -56,7 +52,8 @@ def target_from(target: str, backend: BackendOptions, padding: str | None) -> Ta
         compile_target = dataclasses.replace(compile_target, outer_dim_concat=False)
     compile_target = with_matmul_precision(compile_target, backend.matmul_precision)
     compile_target = with_product_kernel(compile_target, backend.product_kernel)
-    compile_target = with_weights(compile_target, backend.weights, backend.group_size)
+    compile_target = with_weights(compile_target, backend.weights, backend.group_size,
+                                  backend.weights_from)
     if not isinstance(backend.in_place_writes, bool):
         raise TypeError(f"in_place_writes: expected True or False, got "
                         f"{backend.in_place_writes!r}")

@@ -111,6 +111,18 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     position count: BERT's ``seq <= 512``), the dim gets that max, with a
     ``DimBoundedByConfig`` warning naming it; True: refused, as torch does.
     """
+    from anyshape.frontend.prequantized import quantization_method
+
+    if quantization_method(model) is not None and (backend is None or backend.weights_from is None):
+        from anyshape.frontend.prequantized import float_images
+
+        with float_images(model, dtype) as checkpoint:
+            return compile(model, args, kwargs, dynamic_shapes=dynamic_shapes, target=target,
+                           dtype=dtype, padding=padding, backend=checkpoint.backend(backend),
+                           passes=passes, dump_ir_dir=dump_ir_dir, progress=progress,
+                           cache=cache, entries=entries, strict_dims=strict_dims,
+                           cuda_arch=cuda_arch, opt_level=opt_level, data_tiling=data_tiling,
+                           threads=threads, params=params, target_cpu=target_cpu)
     entries = check_model_and_inputs(model, args, kwargs, dtype, entries)
     if not isinstance(strict_dims, bool):
         raise TypeError(f"strict_dims: expected True or False, got {strict_dims!r}")
@@ -288,7 +300,9 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
     signature, target = compilation.signature, compilation.target
     dump_ir_dir, report = compilation.dump_ir_dir, compilation.report
     pass_names = compilation.pass_names
-    if target.data_tiling:
+    if target.data_tiling or target.weights != "float32":
+        # Quantized weights are computed by the kernel only, which routes the
+        # products in the forms this pass writes: it runs without data tiling too.
         kernel_products = kernel_for(target)[0] is not None
         pass_names = with_data_tiling_forms(list(pass_names), kernel_products)
     for element in pass_names:

@@ -50,7 +50,8 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
     facts = dim_facts and states_dim_facts(compilation.target) and has_dim_facts(module)
     in_place = compilation.in_place
     kernel, unavailable = kernel_for(compilation.target)
-    quantized = weight_format(compilation.target.weights, compilation.target.group_size)
+    quantized = weight_format(compilation.target.weights, compilation.target.group_size,
+                              compilation.target.weights_from)
     if quantized.quantized:
         if kernel is None:
             raise ValueError(f"weights: {quantized.name!r} weights are computed by anyshape's "

@@ -198,25 +198,3 @@ def unique_parameter_bytes(model: torch.nn.Module) -> int:
     embedding and LM head count once)."""
     return sum({t.data_ptr(): t.numel() * t.element_size()
                 for t in [*model.parameters(), *model.buffers()]}.values())
-
-
-def refuse_prequantized(model) -> None:
-    """A NotImplementedError naming the format where ``model`` is a
-    pre-quantized checkpoint (its HF config carries a ``quantization_config``:
-    GPTQ, AWQ, bitsandbytes, ...), whose packed weights anyshape does not
-    read yet: its own quantization starts from float weights."""
-    config = getattr(model, "config", None)
-    quantization = getattr(config, "quantization_config", None)
-    if quantization is None:
-        return
-    method = quantization.get("quant_method") if isinstance(quantization, dict) else \
-        getattr(quantization, "quant_method", None)
-    method = getattr(method, "value", method)
-    bits = quantization.get("bits") if isinstance(quantization, dict) else \
-        getattr(quantization, "bits", None)
-    described = f"'{method}'" + (f" ({bits}-bit)" if bits else "")
-    raise NotImplementedError(
-        f"model: a pre-quantized checkpoint (its config's quantization_config is {described}); "
-        f"anyshape does not read {method} weights yet. Load the float checkpoint and compile "
-        f"it with backend=anyshape.BackendOptions(weights='int8' or 'int4'), which quantizes "
-        f"the weights itself")

@@ -25,7 +25,6 @@ from typing import Any
 
 import torch
 
-from anyshape.frontend.hf import refuse_prequantized
 
 from anyshape.generation.model_spec import (DECODE_ENTRIES, DECODE_ENTRY, export_or_warn,
                                              generation_config_of, model_spec)
@@ -51,10 +50,21 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
     ``outer_dim_concat`` is set to False);
     ``threads`` is a shorthand for its field. ``cache``, ``progress``,
     ``dump_ir_dir``: as for ``anyshape.compile``."""
+    from anyshape.frontend.prequantized import float_images
+
+    _check_model(model)
+    with float_images(model, dtype) as checkpoint:
+        if checkpoint is not None:
+            backend = checkpoint.backend(backend)
+        return _compiled_generator(model, target, dtype, backend, cache, progress,
+                                   dump_ir_dir, threads)
+
+
+def _compiled_generator(model, target, dtype, backend, cache, progress, dump_ir_dir,
+                        threads) -> Generator:
     import anyshape
     from anyshape.options import BackendOptions
 
-    _check_model(model)
     takes_additive_mask(model.config)  # refuses masks it cannot build before a model runs
     if dtype is not None:
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -147,7 +157,6 @@ def _check_model(model: Any) -> None:
             not hasattr(model, "generate"):
         raise TypeError(f"model: expected a HuggingFace *ForCausalLM or encoder-decoder (a "
                         f"torch.nn.Module with a config and generate), got {type(model).__name__}")
-    refuse_prequantized(model)
     if getattr(config, "is_encoder_decoder", False) and (
             getattr(model, "main_input_name", "input_ids") != "input_ids"
             or not hasattr(model, "get_encoder")):

@@ -291,7 +291,7 @@ WORKAROUNDS = (
 )
 
 
-def with_weights(target: Target, weights, group_size) -> Target:
+def with_weights(target: Target, weights, group_size, weights_from: str | None = None) -> Target:
     """``target`` with the weights of its products with a weight of the
     model stored as ``weights`` asks: "float32" (as the model has them),
     "int8" or "int4" (with ``group_size``), quantized at compile time and
@@ -299,6 +299,9 @@ def with_weights(target: Target, weights, group_size) -> Target:
     from anyshape.iree.quantized_weights import weight_format
 
     fmt = weight_format(weights, group_size)
+    if weights_from not in (None, "gptq", "bitsandbytes"):
+        raise ValueError(f"weights_from: expected None, 'gptq' or 'bitsandbytes', "
+                         f"got {weights_from!r}")
     if not fmt.quantized:
         return target
     if target.name != "cpu":
@@ -313,4 +316,5 @@ def with_weights(target: Target, weights, group_size) -> Target:
         raise ValueError(f"weights: {fmt.name!r} products compute in float32 from the "
                          f"dequantized weights, not with matmul_precision="
                          f"{target.matmul_precision!r}; give one or the other")
-    return dataclasses.replace(target, weights=fmt.name, group_size=fmt.group_size)
+    return dataclasses.replace(target, weights=fmt.name, group_size=fmt.group_size,
+                               weights_from=weights_from)

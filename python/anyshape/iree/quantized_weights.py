@@ -38,18 +38,24 @@ class QuantizationError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class WeightFormat:
     """How products with a weight of the model store it: "float32" (as the
-    model has it), "int8" or "int4" with ``group_size``."""
+    model has it), "int8" or "int4" with ``group_size``. ``checkpoint``: the
+    codes are a pre-quantized checkpoint's (frontend/prequantized.py): only
+    weights that are exact images of codes in this format are stored so
+    (``exact_codes``); the others stay float32, as the checkpoint kept them."""
     name: str = "float32"
     group_size: int | None = None
+    checkpoint: str | None = None
 
     @property
     def quantized(self) -> bool:
         return self.name != "float32"
 
 
-def weight_format(weights, group_size) -> WeightFormat:
+def weight_format(weights, group_size, checkpoint: str | None = None) -> WeightFormat:
     """The ``WeightFormat`` that ``BackendOptions(weights=..., group_size=...)``
     asks for, or a ValueError naming the argument."""
+    if checkpoint is not None:
+        return dataclasses.replace(weight_format(weights, group_size), checkpoint=checkpoint)
     if weights not in FORMATS:
         raise ValueError(f"weights: expected one of {', '.join(map(repr, FORMATS))}, "
                          f"got {weights!r}")
@@ -104,6 +110,50 @@ def quantize(weight: np.ndarray, fmt: WeightFormat) -> tuple[np.ndarray, np.ndar
     return np.clip(q, -8, 7).astype(np.int8).reshape(n, k), scale16
 
 
+# An int4 group's value of largest magnitude is its code times the scale: the
+# codes it may be, -8 first (``quantize``'s choice), then by magnitude.
+_EXTREME_CODES = (-8, 7, -7, 6, -6, 5, -5, 4, -4, 3, -3, 2, -2, 1, -1)
+# An int8 image's codes times its scale are the values within this much of
+# the scale (float32 rounding of a scale the checkpoint stored another way);
+# a float weight rounded to codes is off by up to half of it.
+_INT8_IMAGE_RESIDUAL = 2.0 ** -12
+
+
+def exact_codes(weight: np.ndarray, fmt: WeightFormat) -> tuple[np.ndarray, np.ndarray] | None:
+    """(q, scales) as ``quantize`` gives them, whose dequantized values are
+    ``weight`` [n, k]: exactly for int4 (each group's scale a float16 the
+    group's values are integer multiples of, in [-8, 7]), and to within
+    float32 rounding of the scale for int8; None where ``weight`` is no such
+    image (a float weight that was never quantized)."""
+    w = np.asarray(weight, dtype=np.float32)
+    n, k = w.shape
+    if fmt.name == "int8":
+        q, scale = quantize(w, fmt)
+        residual = np.abs(q.astype(np.float32) * scale[:, None] - w).max(axis=1, initial=0.0)
+        return (q, scale) if (residual <= _INT8_IMAGE_RESIDUAL * scale).all() else None
+    if fmt.name != "int4" or k % fmt.group_size:
+        return None
+    groups = w.reshape(n, k // fmt.group_size, fmt.group_size)
+    at = np.abs(groups).argmax(axis=2)
+    extreme = np.take_along_axis(groups, at[..., None], axis=2)[..., 0]
+    codes = np.zeros(groups.shape, np.int8)
+    scales = np.zeros(extreme.shape, np.float16)
+    found = extreme == 0  # all-zero groups: codes 0, scale 0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for code in _EXTREME_CODES:
+            scale16 = (extreme / np.float32(code)).astype(np.float16)
+            scale = scale16.astype(np.float32)[..., None]
+            q = np.rint(groups / np.where(scale != 0, scale, 1))
+            exact = (np.abs(q) <= 8).all(axis=2) & (q <= 7).all(axis=2) & \
+                (q * scale == groups).all(axis=2) & (scale[..., 0] != 0) & ~found
+            codes[exact] = q[exact].astype(np.int8)
+            scales[exact] = scale16[exact]
+            found |= exact
+            if found.all():
+                return codes.reshape(n, k), scales
+    return None
+
+
 def dequantized(weight: np.ndarray, fmt: WeightFormat) -> np.ndarray:
     """``weight`` as the kernel computes with it: quantized, then scaled back
     to float32."""
@@ -117,12 +167,14 @@ def dequantized(weight: np.ndarray, fmt: WeightFormat) -> np.ndarray:
     return (groups * scale.astype(np.float32)[..., None]).reshape(n, k)
 
 
-def packed(weight: np.ndarray, fmt: WeightFormat) -> tuple[np.ndarray, np.ndarray]:
+def packed(weight: np.ndarray, fmt: WeightFormat,
+           codes: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(panels, scales) of ``weight`` [n, k] as the kernel reads them, the
     columns past n zero: int8 panels [P, k, 16] and float32 scales [P * 16];
     int4 panels [P, k / 2, 16] of uint8 (k even in the low four bits, as
-    q + 8) and float16 scales [P, k / group, 16]."""
-    q, scale = quantize(weight, fmt)
+    q + 8) and float16 scales [P, k / group, 16]. ``codes``: its (q, scales)
+    where known (``exact_codes``), else ``quantize``'s."""
+    q, scale = codes if codes is not None else quantize(weight, fmt)
     n, k = q.shape
     panels = -(-n // PANEL)
     pad = panels * PANEL - n

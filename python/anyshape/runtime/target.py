@@ -50,6 +50,10 @@ class Target:
     # int4 in groups of group_size inputs
     weights: str = "float32"
     group_size: int | None = None
+    # "gptq" or "bitsandbytes": the weights are a pre-quantized checkpoint's codes
+    # (frontend/prequantized.py), and the products whose weights are no codes in
+    # ``weights`` (those the checkpoint kept in float) stay float32
+    weights_from: str | None = None
 
     def tiles_products(self) -> bool:
         if self.tiled_products is not None:

@@ -262,6 +262,26 @@ def test_the_artifact_stores_each_weight_quantized_once(tied):
     assert len(blobs) == 6, blobs
 
 
+@needs_kernel
+@pytest.mark.builds_after_export
+def test_quantized_weights_without_data_tiling():
+    """data_tiling=False, as the build IREE retries after a failed data-tiled
+    one is: the products still run the kernel with int4 weights (they were
+    IREE's float32 ones, then no product was left to quantize), within float32
+    rounding of eager on the dequantized copy."""
+    torch.manual_seed(0)
+    model = _TiedModel().eval()
+    module = anyshape.compile(model, (torch.randint(0, 301, (2, 9)),),
+                              dynamic_shapes={"ids": {0: Dim("batch"), 1: Dim("seq")}},
+                              backend=anyshape.BackendOptions(weights="int4", data_tiling=False))
+    assert re.search(r"@linear_rows_q4(_no_bias)?\b", module.ir("iree-input"))
+    reference = _reference(model, INT4)
+    ids = torch.randint(0, 301, (3, 17))
+    with torch.no_grad():
+        want = reference(ids).numpy()
+    assert np.abs(np.asarray(module(ids.numpy())) - want).max() <= 2e-5 * np.abs(want).max()
+
+
 def test_a_group_size_that_does_not_divide_k_names_the_weight():
     if KERNEL is None:
         pytest.skip(UNAVAILABLE)
@@ -326,25 +346,3 @@ def test_int4_weights_make_the_artifact_about_a_seventh(tmp_path):
         sizes[weights] = module.save(tmp_path / weights).joinpath("module.vmfb").stat().st_size
     assert sizes["int4"] < sizes["float32"] / 6, sizes
     assert sizes["int8"] < sizes["float32"] / 3, sizes
-
-
-@pytest.mark.parametrize("quantization, named", [
-    ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "'gptq' (4-bit)"),
-    ({"quant_method": "awq", "bits": 4}, "'awq' (4-bit)"),
-    ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "'bitsandbytes'"),
-])
-def test_a_pre_quantized_checkpoint_is_refused_naming_its_format(quantization, named):
-    """A HF config with a quantization_config: refused before the export, by
-    compile and compile_generator alike, naming the format."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                                         num_attention_heads=4, num_key_value_heads=2,
-                                         vocab_size=128)).eval()
-    model.config.quantization_config = quantization
-    message = rf"model: a pre-quantized checkpoint \(its config's quantization_config is " \
-              rf"{re.escape(named)}\); anyshape does not read"
-    with pytest.raises(NotImplementedError, match=message):
-        anyshape.compile_generator(model)
-    with pytest.raises(NotImplementedError, match=message):
-        anyshape.compile(model, (torch.randint(0, 128, (1, 5)),))

@@ -405,6 +405,13 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
                         continue  # IREE's own product, as without quantizing
                 else:
                     quantized = quantized if layout == "nk" else quantized.T
+                    if not blobs.storable(quantized):
+                        routed.kept_float32.append(
+                            f"{k} x {n} (the {weights.checkpoint} checkpoint kept it in float)")
+                        quantized = None
+                        if rows is not None and rows <= IREE_FITTED_ROWS:
+                            continue
+                if quantized is not None:
                     if not any(weight == seen for seen in weights_read):
                         weights_read.append(weight)
             routed.products += len(ops)

@@ -15,7 +15,7 @@ import hashlib
 import numpy as np
 
 from anyshape.iree.constant_values import attribute_resource_key, resource_key
-from anyshape.iree.quantized_weights import PANEL, WeightFormat, check_shape, packed
+from anyshape.iree.quantized_weights import PANEL, WeightFormat, check_shape, exact_codes, packed
 
 class QuantizedBlobs:
     """The blobs of quantized weights a rewrite makes, in IREE's bindings
@@ -25,6 +25,26 @@ class QuantizedBlobs:
     def __init__(self, ir, fmt: WeightFormat, arrays: dict):
         self.ir, self.fmt, self.arrays = ir, fmt, arrays
         self._attributes: dict[str, tuple] = {}  # digest -> (data, scales) attributes
+        self._codes: dict[str, tuple | None] = {}  # digest -> exact_codes (a checkpoint's)
+
+    def storable(self, values: np.ndarray) -> bool:
+        """Whether ``values`` (float32 [n, k]) are stored quantized: always
+        when the format quantizes at compile time, and for a checkpoint's
+        format only where they are exact images of its codes (the weights it
+        kept in float stay float32)."""
+        return self.fmt.checkpoint is None or self._exact(values) is not None
+
+    def _exact(self, values: np.ndarray):
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        key = self._digest(values)
+        if key not in self._codes:
+            self._codes[key] = exact_codes(values, self.fmt)
+        return self._codes[key]
+
+    def _digest(self, values: np.ndarray) -> str:
+        digest = hashlib.blake2b(values.tobytes(), digest_size=16)
+        digest.update(repr((values.shape, self.fmt)).encode())
+        return digest.hexdigest()
 
     def literals(self, weight, start: int, end: int, columns: int, values: np.ndarray) -> list:
         """New literals of the packed weight and its scales, for ``values``
@@ -33,11 +53,13 @@ class QuantizedBlobs:
         n, k = values.shape
         check_shape(self.fmt, n, k, _described(weight, start, end, columns))
         values = np.ascontiguousarray(values, dtype=np.float32)
-        digest = hashlib.blake2b(values.tobytes(), digest_size=16)
-        digest.update(repr((values.shape, self.fmt)).encode())
-        key = digest.hexdigest()
+        key = self._digest(values)
         if key not in self._attributes:
-            data, scales = packed(values, self.fmt)
+            codes = None if self.fmt.checkpoint is None else self._exact(values)
+            if self.fmt.checkpoint is not None and codes is None:
+                raise ValueError(f"weight {_described(weight, start, end, columns)}: not codes "
+                                 f"of the checkpoint's {self.fmt.name} format")
+            data, scales = packed(values, self.fmt, codes)
             index = len(self._attributes)
             self._attributes[key] = (self._attribute(data.view(np.int8), f"quantized.{index}.panels"),
                                      self._attribute(scales, f"quantized.{index}.scales"))
@@ -209,7 +231,7 @@ def route_embeddings(ir, module, blobs: QuantizedBlobs, functions: dict) -> int:
                 or not ids_shape[0]:
             return None
         values = evaluate(table, blobs.arrays)
-        return None if values is None else values
+        return None if values is None or not blobs.storable(values) else values
 
     found = matches(ir, module, ("torch.aten.embedding",), match)
     tables = []
