@@ -61,20 +61,23 @@ SEQ2SEQ_MODELS = ("t5-small", "bart-base")
 SYSTEMS = ("anyshape", "eager", "compile", "ct2", "ort")
 # Run only when named: anyshape with IREE's own products (product_kernel="iree"),
 # and the quantized weights of anyshape and its peers (docs/quantized-weights.md):
-# anyshape's int8 and int4 (groups of 32); CTranslate2's int8 (int8 products)
+# anyshape's int8 and int4 (groups of 32), and int4 with a decode step's rows
+# rounded to int8 (activations="int8"); CTranslate2's int8 (int8 products)
 # and int8_float32 (int8 weights, float32 products); llama.cpp's Q8_0 and Q4_0
 # through llama-cpp-python (--llama-python, bench/generate_llama_worker.py);
 # ONNX Runtime's export quantized by its own quantizers: int8 weights and
 # activations (quantize_dynamic, per channel) and int4 weights (MatMulNBits,
 # groups of 32, int8 products: accuracy_level 4) (--ort-python).
-QUANTIZED_SYSTEMS = ("anyshape-int8", "anyshape-int4", "ct2-int8", "ct2-int8_float32",
+QUANTIZED_SYSTEMS = ("anyshape-int8", "anyshape-int4", "anyshape-int4-i8",
+                     "ct2-int8", "ct2-int8_float32",
                      "ort-int8", "ort-int4",
                      "llama.cpp-q8_0", "llama.cpp-q4_0")
 OPTIONAL_SYSTEMS = ("anyshape-iree-products",) + QUANTIZED_SYSTEMS
 # Bytes a decode step reads per weight of its products, by system (the bound).
 BITS_PER_WEIGHT = {"anyshape-int8": 8, "ct2-int8": 8, "ct2-int8_float32": 8, "ort-int8": 8,
                    "ort-int4": 4.5,
-                   "llama.cpp-q8_0": 8.5, "anyshape-int4": 4.5, "llama.cpp-q4_0": 4.5}
+                   "llama.cpp-q8_0": 8.5, "anyshape-int4": 4.5, "anyshape-int4-i8": 4.5,
+                   "llama.cpp-q4_0": 4.5}
 # torch.compile with a static cache is the causal LMs' peer only.
 SEQ2SEQ_SYSTEMS = ("anyshape", "anyshape-iree-products", "eager", "ct2", "ort")
 
@@ -187,11 +190,13 @@ def hf_static_compiled(model):
     return run
 
 
-def anyshape_generate(model, product_kernel: str = "anyshape", weights: str = "float32"):
+def anyshape_generate(model, product_kernel: str = "anyshape", weights: str = "float32",
+                      activations: str = "float32"):
     import anyshape
 
     generator = anyshape.compile_generator(
-        model, backend=anyshape.BackendOptions(product_kernel=product_kernel, weights=weights))
+        model, backend=anyshape.BackendOptions(product_kernel=product_kernel, weights=weights,
+                                               activations=activations))
 
     def run(ids, mask, new):
         out = generator.generate(ids, attention_mask=mask, max_new_tokens=new,
@@ -484,6 +489,8 @@ def _make(system: str, model, workdir: Path, args):
         return anyshape_generate(model, product_kernel="iree")
     if system in ("anyshape-int8", "anyshape-int4"):
         return anyshape_generate(model, weights=system.split("-")[1])
+    if system == "anyshape-int4-i8":
+        return anyshape_generate(model, weights="int4", activations="int8")
     if system in ("ct2-int8", "ct2-int8_float32"):
         return ct2_generate(model, workdir, quantization=system.split("-")[1])
     if system in ("llama.cpp-q8_0", "llama.cpp-q4_0"):

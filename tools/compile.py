@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "scale per --group-size inputs); CPU targets (docs/api.md)")
     parser.add_argument("--group-size", type=int, choices=[32, 64, 128], default=None,
                         help="with --weights int4: inputs per scale (default 32)")
+    parser.add_argument("--activations", choices=["float32", "int8"], default="float32",
+                        help="with --weights int4: int8 rounds the rows of products of up "
+                             "to 4 rows (a decode step's) per block of 32 inputs and "
+                             "multiplies in integers, faster, less exact (docs/api.md)")
     parser.add_argument("--eliminate-padding", action="store_true",
                         help="run the token-wise layers on the real tokens only, as the input "
                              "attention_mask marks them (anyshape.compile(padding='eliminate'))")
@@ -122,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
                              f"passes are anyshape's to choose)")
     if args.group_size is not None and args.weights != "int4":
         parser.error(f"--group-size goes with --weights int4, got --weights {args.weights}")
+    if args.activations != "float32" and args.weights != "int4":
+        parser.error(f"--activations {args.activations} goes with --weights int4, got "
+                     f"--weights {args.weights}")
     if args.input and args.weights != "float32":
         parser.error(f"--weights {args.weights}: an MLIR file's weights cannot be read to "
                      f"quantize them; give --hf or --model")
@@ -263,7 +270,8 @@ def _compile_torch(args, report):
                                         params=args.params,
                                         matmul_precision=args.matmul_precision,
                                         product_kernel=args.product_kernel,
-                                        weights=args.weights, group_size=args.group_size))
+                                        weights=args.weights, group_size=args.group_size,
+                                        activations=args.activations))
     described["unique_bytes"] = hf.unique_parameter_bytes(model)
     return compiled, described
 
@@ -292,7 +300,8 @@ def _compile_generator(args, report):
                                         opt_level=args.opt_level, data_tiling=_data_tiling(args),
                                         matmul_precision=args.matmul_precision,
                                         product_kernel=args.product_kernel,
-                                        weights=args.weights, group_size=args.group_size))
+                                        weights=args.weights, group_size=args.group_size,
+                                        activations=args.activations))
     described = {"model": f"{args.hf} {args.task} ({type(built.model).__name__})",
                  "parameters": built.parameters(),
                  "unique_bytes": hf.unique_parameter_bytes(built.model)}

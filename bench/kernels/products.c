@@ -10,9 +10,10 @@
 // With format q8 or q4 the weights are int8 or int4 (groups of 32) in the
 // quantized entry points' layout (quantized_panels.h), their values
 // arbitrary (the time does not depend on them), for the float32 kernel's
-// figures side by side with the quantized ones'.
+// figures side by side with the quantized ones'; q4i8 is int4 with up to 4
+// rows rounded to int8 and multiplied in integers (the _q4i8 entry points).
 //
-// usage: products <f32|q8|q4> <threads> <layers> <rounds> <rows>...
+// usage: products <f32|q8|q4|q4i8> <threads> <layers> <rounds> <rows>...
 // prints, per row count: format, rows, threads, the median and the fastest round in ms.
 
 #define _POSIX_C_SOURCE 200809L  // pthread barriers, clock_gettime
@@ -39,11 +40,16 @@ void anyshape_linear_rows_q4(const float* x, size_t x_offset, const float* q,
                              const float* bias, size_t bias_offset, float* y,
                              size_t y_offset, size_t m, size_t n, size_t k, size_t group,
                              size_t gx, size_t nx, size_t gy, size_t ny);
+void anyshape_linear_rows_q4i8(const float* x, size_t x_offset, const float* q,
+                               size_t q_offset, const float* scales, size_t scales_offset,
+                               const float* bias, size_t bias_offset, float* y,
+                               size_t y_offset, size_t m, size_t n, size_t k, size_t group,
+                               size_t gx, size_t nx, size_t gy, size_t ny);
 
 // linear_rows.py's PANEL, ROWS_PER_WORKGROUP, PANELS_PER_WORKGROUP, TILE_ROWS.
 enum { PANEL = 16, ROWS_PER_WG = 192, PANELS_PER_WG = 8, TILE_ROWS = 12, GROUP = 32 };
-enum format { F32, Q8, Q4 };
-static const char* const names[] = {"f32", "q8", "q4"};
+enum format { F32, Q8, Q4, Q4I8, FORMATS };
+static const char* const names[] = {"f32", "q8", "q4", "q4i8"};
 
 typedef struct {
   size_t k, n;
@@ -82,6 +88,9 @@ static void* worker(void* arg) {
       else if (format == Q4)
         anyshape_linear_rows_q4(x, 0, p->packed, 0, p->scales, 0, p->bias, 0, y, 0, rows,
                                 p->n, p->k, GROUP, g % nx, nx, g / nx, ny);
+      else if (format == Q4I8)
+        anyshape_linear_rows_q4i8(x, 0, p->packed, 0, p->scales, 0, p->bias, 0, y, 0, rows,
+                                  p->n, p->k, GROUP, g % nx, nx, g / nx, ny);
       else
         anyshape_linear_rows(x, 0, p->packed, 0, p->bias, 0, y, 0, rows, p->n, p->k, g % nx,
                              nx, g / nx, ny);
@@ -123,11 +132,12 @@ static float* filled(size_t n) {
 }
 
 int main(int argc, char** argv) {
-  if (argc < 6 || (strcmp(argv[1], "f32") && strcmp(argv[1], "q8") && strcmp(argv[1], "q4"))) {
-    fprintf(stderr, "usage: %s <f32|q8|q4> <threads> <layers> <rounds> <rows>...\n", argv[0]);
+  format = F32;
+  while (argc >= 6 && format < FORMATS && strcmp(argv[1], names[format])) ++format;
+  if (argc < 6 || format == FORMATS) {
+    fprintf(stderr, "usage: %s <f32|q8|q4|q4i8> <threads> <layers> <rounds> <rows>...\n",
+            argv[0]);
     return 2;
-  }
-  for (format = F32; strcmp(argv[1], names[format]); ++format) {
   }
   ++argv;
   --argc;
@@ -145,7 +155,7 @@ int main(int argc, char** argv) {
     if (format == Q8) {
       p->packed = bytes(columns * p->k);
       p->scales = filled(columns);
-    } else if (format == Q4) {
+    } else if (format == Q4 || format == Q4I8) {
       p->packed = bytes(columns * p->k / 2);
       p->scales = halves(columns * p->k / GROUP);
     } else {

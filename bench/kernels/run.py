@@ -5,7 +5,8 @@ the module's flags, its instruction set capped at ``--isa`` (as a module for a
 CPU without AVX-512, or without AVX2, links it), and the harness is linked
 against it. Not a test: it prints milliseconds per round of roberta-base's
 products, for the figures ``linear_rows.c`` and docs/iree-notes.md cite;
-``--formats f32 q8 q4`` adds the quantized entry points' (int8, int4).
+``--formats f32 q8 q4 q4i8`` adds the quantized entry points' (int8, int4,
+int4 with the rows of a decode step rounded to int8 and multiplied in integers).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ def main(argv=None) -> int:
                         help="the widest instruction set (the host's, where it has less)")
     parser.add_argument("--layers", type=int, default=12, help="roberta-base has 12")
     parser.add_argument("--rounds", type=int, default=9, help="timed rounds (the median is shown)")
-    parser.add_argument("--formats", nargs="+", choices=("f32", "q8", "q4"), default=["f32"],
+    parser.add_argument("--formats", nargs="+", choices=("f32", "q8", "q4", "q4i8"), default=["f32"],
                         help="the weights' format: float32, or int8 / int4 (groups of 32) "
-                             "through the quantized entry points")
+                             "through the quantized entry points; q4i8: int4 with up to 4 rows "
+                             "in integers")
     args = parser.parse_args(argv)
     built, why = build.kernel_object(linear_rows.SOURCE, ISAS[args.isa])
     if built is None:

@@ -53,7 +53,7 @@ def target_from(target: str, backend: BackendOptions, padding: str | None) -> Ta
     compile_target = with_matmul_precision(compile_target, backend.matmul_precision)
     compile_target = with_product_kernel(compile_target, backend.product_kernel)
     compile_target = with_weights(compile_target, backend.weights, backend.group_size,
-                                  backend.weights_from)
+                                  backend.weights_from, backend.activations)
     if not isinstance(backend.in_place_writes, bool):
         raise TypeError(f"in_place_writes: expected True or False, got "
                         f"{backend.in_place_writes!r}")

@@ -51,7 +51,8 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
     in_place = compilation.in_place
     kernel, unavailable = kernel_for(compilation.target)
     quantized = weight_format(compilation.target.weights, compilation.target.group_size,
-                              compilation.target.weights_from)
+                              compilation.target.weights_from,
+                              compilation.target.activations)
     if quantized.quantized:
         if kernel is None:
             raise ValueError(f"weights: {quantized.name!r} weights are computed by anyshape's "

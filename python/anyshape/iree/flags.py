@@ -291,14 +291,15 @@ WORKAROUNDS = (
 )
 
 
-def with_weights(target: Target, weights, group_size, weights_from: str | None = None) -> Target:
+def with_weights(target: Target, weights, group_size, weights_from: str | None = None,
+                 activations: str = "float32") -> Target:
     """``target`` with the weights of its products with a weight of the
     model stored as ``weights`` asks: "float32" (as the model has them),
     "int8" or "int4" (with ``group_size``), quantized at compile time and
     computed by anyshape's CPU kernel (iree/quantized_weights.py)."""
     from anyshape.iree.quantized_weights import weight_format
 
-    fmt = weight_format(weights, group_size)
+    fmt = weight_format(weights, group_size, activations=activations)
     if weights_from not in (None, "gptq", "bitsandbytes"):
         raise ValueError(f"weights_from: expected None, 'gptq' or 'bitsandbytes', "
                          f"got {weights_from!r}")
@@ -317,4 +318,4 @@ def with_weights(target: Target, weights, group_size, weights_from: str | None =
                          f"dequantized weights, not with matmul_precision="
                          f"{target.matmul_precision!r}; give one or the other")
     return dataclasses.replace(target, weights=fmt.name, group_size=fmt.group_size,
-                               weights_from=weights_from)
+                               weights_from=weights_from, activations=fmt.activations)

@@ -45,17 +45,37 @@ class WeightFormat:
     name: str = "float32"
     group_size: int | None = None
     checkpoint: str | None = None
+    # "int8": int4 products of up to 4 rows (a decode step) round the rows to
+    # int8 and multiply in integers (BackendOptions.activations)
+    activations: str = "float32"
 
     @property
     def quantized(self) -> bool:
         return self.name != "float32"
 
+    @property
+    def entry(self) -> str:
+        """The kernel's entry points that compute with this format: its name,
+        or "int4i8" for int4 weights with int8 activations."""
+        return "int4i8" if self.name == "int4" and self.activations == "int8" else self.name
 
-def weight_format(weights, group_size, checkpoint: str | None = None) -> WeightFormat:
-    """The ``WeightFormat`` that ``BackendOptions(weights=..., group_size=...)``
-    asks for, or a ValueError naming the argument."""
-    if checkpoint is not None:
-        return dataclasses.replace(weight_format(weights, group_size), checkpoint=checkpoint)
+
+ACTIVATIONS = ("float32", "int8")
+
+
+def weight_format(weights, group_size, checkpoint: str | None = None,
+                  activations: str = "float32") -> WeightFormat:
+    """The ``WeightFormat`` that ``BackendOptions(weights=..., group_size=...,
+    activations=...)`` asks for, or a ValueError naming the argument."""
+    if checkpoint is not None or activations != "float32":
+        if activations not in ACTIVATIONS:
+            raise ValueError(f"activations: expected one of "
+                             f"{', '.join(map(repr, ACTIVATIONS))}, got {activations!r}")
+        fmt = weight_format(weights, group_size)
+        if activations == "int8" and fmt.name != "int4":
+            raise ValueError(f"activations: 'int8' rounds the rows multiplied with int4 "
+                             f"weights (weights='int4'); got weights={weights!r}")
+        return dataclasses.replace(fmt, checkpoint=checkpoint, activations=activations)
     if weights not in FORMATS:
         raise ValueError(f"weights: expected one of {', '.join(map(repr, FORMATS))}, "
                          f"got {weights!r}")

@@ -54,6 +54,9 @@ class Target:
     # (frontend/prequantized.py), and the products whose weights are no codes in
     # ``weights`` (those the checkpoint kept in float) stay float32
     weights_from: str | None = None
+    # "int8": int4 products of a decode step's rows (up to 4) round the rows to
+    # int8 and multiply in integers (BackendOptions.activations)
+    activations: str = "float32"
 
     def tiles_products(self) -> bool:
         if self.tiled_products is not None:

@@ -98,7 +98,7 @@ def test_packed_panels_unpack_to_the_quantized_values(fmt):
 def _host_library(tmp_path, isa: str):
     kernel = linked_object(linear_rows.SOURCE, isa, tmp_path)
     pointer, size = ctypes.c_void_p, ctypes.c_size_t
-    for name, constants in (("q8", 3), ("q4", 4)):
+    for name, constants in (("q8", 3), ("q4", 4), ("q4i8", 4)):
         getattr(kernel, f"anyshape_linear_rows_{name}").argtypes = \
             [pointer, size] * 5 + [size] * (constants + 4)
         getattr(kernel, f"anyshape_linear_rows_{name}_no_bias").argtypes = \
@@ -140,10 +140,81 @@ def test_every_path_computes_every_row_count(tmp_path, isa):
                                                         np.nanmax(error))
 
 
-def _call(kernel, fmt, x, data, scales, bias, y, gx, nx, gy, ny):
+def _rounded_rows(x):
+    """x [m, k] as the _q4i8 entry points round it: each block of 32 k to
+    int8 codes by one float32 scale (its largest magnitude to 127), and
+    those scales."""
+    m, k = x.shape
+    blocks = x.reshape(m, k // 32, 32)
+    largest = np.abs(blocks).max(axis=2)
+    inverse = np.where(largest > 0, np.float32(127) / np.where(largest > 0, largest, 1),
+                       np.float32(0)).astype(np.float32)
+    codes = np.rint((blocks * inverse[..., None]).astype(np.float32))
+    return codes.astype(np.int64), (largest / np.float32(127)).astype(np.float32)
+
+
+def _integer_product(x, w, fmt):
+    """The _q4i8 rows' product in float64: the weights' and the rows' codes
+    multiplied exactly, each block scaled by its row's scale, each group by
+    its weights'."""
+    q, w_scale = qw.quantize(w, fmt)
+    codes, x_scale = _rounded_rows(x)
+    m, k = x.shape
+    n = w.shape[0]
+    per_block = np.einsum("mbj,nbj->mnb", codes.reshape(m, k // 32, 32).astype(np.float64),
+                          q.reshape(n, k // 32, 32).astype(np.float64))
+    per_block *= x_scale.astype(np.float64)[:, None, :]
+    per_group = per_block.reshape(m, n, k // fmt.group_size, -1).sum(axis=3)
+    return (per_group * w_scale.astype(np.float64)[None]).sum(axis=2)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+def test_integer_rows_compute_what_their_rounding_gives(tmp_path, isa):
+    """The _q4i8 entry points: up to 4 rows (a decode step) with AVX2,
+    rounded to int8 per block of 32 k, against float64 on the same codes
+    (the integer parts exact, the scaling within float32 rounding); more
+    rows, and the portable code, as the _q4 entry points (float32 rows). In
+    each group size, a partial last panel, over one workgroup and 3 x 2, with
+    and without a bias. The rounding's own error: within half a step of each
+    block's rows, times the weights'."""
+    kernel = _host_library(tmp_path, isa)
+    integer_isa = isa != "portable"
+    rng = np.random.default_rng(3)
+    for fmt in FORMATS[1:]:
+        for k, n in [(384, 37), (128, 19)]:
+            w = _weights(rng, n, k)
+            bias = rng.standard_normal(n).astype(np.float32)
+            data, scales = qw.packed(w, fmt)
+            deq = qw.dequantized(w, fmt).astype(np.float64)
+            for m in [1, 2, 3, 4, 5, 17]:
+                x = rng.standard_normal((m, k)).astype(np.float32)
+                x[0, :32] *= 30  # a block with an outlier row value
+                integer = integer_isa and m <= 4
+                want = _integer_product(x, w, fmt) if integer else x @ deq.T
+                magnitude = np.abs(x) @ np.abs(deq).T + np.abs(bias)
+                bound = 2 * (k + 1) * 2.0 ** -24 * magnitude
+                for nx, ny in [(1, 1), (3, 2)]:
+                    for with_bias in (True, False):
+                        y = np.full((m, n), np.nan, np.float32)
+                        for gy in range(ny):
+                            for gx in range(nx):
+                                _call(kernel, fmt, x, data, scales, bias if with_bias else None,
+                                      y, gx, nx, gy, ny, name="q4i8")
+                        error = np.abs(y - (want + bias if with_bias else want))
+                        assert (error <= bound).all(), (isa, fmt, k, n, m, nx, with_bias,
+                                                        np.nanmax(error))
+                if integer:  # each row value off by at most half its block's step
+                    half_step = np.abs(x).reshape(m, k // 32, 32).max(axis=2) / 254
+                    weights = np.abs(deq).reshape(n, k // 32, 32).sum(axis=2)
+                    rounding = np.abs(want - x @ deq.T)
+                    assert 0 < rounding.max() and \
+                        (rounding <= (half_step @ weights.T) * (1 + 1e-6)).all()
+
+
+def _call(kernel, fmt, x, data, scales, bias, y, gx, nx, gy, ny, name=None):
     m, k = x.shape
     n = y.shape[1]
-    name = "q8" if fmt.name == "int8" else "q4"
+    name = name or ("q8" if fmt.name == "int8" else "q4")
     arguments = [x.ctypes.data, 0, data.ctypes.data, 0, scales.ctypes.data, 0] + \
         ([bias.ctypes.data, 0] if bias is not None else []) + [y.ctypes.data, 0, m, n, k] + \
         ([fmt.group_size] if fmt.name == "int4" else []) + [gx, nx, gy, ny]
@@ -156,6 +227,12 @@ def _call(kernel, fmt, x, data, scales, bias, y, gx, nx, gy, ny):
     (dict(weights="int4", group_size=48), "group_size: expected one of 32, 64, 128, got 48"),
     (dict(weights="int8", group_size=32), "group_size: only int4 weights have groups"),
     (dict(weights="int4", product_kernel="iree"), "product_kernel='iree' asks for IREE's"),
+    (dict(weights="int8", activations="int8"),
+     "activations: 'int8' rounds the rows multiplied with int4 weights (weights='int4'); "
+     "got weights='int8'"),
+    (dict(activations="int8"), "activations: 'int8' rounds the rows multiplied with int4"),
+    (dict(weights="int4", activations="int4"),
+     "activations: expected one of 'float32', 'int8', got 'int4'"),
     # a CPU with AVX-512 BF16, where "medium" is taken
     (dict(weights="int8", matmul_precision="medium", target_cpu="sapphirerapids"),
      "not with matmul_precision='medium'"),
@@ -280,6 +357,34 @@ def test_quantized_weights_without_data_tiling():
     with torch.no_grad():
         want = reference(ids).numpy()
     assert np.abs(np.asarray(module(ids.numpy())) - want).max() <= 2e-5 * np.abs(want).max()
+
+
+@needs_kernel
+@pytest.mark.builds_after_export
+def test_int8_activations_round_the_rows_of_decode_sized_products_only():
+    """activations="int8": products of up to 4 rows call the _q4i8 entry
+    points, whose rounding of the rows moves the outputs off eager on the
+    dequantized copy by a bounded amount (a few tenths of a percent of the
+    output's magnitude here); products of 5 rows and more are the int4
+    ones, within float32 rounding of it."""
+    torch.manual_seed(0)
+    model = _TiedModel().eval()
+    module = anyshape.compile(model, (torch.randint(0, 301, (2, 9)),),
+                              dynamic_shapes={"ids": {0: Dim("batch"), 1: Dim("seq")}},
+                              backend=anyshape.BackendOptions(weights="int4",
+                                                              activations="int8"))
+    assert re.search(r"@linear_rows_q4i8(_no_bias)?\b", module.ir("iree-input"))
+    assert module.target.activations == "int8"
+    reference = _reference(model, INT4)
+    for shape in [(1, 1), (1, 3), (2, 2), (4, 1), (1, 5), (3, 17), (1, 33)]:
+        ids = torch.randint(0, 301, shape)
+        with torch.no_grad():
+            want = reference(ids).numpy()
+        error = np.abs(np.asarray(module(ids.numpy())) - want).max() / np.abs(want).max()
+        if shape[0] * shape[1] <= 4:
+            assert 1e-4 < error < 3e-2, (shape, error)
+        else:
+            assert error <= 2e-5, (shape, error)
 
 
 def test_a_group_size_that_does_not_divide_k_names_the_weight():

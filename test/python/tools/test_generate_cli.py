@@ -161,3 +161,10 @@ def test_a_group_size_without_int4_weights_is_refused():
                  "--weights", "int8", "--group-size", "64", "-o", "unused")
     assert result.returncode == 2
     assert "--group-size goes with --weights int4, got --weights int8" in result.stderr
+
+
+def test_int8_activations_without_int4_weights_are_refused():
+    result = run("anyshape-compile", "--hf", "gpt2", "--task", "text-generation", *CONFIG,
+                 "--weights", "int8", "--activations", "int8", "-o", "unused")
+    assert result.returncode == 2
+    assert "--activations int8 goes with --weights int4, got --weights int8" in result.stderr

@@ -51,7 +51,8 @@ EXECUTABLE = "anyshape_row_products"
 ENTRY_POINTS = {"linear_rows": True, "linear_rows_no_bias": False}
 # A quantized format's entry points: these suffixes after "linear_rows"
 # (quantized_panels.h), each with a bias and without ("_no_bias").
-QUANTIZED_ENTRY = {"float32": "", "int8": "_q8", "int4": "_q4"}
+# "int4i8": int4 weights, a decode step's rows rounded to int8 (WeightFormat.entry).
+QUANTIZED_ENTRY = {"float32": "", "int8": "_q8", "int4": "_q4", "int4i8": "_q4i8"}
 PANEL = 16
 # The kernel's runs of rows and of panels per workgroup (linear_rows.c's
 # ``workgroup`` takes what the counts below give it). Each workgroup reads its
@@ -99,7 +100,8 @@ def executable_text(object_path: Path, target: str, workers: int = 1,
                     formats: Sequence[str] = ("float32",)) -> str:
     """The executable whose entry points call the kernel: ``linear_rows``
     (with a bias) and ``linear_rows_no_bias`` for float32 weights, and their
-    ``_q8`` and ``_q4`` twins for the ``formats`` "int8" and "int4".
+    ``_q8``, ``_q4`` and ``_q4i8`` twins for the ``formats`` "int8", "int4" and
+    "int4i8" (``WeightFormat.entry``).
 
     Bindings: x (m x k), the packed weight, [its scales (quantized),] [the
     bias,] y (m x n); constants m, n, k [, int4's group]. Workgroups (the
@@ -111,13 +113,14 @@ def executable_text(object_path: Path, target: str, workers: int = 1,
     exports, functions = [], []
     for ordinal, (name, bias, fmt) in enumerate(_entry_points(formats)):
         quantized = fmt != "float32"
-        constants = 4 if fmt == "int4" else 3
+        grouped = fmt.startswith("int4")
+        constants = 4 if grouped else 3
         layout = pipeline_layout(constants, [True, True] + ([True] if quantized else []) +
                                  ([True] if bias else []) + [False])
         sizes = ["%x_size", "%packed_size"] + (["%scales_size"] if quantized else []) + \
             (["%n"] if bias else []) + ["%y_size"]
         lines, pointers, types = binding_pointers(layout, sizes)
-        args = pointers + ["%m", "%n", "%k"] + (["%group"] if fmt == "int4" else []) + \
+        args = pointers + ["%m", "%n", "%k"] + (["%group"] if grouped else []) + \
             ["%gx", "%nx", "%gy", "%ny"]
         types += ["index"] * (len(args) - len(pointers))
         exports.append(f"""
@@ -134,9 +137,9 @@ def executable_text(object_path: Path, target: str, workers: int = 1,
       %y = arith.maxui %runs, %spread : index
       hal.return %x, %y, %c1 : index, index, index
     }}""")
-        loaded = ["m", "n", "k"] + (["group"] if fmt == "int4" else [])
+        loaded = ["m", "n", "k"] + (["group"] if grouped else [])
         # Each binding's size in floats (the kernel reads quantized ones as bytes).
-        packed_floats_per_k = {"float32": 16, "int8": 4, "int4": 2}[fmt]
+        packed_floats_per_k = {"float32": 16, "int8": 4}.get(fmt, 2)
         sizes_lines = [
             "%c16 = arith.constant 16 : index",
             f"%per_k = arith.constant {packed_floats_per_k} : index",
@@ -153,7 +156,8 @@ def executable_text(object_path: Path, target: str, workers: int = 1,
                "int4": ["%c8 = arith.constant 8 : index",
                         "%groups = arith.divui %k, %group : index",
                         "%group_halves = arith.muli %groups, %c8 : index",
-                        "%scales_size = arith.muli %panel_count, %group_halves : index"]}[fmt]),
+                        "%scales_size = arith.muli %panel_count, %group_halves : index"]
+               }["int4" if grouped else fmt]),
             "%gx = hal.interface.workgroup.id[0] : index",
             "%nx = hal.interface.workgroup.count[0] : index",
             "%gy = hal.interface.workgroup.id[1] : index",
@@ -350,10 +354,10 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
 
         def quantized_product(op, shape, packed, bias, result_type):
             rows, k, n, _, has_bias = shape
-            key = (rows, k, n, weights.name, weights.group_size, has_bias)
+            key = (rows, k, n, weights.entry, weights.group_size, has_bias)
             name = functions.setdefault(
                 key, f"anyshape_linear_rows_{'d' if rows is None else rows}x{k}x{n}_"
-                     f"{QUANTIZED_ENTRY[weights.name][1:]}{'_bias' if has_bias else ''}")
+                     f"{QUANTIZED_ENTRY[weights.entry][1:]}{'_bias' if has_bias else ''}")
             x_at = _PRODUCTS[op.name][0]
             operands = [op.operands[x_at], *packed] + ([bias] if has_bias else [])
             return call_with_builtin_tensors(ir, name, operands, result_type)
@@ -469,7 +473,7 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
         if not functions:
             return 0
         formats = ["float32"] * any(len(key) == 5 for key in functions) + \
-            [weights.name] * any(len(key) == 6 for key in functions)
+            [weights.entry] * any(len(key) == 6 for key in functions)
         text = executable_text(object_path, executable_target(tuple(flags)), workers,
                                formats) if formats else ""
         text += "".join(
