@@ -128,16 +128,11 @@ def test_every_path_computes_every_row_count(tmp_path, isa):
                 want = x @ deq.T
                 magnitude = np.abs(x) @ np.abs(deq).T + np.abs(bias)
                 bound = 2 * (k + 1) * 2.0 ** -24 * magnitude
-                for nx, ny in [(1, 1), (3, 2)]:
-                    for with_bias in (True, False):
-                        y = np.full((m, n), np.nan, np.float32)
-                        for gy in range(ny):
-                            for gx in range(nx):
-                                _call(kernel, fmt, x, data, scales, bias if with_bias else None,
-                                      y, gx, nx, gy, ny)
-                        error = np.abs(y - (want + bias if with_bias else want))
-                        assert (error <= bound).all(), (isa, fmt, k, n, m, nx, with_bias,
-                                                        np.nanmax(error))
+                for nx, ny, with_bias, y in _over_workgroups(kernel, fmt, x, data, scales, bias,
+                                                             n):
+                    error = np.abs(y - (want + bias if with_bias else want))
+                    assert (error <= bound).all(), (isa, fmt, k, n, m, nx, with_bias,
+                                                    np.nanmax(error))
 
 
 def _rounded_rows(x):
@@ -193,22 +188,30 @@ def test_integer_rows_compute_what_their_rounding_gives(tmp_path, isa):
                 want = _integer_product(x, w, fmt) if integer else x @ deq.T
                 magnitude = np.abs(x) @ np.abs(deq).T + np.abs(bias)
                 bound = 2 * (k + 1) * 2.0 ** -24 * magnitude
-                for nx, ny in [(1, 1), (3, 2)]:
-                    for with_bias in (True, False):
-                        y = np.full((m, n), np.nan, np.float32)
-                        for gy in range(ny):
-                            for gx in range(nx):
-                                _call(kernel, fmt, x, data, scales, bias if with_bias else None,
-                                      y, gx, nx, gy, ny, name="q4i8")
-                        error = np.abs(y - (want + bias if with_bias else want))
-                        assert (error <= bound).all(), (isa, fmt, k, n, m, nx, with_bias,
-                                                        np.nanmax(error))
+                for nx, ny, with_bias, y in _over_workgroups(kernel, fmt, x, data, scales, bias,
+                                                             n, name="q4i8"):
+                    error = np.abs(y - (want + bias if with_bias else want))
+                    assert (error <= bound).all(), (isa, fmt, k, n, m, nx, with_bias,
+                                                    np.nanmax(error))
                 if integer:  # each row value off by at most half its block's step
                     half_step = np.abs(x).reshape(m, k // 32, 32).max(axis=2) / 254
                     weights = np.abs(deq).reshape(n, k // 32, 32).sum(axis=2)
                     rounding = np.abs(want - x @ deq.T)
                     assert 0 < rounding.max() and \
                         (rounding <= (half_step @ weights.T) * (1 + 1e-6)).all()
+
+
+def _over_workgroups(kernel, fmt, x, data, scales, bias, n, name=None):
+    """(nx, ny, with_bias, y) of the product over one workgroup and 3 x 2,
+    with and without the bias."""
+    for nx, ny in [(1, 1), (3, 2)]:
+        for with_bias in (True, False):
+            y = np.full((x.shape[0], n), np.nan, np.float32)
+            for gy in range(ny):
+                for gx in range(nx):
+                    _call(kernel, fmt, x, data, scales, bias if with_bias else None,
+                          y, gx, nx, gy, ny, name=name)
+            yield nx, ny, with_bias, y
 
 
 def _call(kernel, fmt, x, data, scales, bias, y, gx, nx, gy, ny, name=None):
