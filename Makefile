@@ -115,7 +115,7 @@ $(LLAMA_STAMP):
 
 # anyshape's int8 and int4 weights against CTranslate2's, ONNX Runtime's and
 # llama.cpp's, and their accuracy (bench/quantized_accuracy.py).
-QUANTIZED_SYSTEMS := anyshape,anyshape-int8,anyshape-int4,anyshape-int4-i8,ct2-int8,ct2-int8_float32,ort-int8,ort-int4,llama.cpp-q8_0,llama.cpp-q4_0,eager
+QUANTIZED_SYSTEMS := anyshape,anyshape-int8,anyshape-int8-i16,anyshape-int4,anyshape-int4-i8,ct2-int8,ct2-int8_float32,ort-int8,ort-int4,llama.cpp-q8_0,llama.cpp-q4_0,eager
 bench-quantized: $(BENCH_STAMP) $(LLAMA_STAMP) $(ORT_STAMP)
 	$(PY) bench/generate.py --models gpt2,qwen2 --systems $(QUANTIZED_SYSTEMS) --interleave \
 		--llama-python $(LLAMA_VENV)/bin/python --ort-python $(ORT_VENV)/bin/python \

@@ -61,20 +61,21 @@ SEQ2SEQ_MODELS = ("t5-small", "bart-base")
 SYSTEMS = ("anyshape", "eager", "compile", "ct2", "ort")
 # Run only when named: anyshape with IREE's own products (product_kernel="iree"),
 # and the quantized weights of anyshape and its peers (docs/quantized-weights.md):
-# anyshape's int8 and int4 (groups of 32), and int4 with a decode step's rows
-# rounded to int8 (activations="int8"); CTranslate2's int8 (int8 products)
+# anyshape's int8 and int4 (groups of 32), int4 with a decode step's rows
+# rounded to int8 (activations="int8") and int8 with them rounded to int16
+# (activations="int16"); CTranslate2's int8 (int8 products)
 # and int8_float32 (int8 weights, float32 products); llama.cpp's Q8_0 and Q4_0
 # through llama-cpp-python (--llama-python, bench/generate_llama_worker.py);
 # ONNX Runtime's export quantized by its own quantizers: int8 weights and
 # activations (quantize_dynamic, per channel) and int4 weights (MatMulNBits,
 # groups of 32, int8 products: accuracy_level 4) (--ort-python).
-QUANTIZED_SYSTEMS = ("anyshape-int8", "anyshape-int4", "anyshape-int4-i8",
+QUANTIZED_SYSTEMS = ("anyshape-int8", "anyshape-int4", "anyshape-int4-i8", "anyshape-int8-i16",
                      "ct2-int8", "ct2-int8_float32",
                      "ort-int8", "ort-int4",
                      "llama.cpp-q8_0", "llama.cpp-q4_0")
 OPTIONAL_SYSTEMS = ("anyshape-iree-products",) + QUANTIZED_SYSTEMS
 # Bytes a decode step reads per weight of its products, by system (the bound).
-BITS_PER_WEIGHT = {"anyshape-int8": 8, "ct2-int8": 8, "ct2-int8_float32": 8, "ort-int8": 8,
+BITS_PER_WEIGHT = {"anyshape-int8": 8, "anyshape-int8-i16": 8, "ct2-int8": 8, "ct2-int8_float32": 8, "ort-int8": 8,
                    "ort-int4": 4.5,
                    "llama.cpp-q8_0": 8.5, "anyshape-int4": 4.5, "anyshape-int4-i8": 4.5,
                    "llama.cpp-q4_0": 4.5}
@@ -491,6 +492,8 @@ def _make(system: str, model, workdir: Path, args):
         return anyshape_generate(model, weights=system.split("-")[1])
     if system == "anyshape-int4-i8":
         return anyshape_generate(model, weights="int4", activations="int8")
+    if system == "anyshape-int8-i16":
+        return anyshape_generate(model, weights="int8", activations="int16")
     if system in ("ct2-int8", "ct2-int8_float32"):
         return ct2_generate(model, workdir, quantization=system.split("-")[1])
     if system in ("llama.cpp-q8_0", "llama.cpp-q4_0"):

@@ -91,10 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "scale per --group-size inputs); CPU targets (docs/api.md)")
     parser.add_argument("--group-size", type=int, choices=[32, 64, 128], default=None,
                         help="with --weights int4: inputs per scale (default 32)")
-    parser.add_argument("--activations", choices=["float32", "int8"], default="float32",
-                        help="with --weights int4: int8 rounds the rows of products of up "
-                             "to 4 rows (a decode step's) per block of 32 inputs and "
-                             "multiplies in integers, faster, less exact (docs/api.md)")
+    parser.add_argument("--activations", choices=["float32", "int8", "int16"],
+                        default="float32",
+                        help="int8 with --weights int4, int16 with --weights int8: rounds "
+                             "the rows of products of up to 4 rows (a decode step's) per "
+                             "block of 32 inputs and multiplies in integers, faster, less "
+                             "exact (docs/api.md)")
     parser.add_argument("--eliminate-padding", action="store_true",
                         help="run the token-wise layers on the real tokens only, as the input "
                              "attention_mask marks them (anyshape.compile(padding='eliminate'))")
@@ -126,9 +128,11 @@ def main(argv: list[str] | None = None) -> int:
                              f"passes are anyshape's to choose)")
     if args.group_size is not None and args.weights != "int4":
         parser.error(f"--group-size goes with --weights int4, got --weights {args.weights}")
-    if args.activations != "float32" and args.weights != "int4":
-        parser.error(f"--activations {args.activations} goes with --weights int4, got "
-                     f"--weights {args.weights}")
+    # quantized_weights.INTEGER_ACTIVATIONS inverted, without importing torch for --help
+    integer_weights = {"int8": "int4", "int16": "int8"}
+    if args.activations != "float32" and args.weights != integer_weights[args.activations]:
+        parser.error(f"--activations {args.activations} goes with --weights "
+                     f"{integer_weights[args.activations]}, got --weights {args.weights}")
     if args.input and args.weights != "float32":
         parser.error(f"--weights {args.weights}: an MLIR file's weights cannot be read to "
                      f"quantize them; give --hf or --model")

@@ -11,9 +11,10 @@
 // quantized entry points' layout (quantized_panels.h), their values
 // arbitrary (the time does not depend on them), for the float32 kernel's
 // figures side by side with the quantized ones'; q4i8 is int4 with up to 4
-// rows rounded to int8 and multiplied in integers (the _q4i8 entry points).
+// rows rounded to int8 and multiplied in integers (the _q4i8 entry points),
+// q8i16 int8 with them rounded to int16 (_q8i16).
 //
-// usage: products <f32|q8|q4|q4i8> <threads> <layers> <rounds> <rows>...
+// usage: products <f32|q8|q4|q4i8|q8i16> <threads> <layers> <rounds> <rows>...
 // prints, per row count: format, rows, threads, the median and the fastest round in ms.
 
 #define _POSIX_C_SOURCE 200809L  // pthread barriers, clock_gettime
@@ -45,11 +46,16 @@ void anyshape_linear_rows_q4i8(const float* x, size_t x_offset, const float* q,
                                const float* bias, size_t bias_offset, float* y,
                                size_t y_offset, size_t m, size_t n, size_t k, size_t group,
                                size_t gx, size_t nx, size_t gy, size_t ny);
+void anyshape_linear_rows_q8i16(const float* x, size_t x_offset, const float* q,
+                                size_t q_offset, const float* scales, size_t scales_offset,
+                                const float* bias, size_t bias_offset, float* y,
+                                size_t y_offset, size_t m, size_t n, size_t k, size_t gx,
+                                size_t nx, size_t gy, size_t ny);
 
 // linear_rows.py's PANEL, ROWS_PER_WORKGROUP, PANELS_PER_WORKGROUP, TILE_ROWS.
 enum { PANEL = 16, ROWS_PER_WG = 192, PANELS_PER_WG = 8, TILE_ROWS = 12, GROUP = 32 };
-enum format { F32, Q8, Q4, Q4I8, FORMATS };
-static const char* const names[] = {"f32", "q8", "q4", "q4i8"};
+enum format { F32, Q8, Q4, Q4I8, Q8I16, FORMATS };
+static const char* const names[] = {"f32", "q8", "q4", "q4i8", "q8i16"};
 
 typedef struct {
   size_t k, n;
@@ -88,6 +94,9 @@ static void* worker(void* arg) {
       else if (format == Q4)
         anyshape_linear_rows_q4(x, 0, p->packed, 0, p->scales, 0, p->bias, 0, y, 0, rows,
                                 p->n, p->k, GROUP, g % nx, nx, g / nx, ny);
+      else if (format == Q8I16)
+        anyshape_linear_rows_q8i16(x, 0, p->packed, 0, p->scales, 0, p->bias, 0, y, 0, rows,
+                                   p->n, p->k, g % nx, nx, g / nx, ny);
       else if (format == Q4I8)
         anyshape_linear_rows_q4i8(x, 0, p->packed, 0, p->scales, 0, p->bias, 0, y, 0, rows,
                                   p->n, p->k, GROUP, g % nx, nx, g / nx, ny);
@@ -135,7 +144,7 @@ int main(int argc, char** argv) {
   format = F32;
   while (argc >= 6 && format < FORMATS && strcmp(argv[1], names[format])) ++format;
   if (argc < 6 || format == FORMATS) {
-    fprintf(stderr, "usage: %s <f32|q8|q4|q4i8> <threads> <layers> <rounds> <rows>...\n",
+    fprintf(stderr, "usage: %s <f32|q8|q4|q4i8|q8i16> <threads> <layers> <rounds> <rows>...\n",
             argv[0]);
     return 2;
   }
@@ -152,7 +161,7 @@ int main(int argc, char** argv) {
     p->k = shapes[i % 6][0];
     p->n = shapes[i % 6][1];
     const size_t columns = ceil_div(p->n, PANEL) * PANEL;
-    if (format == Q8) {
+    if (format == Q8 || format == Q8I16) {
       p->packed = bytes(columns * p->k);
       p->scales = filled(columns);
     } else if (format == Q4 || format == Q4I8) {

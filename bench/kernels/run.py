@@ -5,8 +5,9 @@ the module's flags, its instruction set capped at ``--isa`` (as a module for a
 CPU without AVX-512, or without AVX2, links it), and the harness is linked
 against it. Not a test: it prints milliseconds per round of roberta-base's
 products, for the figures ``linear_rows.c`` and docs/iree-notes.md cite;
-``--formats f32 q8 q4 q4i8`` adds the quantized entry points' (int8, int4,
-int4 with the rows of a decode step rounded to int8 and multiplied in integers).
+``--formats f32 q8 q4 q4i8 q8i16`` adds the quantized entry points' (int8, int4,
+int4 with the rows of a decode step rounded to int8 and multiplied in integers,
+int8 with them rounded to int16).
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ def main(argv=None) -> int:
                         help="the widest instruction set (the host's, where it has less)")
     parser.add_argument("--layers", type=int, default=12, help="roberta-base has 12")
     parser.add_argument("--rounds", type=int, default=9, help="timed rounds (the median is shown)")
-    parser.add_argument("--formats", nargs="+", choices=("f32", "q8", "q4", "q4i8"), default=["f32"],
+    parser.add_argument("--formats", nargs="+", choices=("f32", "q8", "q4", "q4i8", "q8i16"),
+                        default=["f32"],
                         help="the weights' format: float32, or int8 / int4 (groups of 32) "
-                             "through the quantized entry points; q4i8: int4 with up to 4 rows "
-                             "in integers")
+                             "through the quantized entry points; q4i8 / q8i16: int4 / int8 "
+                             "with up to 4 rows in integers")
     args = parser.parse_args(argv)
     built, why = build.kernel_object(linear_rows.SOURCE, ISAS[args.isa])
     if built is None:

@@ -45,8 +45,9 @@ class WeightFormat:
     name: str = "float32"
     group_size: int | None = None
     checkpoint: str | None = None
-    # "int8": int4 products of up to 4 rows (a decode step) round the rows to
-    # int8 and multiply in integers (BackendOptions.activations)
+    # "int8" (int4 weights) or "int16" (int8 weights): a decode step's products
+    # (int4: up to 4 rows, int8: up to 2) round the rows so and multiply in
+    # integers (BackendOptions.activations)
     activations: str = "float32"
 
     @property
@@ -56,11 +57,17 @@ class WeightFormat:
     @property
     def entry(self) -> str:
         """The kernel's entry points that compute with this format: its name,
-        or "int4i8" for int4 weights with int8 activations."""
-        return "int4i8" if self.name == "int4" and self.activations == "int8" else self.name
+        "int4i8" for int4 weights with int8 activations, or "int8i16" for int8
+        weights with int16 activations."""
+        if self.activations == "float32":
+            return self.name
+        return f"{self.name}i{self.activations[3:]}"
 
 
-ACTIVATIONS = ("float32", "int8")
+ACTIVATIONS = ("float32", "int8", "int16")
+# The rows' integer format that each weight format's integer tiles take
+# (kernels/quantized_panels.h: INTEGER_Q4, INTEGER_Q8).
+INTEGER_ACTIVATIONS = {"int4": "int8", "int8": "int16"}
 
 
 def weight_format(weights, group_size, checkpoint: str | None = None,
@@ -72,9 +79,11 @@ def weight_format(weights, group_size, checkpoint: str | None = None,
             raise ValueError(f"activations: expected one of "
                              f"{', '.join(map(repr, ACTIVATIONS))}, got {activations!r}")
         fmt = weight_format(weights, group_size)
-        if activations == "int8" and fmt.name != "int4":
-            raise ValueError(f"activations: 'int8' rounds the rows multiplied with int4 "
-                             f"weights (weights='int4'); got weights={weights!r}")
+        if activations != "float32" and INTEGER_ACTIVATIONS.get(fmt.name) != activations:
+            pairs = "; ".join(f"{a!r} with weights={w!r}"
+                              for w, a in INTEGER_ACTIVATIONS.items())
+            raise ValueError(f"activations: {activations!r} does not go with "
+                             f"weights={weights!r}; integer rows are {pairs}")
         return dataclasses.replace(fmt, checkpoint=checkpoint, activations=activations)
     if weights not in FORMATS:
         raise ValueError(f"weights: expected one of {', '.join(map(repr, FORMATS))}, "

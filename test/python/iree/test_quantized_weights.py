@@ -98,7 +98,7 @@ def test_packed_panels_unpack_to_the_quantized_values(fmt):
 def _host_library(tmp_path, isa: str):
     kernel = linked_object(linear_rows.SOURCE, isa, tmp_path)
     pointer, size = ctypes.c_void_p, ctypes.c_size_t
-    for name, constants in (("q8", 3), ("q4", 4), ("q4i8", 4)):
+    for name, constants in (("q8", 3), ("q4", 4), ("q4i8", 4), ("q8i16", 3)):
         getattr(kernel, f"anyshape_linear_rows_{name}").argtypes = \
             [pointer, size] * 5 + [size] * (constants + 4)
         getattr(kernel, f"anyshape_linear_rows_{name}_no_bias").argtypes = \
@@ -135,30 +135,36 @@ def test_every_path_computes_every_row_count(tmp_path, isa):
                                                     np.nanmax(error))
 
 
-def _rounded_rows(x):
-    """x [m, k] as the _q4i8 entry points round it: each block of 32 k to
-    int8 codes by one float32 scale (its largest magnitude to 127), and
-    those scales."""
+def _rounded_rows(x, largest_code=127):
+    """x [m, k] (k a multiple of 32) as the _q4i8 (_q8i16) entry points
+    round it: each block of 32 k to int8 (int16) codes by one float32 scale,
+    its largest magnitude to ``largest_code``, and those scales."""
     m, k = x.shape
     blocks = x.reshape(m, k // 32, 32)
     largest = np.abs(blocks).max(axis=2)
-    inverse = np.where(largest > 0, np.float32(127) / np.where(largest > 0, largest, 1),
+    inverse = np.where(largest > 0, np.float32(largest_code) / np.where(largest > 0, largest, 1),
                        np.float32(0)).astype(np.float32)
     codes = np.rint((blocks * inverse[..., None]).astype(np.float32))
-    return codes.astype(np.int64), (largest / np.float32(127)).astype(np.float32)
+    return codes.astype(np.int64), (largest / np.float32(largest_code)).astype(np.float32)
 
 
 def _integer_product(x, w, fmt):
-    """The _q4i8 rows' product in float64: the weights' and the rows' codes
-    multiplied exactly, each block scaled by its row's scale, each group by
-    its weights'."""
+    """The integer rows' product in float64: the weights' and the rows' codes
+    (int8 rows for int4 weights, int16 for int8) multiplied exactly, each
+    block of 32 k scaled by its row's scale, then each group (int4) or
+    column (int8) by its weights'. int8's k past the last whole block are
+    the rows' own values, as the kernel takes them."""
     q, w_scale = qw.quantize(w, fmt)
-    codes, x_scale = _rounded_rows(x)
     m, k = x.shape
     n = w.shape[0]
+    whole = k // 32 * 32
+    codes, x_scale = _rounded_rows(x[:, :whole], 127 if fmt.name == "int4" else 32767)
     per_block = np.einsum("mbj,nbj->mnb", codes.reshape(m, k // 32, 32).astype(np.float64),
-                          q.reshape(n, k // 32, 32).astype(np.float64))
+                          q[:, :whole].reshape(n, k // 32, 32).astype(np.float64))
     per_block *= x_scale.astype(np.float64)[:, None, :]
+    if fmt.name == "int8":
+        rest = x[:, whole:].astype(np.float64) @ q[:, whole:].T.astype(np.float64)
+        return (per_block.sum(axis=2) + rest) * w_scale.astype(np.float64)[None]
     per_group = per_block.reshape(m, n, k // fmt.group_size, -1).sum(axis=3)
     return (per_group * w_scale.astype(np.float64)[None]).sum(axis=2)
 
@@ -201,6 +207,44 @@ def test_integer_rows_compute_what_their_rounding_gives(tmp_path, isa):
                         (rounding <= (half_step @ weights.T) * (1 + 1e-6)).all()
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+def test_int16_rows_of_int8_weights_compute_what_their_rounding_gives(tmp_path, isa):
+    """The _q8i16 entry points: up to 2 rows with AVX2, rounded to int16 per
+    block of 32 k, the k past the last whole block in float32, against
+    float64 on the same codes; more rows, and the portable code, as the _q8
+    entry points (3 and 4 rows too: integers gain nothing there). k of whole blocks and with a rest of 17, a partial last
+    panel, over one workgroup and 3 x 2, with and without a bias. The
+    rounding's own error: within half a step of each block's rows (1/65534
+    of its largest magnitude), times the weights'."""
+    kernel = _host_library(tmp_path, isa)
+    integer_isa = isa != "portable"
+    rng = np.random.default_rng(4)
+    for k, n in [(384, 37), (113, 19)]:
+        w = _weights(rng, n, k)
+        bias = rng.standard_normal(n).astype(np.float32)
+        data, scales = qw.packed(w, INT8)
+        deq = qw.dequantized(w, INT8).astype(np.float64)
+        for m in [1, 2, 3, 4, 5, 17]:
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            x[0, :32] *= 30  # a block with an outlier row value
+            integer = integer_isa and m <= 2
+            want = _integer_product(x, w, INT8) if integer else x @ deq.T
+            magnitude = np.abs(x) @ np.abs(deq).T + np.abs(bias)
+            bound = 2 * (k + 1) * 2.0 ** -24 * magnitude
+            for nx, ny, with_bias, y in _over_workgroups(kernel, INT8, x, data, scales, bias, n,
+                                                         name="q8i16"):
+                error = np.abs(y - (want + bias if with_bias else want))
+                assert (error <= bound).all(), (isa, k, n, m, nx, with_bias, np.nanmax(error))
+            if integer:
+                whole = k // 32 * 32
+                half_step = np.abs(x[:, :whole]).reshape(m, -1, 32).max(axis=2) / 65534
+                weights = np.abs(deq[:, :whole]).reshape(n, -1, 32).sum(axis=2)
+                rounding = np.abs(want - x @ deq.T)
+                # 1 %: a code's own float32 rounding of x times 32767 / largest
+                assert 0 < rounding.max() and \
+                    (rounding <= (half_step @ weights.T) * 1.01).all()
+
+
 def _over_workgroups(kernel, fmt, x, data, scales, bias, n, name=None):
     """(nx, ny, with_bias, y) of the product over one workgroup and 3 x 2,
     with and without the bias."""
@@ -231,11 +275,13 @@ def _call(kernel, fmt, x, data, scales, bias, y, gx, nx, gy, ny, name=None):
     (dict(weights="int8", group_size=32), "group_size: only int4 weights have groups"),
     (dict(weights="int4", product_kernel="iree"), "product_kernel='iree' asks for IREE's"),
     (dict(weights="int8", activations="int8"),
-     "activations: 'int8' rounds the rows multiplied with int4 weights (weights='int4'); "
-     "got weights='int8'"),
-    (dict(activations="int8"), "activations: 'int8' rounds the rows multiplied with int4"),
+     "activations: 'int8' does not go with weights='int8'; integer rows are 'int8' with "
+     "weights='int4'; 'int16' with weights='int8'"),
+    (dict(weights="int4", activations="int16"),
+     "activations: 'int16' does not go with weights='int4'"),
+    (dict(activations="int8"), "activations: 'int8' does not go with weights='float32'"),
     (dict(weights="int4", activations="int4"),
-     "activations: expected one of 'float32', 'int8', got 'int4'"),
+     "activations: expected one of 'float32', 'int8', 'int16', got 'int4'"),
     # a CPU with AVX-512 BF16, where "medium" is taken
     (dict(weights="int8", matmul_precision="medium", target_cpu="sapphirerapids"),
      "not with matmul_precision='medium'"),
@@ -388,6 +434,31 @@ def test_int8_activations_round_the_rows_of_decode_sized_products_only():
             assert 1e-4 < error < 3e-2, (shape, error)
         else:
             assert error <= 2e-5, (shape, error)
+
+
+@needs_kernel
+@pytest.mark.builds_after_export
+def test_int16_activations_round_the_rows_of_decode_sized_products_only():
+    """activations="int16" with int8 weights: products call the _q8i16 entry
+    points, whose rounding of the rows of products of 1 or 2 rows (1/65534 of
+    a block's largest magnitude) keeps the outputs near eager on the
+    dequantized copy; products of 3 rows and more are the int8 ones, within
+    float32 rounding."""
+    torch.manual_seed(0)
+    model = _TiedModel().eval()
+    module = anyshape.compile(model, (torch.randint(0, 301, (2, 9)),),
+                              dynamic_shapes={"ids": {0: Dim("batch"), 1: Dim("seq")}},
+                              backend=anyshape.BackendOptions(weights="int8",
+                                                              activations="int16"))
+    assert re.search(r"@linear_rows_q8i16(_no_bias)?\b", module.ir("iree-input"))
+    assert module.target.activations == "int16"
+    reference = _reference(model, INT8)
+    for shape in [(1, 1), (1, 3), (2, 2), (4, 1), (1, 5), (3, 17), (1, 33)]:
+        ids = torch.randint(0, 301, shape)
+        with torch.no_grad():
+            want = reference(ids).numpy()
+        error = np.abs(np.asarray(module(ids.numpy())) - want).max() / np.abs(want).max()
+        assert error <= (3e-4 if shape[0] * shape[1] <= 2 else 2e-5), (shape, error)
 
 
 def test_a_group_size_that_does_not_divide_k_names_the_weight():

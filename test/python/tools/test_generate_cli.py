@@ -168,3 +168,10 @@ def test_int8_activations_without_int4_weights_are_refused():
                  "--weights", "int8", "--activations", "int8", "-o", "unused")
     assert result.returncode == 2
     assert "--activations int8 goes with --weights int4, got --weights int8" in result.stderr
+
+
+def test_int16_activations_without_int8_weights_are_refused():
+    result = run("anyshape-compile", "--hf", "gpt2", "--task", "text-generation", *CONFIG,
+                 "--weights", "int4", "--activations", "int16", "-o", "unused")
+    assert result.returncode == 2
+    assert "--activations int16 goes with --weights int8, got --weights int4" in result.stderr

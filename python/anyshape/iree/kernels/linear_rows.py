@@ -51,8 +51,10 @@ EXECUTABLE = "anyshape_row_products"
 ENTRY_POINTS = {"linear_rows": True, "linear_rows_no_bias": False}
 # A quantized format's entry points: these suffixes after "linear_rows"
 # (quantized_panels.h), each with a bias and without ("_no_bias").
-# "int4i8": int4 weights, a decode step's rows rounded to int8 (WeightFormat.entry).
-QUANTIZED_ENTRY = {"float32": "", "int8": "_q8", "int4": "_q4", "int4i8": "_q4i8"}
+# "int4i8": int4 weights, a decode step's rows rounded to int8; "int8i16": int8
+# weights, the rows rounded to int16 (WeightFormat.entry).
+QUANTIZED_ENTRY = {"float32": "", "int8": "_q8", "int4": "_q4", "int4i8": "_q4i8",
+                   "int8i16": "_q8i16"}
 PANEL = 16
 # The kernel's runs of rows and of panels per workgroup (linear_rows.c's
 # ``workgroup`` takes what the counts below give it). Each workgroup reads its
@@ -100,8 +102,8 @@ def executable_text(object_path: Path, target: str, workers: int = 1,
                     formats: Sequence[str] = ("float32",)) -> str:
     """The executable whose entry points call the kernel: ``linear_rows``
     (with a bias) and ``linear_rows_no_bias`` for float32 weights, and their
-    ``_q8``, ``_q4`` and ``_q4i8`` twins for the ``formats`` "int8", "int4" and
-    "int4i8" (``WeightFormat.entry``).
+    ``_q8``, ``_q4``, ``_q4i8`` and ``_q8i16`` twins for the ``formats`` "int8",
+    "int4", "int4i8" and "int8i16" (``WeightFormat.entry``).
 
     Bindings: x (m x k), the packed weight, [its scales (quantized),] [the
     bias,] y (m x n); constants m, n, k [, int4's group]. Workgroups (the
@@ -113,7 +115,8 @@ def executable_text(object_path: Path, target: str, workers: int = 1,
     exports, functions = [], []
     for ordinal, (name, bias, fmt) in enumerate(_entry_points(formats)):
         quantized = fmt != "float32"
-        grouped = fmt.startswith("int4")
+        weights = fmt[:4] if quantized else fmt  # "int8i16" stores int8 weights
+        grouped = weights == "int4"
         constants = 4 if grouped else 3
         layout = pipeline_layout(constants, [True, True] + ([True] if quantized else []) +
                                  ([True] if bias else []) + [False])
@@ -139,7 +142,7 @@ def executable_text(object_path: Path, target: str, workers: int = 1,
     }}""")
         loaded = ["m", "n", "k"] + (["group"] if grouped else [])
         # Each binding's size in floats (the kernel reads quantized ones as bytes).
-        packed_floats_per_k = {"float32": 16, "int8": 4}.get(fmt, 2)
+        packed_floats_per_k = {"float32": 16, "int8": 4, "int4": 2}[weights]
         sizes_lines = [
             "%c16 = arith.constant 16 : index",
             f"%per_k = arith.constant {packed_floats_per_k} : index",
@@ -157,7 +160,7 @@ def executable_text(object_path: Path, target: str, workers: int = 1,
                         "%groups = arith.divui %k, %group : index",
                         "%group_halves = arith.muli %groups, %c8 : index",
                         "%scales_size = arith.muli %panel_count, %group_halves : index"]
-               }["int4" if grouped else fmt]),
+               }[weights]),
             "%gx = hal.interface.workgroup.id[0] : index",
             "%nx = hal.interface.workgroup.count[0] : index",
             "%gy = hal.interface.workgroup.id[1] : index",

@@ -29,6 +29,15 @@
 #define QUANT_K 256
 #define QUANT_PANELS 1
 
+// Up to DIRECT_ROWS rows (a decode step's) are computed from the weights in
+// registers (the DIRECT_ and INTEGER_ tiles below).
+#define DIRECT_ROWS 4
+// int8 weights' integer tiles take products of up to 2 rows only: at 3 and 4
+// the 16-bit products and their sums cost more than the FMAs they replace
+// (Zen 1 runs vpmaddwd at half the FMA's rate), and DIRECT_Q8's tiles take
+// them (docs/quantized-weights.md).
+#define INTEGER_Q8_ROWS 2
+
 typedef struct {
   const float* x;          // rows of x, k floats apart
   const uint8_t* q;        // the packed weights (int8, or int4 two to a byte)
@@ -36,10 +45,11 @@ typedef struct {
   const float* bias;       // n floats, or null
   float* y;                // rows of y, n floats apart
   size_t m, n, k, group;   // group: int4's (0 for int8)
-  // int4 only: products of up to DIRECT_ROWS rows computed in integers, the
-  // rows rounded to int8 per block of 32 k (INTEGER_Q4 below; the ``_q4i8``
-  // entry points)
-  int integer;
+  // Products of up to this many rows in all (0: none) computed in integers:
+  // int4 weights with the rows rounded to int8 per block of 32 k (INTEGER_Q4
+  // below; the ``_q4i8`` entry points: up to DIRECT_ROWS), int8 weights with
+  // them rounded to int16 (INTEGER_Q8; ``_q8i16``: up to INTEGER_Q8_ROWS)
+  size_t integer;
 } quantized_t;
 
 // IEEE half to float, for the portable path (no F16C).
@@ -177,7 +187,6 @@ AVX2_F16C_FN static void dequantize256(const quantized_t* a, size_t panel, size_
 // this code too (their 512-bit version is not written yet). The 8 of q + 8
 // comes off each value as an integer, before any rounding: taken off the
 // sums (through the sum of x) it cancelled digits, 4x float32's error.
-#define DIRECT_ROWS 4
 // One cache line of int8 weights holds 4 steps of k of a panel: the loops
 // run 4 steps at a time and ask for the line DIRECT_AHEAD bytes ahead once.
 #define DIRECT_AHEAD 4096
@@ -436,25 +445,125 @@ AVX2_F16C_FN static inline __m256i code_pairs(__m256i q, int t) {
         store256(a, row + r, panel * PANEL + h * 8, totals[r][h], mask[h]);        \
   }
 
+// int8 weights times rows rounded to int16 (the ``_q8i16`` entry points),
+// products of 1 or 2 rows only (INTEGER_Q8_ROWS):
+// each row's block of 32 k gets one scale, its largest magnitude to 32767,
+// and AVX2's 16-bit products (vpmaddwd) multiply pairs of k of the weights,
+// sign-extended, by pairs of the rows' codes into 32-bit sums (at most 32
+// products of 127 x 32767 a lane: no overflow). A block's sums are scaled by
+// the row's scale in float32, and the product by each column's scale at the
+// end. The k of a block take half the instructions of DIRECT_Q8's
+// dequantizing to float32; the rounding is at most 1/65534 of each block's
+// largest magnitude, far below the weights' own (docs/quantized-weights.md).
+
+// The 32 floats at x rounded to int16 codes (in order) by one scale, which
+// it returns.
+AVX2_F16C_FN static inline float round_block32_i16(const float* x, int16_t* codes) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 v[4], m = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float largest = _mm_cvtss_f32(m4);
+  const __m256 inverse = _mm256_set1_ps(largest > 0.0f ? 32767.0f / largest : 0.0f);
+  for (int i = 0; i < 4; i += 2) {
+    // packs interleaves the 128-bit lanes: the permute puts the codes in order
+    const __m256i pair = _mm256_permute4x64_epi64(
+        _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[i], inverse)),
+                           _mm256_cvtps_epi32(_mm256_mul_ps(v[i + 1], inverse))),
+        0xD8);
+    _mm256_storeu_si256((__m256i*)(codes + 8 * i), pair);
+  }
+  return largest / 32767.0f;
+}
+
+#define DEFINE_INTEGER_Q8(MR, NP)                                                 \
+  AVX2_F16C_FN static void integer_q8_##MR##x##NP(const quantized_t* a, size_t row, \
+                                                  size_t panel) {                  \
+    enum { H = 2 * (NP) };                                                         \
+    const size_t k = a->k;                                                         \
+    const int8_t* w[NP];                                                           \
+    for (int p = 0; p < (NP); ++p) w[p] = (const int8_t*)a->q + (panel + p) * k * PANEL; \
+    __m256 sums[MR][H];                                                            \
+    for (int r = 0; r < (MR); ++r)                                                 \
+      for (int h = 0; h < H; ++h) sums[r][h] = _mm256_setzero_ps();                \
+    size_t b = 0;                                                                  \
+    for (; b + 32 <= k; b += 32) {                                                 \
+      __attribute__((aligned(32))) int16_t codes[MR][32];                          \
+      __m256 row_scale[MR];                                                        \
+      for (int r = 0; r < (MR); ++r)                                               \
+        row_scale[r] = _mm256_set1_ps(round_block32_i16(a->x + (row + r) * k + b, codes[r])); \
+      __m256i acc[MR][H];                                                          \
+      for (int r = 0; r < (MR); ++r)                                               \
+        for (int h = 0; h < H; ++h) acc[r][h] = _mm256_setzero_si256();            \
+      for (int t = 0; t < 32; t += 2) {                                            \
+        if (t % 4 == 0)                                                            \
+          for (int p = 0; p < (NP); ++p)                                           \
+            _mm_prefetch((const char*)(w[p] + (b + t) * PANEL + DIRECT_AHEAD), _MM_HINT_T0); \
+        __m256i wv[H];                                                             \
+        for (int p = 0; p < (NP); ++p) {                                           \
+          const __m128i k0 = _mm_loadu_si128((const __m128i*)(w[p] + (b + t) * PANEL)); \
+          const __m128i k1 = _mm_loadu_si128((const __m128i*)(w[p] + (b + t + 1) * PANEL)); \
+          wv[2 * p] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(k0, k1));             \
+          wv[2 * p + 1] = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(k0, k1));         \
+        }                                                                          \
+        for (int r = 0; r < (MR); ++r) {                                           \
+          int32_t pair;                                                            \
+          __builtin_memcpy(&pair, codes[r] + t, sizeof pair);                      \
+          const __m256i xv = _mm256_set1_epi32(pair);                              \
+          for (int h = 0; h < H; ++h)                                              \
+            acc[r][h] = _mm256_add_epi32(acc[r][h], _mm256_madd_epi16(wv[h], xv)); \
+        }                                                                          \
+      }                                                                            \
+      for (int r = 0; r < (MR); ++r)                                               \
+        for (int h = 0; h < H; ++h)                                                \
+          sums[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), row_scale[r], \
+                                       sums[r][h]);                                \
+    }                                                                              \
+    for (; b < k; ++b) /* k past the last whole block: in float32 */               \
+      for (int h = 0; h < H; ++h) {                                                \
+        const __m256 wf = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64( \
+            (const __m128i*)(w[h / 2] + b * PANEL + (h % 2) * 8))));               \
+        for (int r = 0; r < (MR); ++r)                                             \
+          sums[r][h] = _mm256_fmadd_ps(_mm256_set1_ps(a->x[(row + r) * k + b]), wf, \
+                                       sums[r][h]);                                \
+      }                                                                            \
+    __m256i mask[H];                                                               \
+    direct_masks(a, panel, NP, mask);                                              \
+    for (int h = 0; h < H; ++h) {                                                  \
+      const size_t col = panel * PANEL + h * 8;                                    \
+      const __m256 scale = _mm256_loadu_ps((const float*)a->scales + col);         \
+      for (int r = 0; r < (MR); ++r)                                               \
+        store256(a, row + r, col, _mm256_mul_ps(sums[r][h], scale), mask[h]);      \
+    }                                                                              \
+  }
+
 DEFINE_DIRECT_Q8(1, 2) DEFINE_DIRECT_Q8(2, 2) DEFINE_DIRECT_Q8(3, 1) DEFINE_DIRECT_Q8(4, 1)
 DEFINE_DIRECT_Q8(1, 1) DEFINE_DIRECT_Q8(2, 1)
 DEFINE_DIRECT_Q4(1, 2) DEFINE_DIRECT_Q4(2, 2) DEFINE_DIRECT_Q4(3, 1) DEFINE_DIRECT_Q4(4, 1)
 DEFINE_DIRECT_Q4(1, 1) DEFINE_DIRECT_Q4(2, 1)
 DEFINE_INTEGER_Q4(1, 2) DEFINE_INTEGER_Q4(2, 2) DEFINE_INTEGER_Q4(3, 1) DEFINE_INTEGER_Q4(4, 1)
 DEFINE_INTEGER_Q4(1, 1) DEFINE_INTEGER_Q4(2, 1)
+DEFINE_INTEGER_Q8(1, 2) DEFINE_INTEGER_Q8(2, 2) DEFINE_INTEGER_Q8(3, 1) DEFINE_INTEGER_Q8(4, 1)
+DEFINE_INTEGER_Q8(1, 1) DEFINE_INTEGER_Q8(2, 1)
 
 // Rows [row0, row0 + rows) (at most DIRECT_ROWS) by panels [panel0, panel1):
 // one or two rows by two panels at a time, three or four by one.
 AVX2_F16C_FN static void direct_rows(const quantized_t* a, size_t row0, size_t rows,
                                      size_t panel0, size_t panel1) {
   const int int4 = a->group != 0;
-  // Products of up to DIRECT_ROWS rows in all (a decode step's), not runs of
+  // Products of up to a->integer rows in all (a decode step's), not runs of
   // that many of a longer product's rows, which round no rows.
-  const int integer = a->integer && a->m <= DIRECT_ROWS;
+  const int integer = a->m <= a->integer;
   for (size_t panel = panel0; panel < panel1;) {
     const int two = rows <= 2 && panel1 - panel >= 2;
 #define DIRECT(MR, NP)                                                   \
-  (integer ? integer_q4_##MR##x##NP(a, row0, panel)                     \
+  (integer ? (int4 ? integer_q4_##MR##x##NP(a, row0, panel)             \
+                   : integer_q8_##MR##x##NP(a, row0, panel))             \
    : int4 ? direct_q4_##MR##x##NP(a, row0, panel) : direct_q8_##MR##x##NP(a, row0, panel))
     switch (rows) {
       case 1: if (two) DIRECT(1, 2); else DIRECT(1, 1); break;
@@ -571,6 +680,29 @@ void anyshape_linear_rows_q4_no_bias(const float* x, size_t x_offset, const floa
   quantized_workgroup(&a, gx, nx, gy, ny);
 }
 
+// int8 weights, the rows of a decode step (up to INTEGER_Q8_ROWS, on AVX2 and
+// AVX-512 hosts) computed in integers (INTEGER_Q8); more rows, and hosts
+// without AVX2, as the _q8 entry points compute them.
+void anyshape_linear_rows_q8i16(const float* x, size_t x_offset, const float* q,
+                                size_t q_offset, const float* scales, size_t scales_offset,
+                                const float* bias, size_t bias_offset, float* y,
+                                size_t y_offset, size_t m, size_t n, size_t k, size_t gx,
+                                size_t nx, size_t gy, size_t ny) {
+  quantized_t a = {x + x_offset, (const uint8_t*)(q + q_offset), scales + scales_offset,
+                   bias + bias_offset, y + y_offset, m, n, k, 0, INTEGER_Q8_ROWS};
+  quantized_workgroup(&a, gx, nx, gy, ny);
+}
+
+void anyshape_linear_rows_q8i16_no_bias(const float* x, size_t x_offset, const float* q,
+                                        size_t q_offset, const float* scales,
+                                        size_t scales_offset, float* y, size_t y_offset,
+                                        size_t m, size_t n, size_t k, size_t gx, size_t nx,
+                                        size_t gy, size_t ny) {
+  quantized_t a = {x + x_offset, (const uint8_t*)(q + q_offset), scales + scales_offset, 0,
+                   y + y_offset, m, n, k, 0, INTEGER_Q8_ROWS};
+  quantized_workgroup(&a, gx, nx, gy, ny);
+}
+
 // int4 weights, the rows of a decode step (up to DIRECT_ROWS, on AVX2 and
 // AVX-512 hosts) computed in integers (INTEGER_Q4); more rows, and hosts
 // without AVX2, as the _q4 entry points compute them.
@@ -580,7 +712,7 @@ void anyshape_linear_rows_q4i8(const float* x, size_t x_offset, const float* q,
                                size_t y_offset, size_t m, size_t n, size_t k, size_t group,
                                size_t gx, size_t nx, size_t gy, size_t ny) {
   quantized_t a = {x + x_offset, (const uint8_t*)(q + q_offset), scales + scales_offset,
-                   bias + bias_offset, y + y_offset, m, n, k, group, 1};
+                   bias + bias_offset, y + y_offset, m, n, k, group, DIRECT_ROWS};
   quantized_workgroup(&a, gx, nx, gy, ny);
 }
 
@@ -590,7 +722,7 @@ void anyshape_linear_rows_q4i8_no_bias(const float* x, size_t x_offset, const fl
                                        size_t m, size_t n, size_t k, size_t group, size_t gx,
                                        size_t nx, size_t gy, size_t ny) {
   quantized_t a = {x + x_offset, (const uint8_t*)(q + q_offset), scales + scales_offset, 0,
-                   y + y_offset, m, n, k, group, 1};
+                   y + y_offset, m, n, k, group, DIRECT_ROWS};
   quantized_workgroup(&a, gx, nx, gy, ny);
 }
 

@@ -96,15 +96,15 @@ def _described(weight, start: int, end: int, n: int) -> str:
 def quantized_function_text(executable: str, name: str, rows, k: int, n: int, fmt: str,
                             group: int | None, has_bias: bool) -> str:
     """The helper function ``name``: x [rows, k] times the packed weight
-    (``fmt``: "int8", or "int4" or "int4i8" with ``group``: ``WeightFormat.entry``)
-    plus the bias, in one dispatch of the kernel's ``linear_rows_q8``/``_q4``/
-    ``_q4i8`` entry point in ``executable``."""
+    (``fmt``: "int8" or "int8i16", or "int4" or "int4i8" with ``group``:
+    ``WeightFormat.entry``) plus the bias, in one dispatch of the kernel's
+    ``linear_rows_q8``/``_q8i16``/``_q4``/``_q4i8`` entry point in ``executable``."""
     panels = -(-n // PANEL)
     m = "?" if rows is None else str(rows)
     x_type, y_type = f"tensor<{m}x{k}xf32>", f"tensor<{m}x{n}xf32>"
-    if fmt == "int8":
-        q_type, s_type, entry = f"tensor<{panels}x{k}x{PANEL}xi8>", \
-            f"tensor<{panels * PANEL}xf32>", "linear_rows_q8"
+    if fmt in ("int8", "int8i16"):
+        q_type, s_type = f"tensor<{panels}x{k}x{PANEL}xi8>", f"tensor<{panels * PANEL}xf32>"
+        entry = "linear_rows_q8i16" if fmt == "int8i16" else "linear_rows_q8"
     else:
         q_type, s_type = f"tensor<{panels}x{k // 2}x{PANEL}xi8>", \
             f"tensor<{panels}x{k // group}x{PANEL}xf16>"
@@ -113,7 +113,7 @@ def quantized_function_text(executable: str, name: str, rows, k: int, n: int, fm
     bias_arg = f", %b: tensor<{n}xf32>" if has_bias else ""
     bias_operand = ", %b" if has_bias else ""
     bias_type = f", tensor<{n}xf32>" if has_bias else ""
-    grouped = fmt != "int8"
+    grouped = fmt.startswith("int4")
     group_constant = f"%g32 = arith.constant {group} : i32\n  " if grouped else ""
     group_operand = ", %g32" if grouped else ""
     group_type = ", i32" if grouped else ""
