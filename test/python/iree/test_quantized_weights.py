@@ -416,24 +416,11 @@ def test_int8_activations_round_the_rows_of_decode_sized_products_only():
     dequantized copy by a bounded amount (a few tenths of a percent of the
     output's magnitude here); products of 5 rows and more are the int4
     ones, within float32 rounding of it."""
-    torch.manual_seed(0)
-    model = _TiedModel().eval()
-    module = anyshape.compile(model, (torch.randint(0, 301, (2, 9)),),
-                              dynamic_shapes={"ids": {0: Dim("batch"), 1: Dim("seq")}},
-                              backend=anyshape.BackendOptions(weights="int4",
-                                                              activations="int8"))
-    assert re.search(r"@linear_rows_q4i8(_no_bias)?\b", module.ir("iree-input"))
-    assert module.target.activations == "int8"
-    reference = _reference(model, INT4)
-    for shape in [(1, 1), (1, 3), (2, 2), (4, 1), (1, 5), (3, 17), (1, 33)]:
-        ids = torch.randint(0, 301, shape)
-        with torch.no_grad():
-            want = reference(ids).numpy()
-        error = np.abs(np.asarray(module(ids.numpy())) - want).max() / np.abs(want).max()
-        if shape[0] * shape[1] <= 4:
-            assert 1e-4 < error < 3e-2, (shape, error)
+    for rows, error in _integer_row_errors(INT4, "int8", "q4i8"):
+        if rows <= 4:
+            assert 1e-4 < error < 3e-2, (rows, error)
         else:
-            assert error <= 2e-5, (shape, error)
+            assert error <= 2e-5, (rows, error)
 
 
 @needs_kernel
@@ -444,21 +431,32 @@ def test_int16_activations_round_the_rows_of_decode_sized_products_only():
     a block's largest magnitude) keeps the outputs near eager on the
     dequantized copy; products of 3 rows and more are the int8 ones, within
     float32 rounding."""
+    for rows, error in _integer_row_errors(INT8, "int16", "q8i16"):
+        assert error <= (3e-4 if rows <= 2 else 2e-5), (rows, error)
+
+
+def _integer_row_errors(fmt, activations, entry):
+    """_TiedModel compiled with ``fmt``'s weights and ``activations``, which
+    must call the ``linear_rows_<entry>`` entry points: (rows, largest error
+    relative to the output's magnitude) against eager on the dequantized copy,
+    for products of 1 to 51 rows."""
     torch.manual_seed(0)
     model = _TiedModel().eval()
     module = anyshape.compile(model, (torch.randint(0, 301, (2, 9)),),
                               dynamic_shapes={"ids": {0: Dim("batch"), 1: Dim("seq")}},
-                              backend=anyshape.BackendOptions(weights="int8",
-                                                              activations="int16"))
-    assert re.search(r"@linear_rows_q8i16(_no_bias)?\b", module.ir("iree-input"))
-    assert module.target.activations == "int16"
-    reference = _reference(model, INT8)
+                              backend=anyshape.BackendOptions(weights=fmt.name,
+                                                              activations=activations))
+    assert re.search(rf"@linear_rows_{entry}(_no_bias)?\b", module.ir("iree-input"))
+    assert module.target.activations == activations
+    reference = _reference(model, fmt)
+    errors = []
     for shape in [(1, 1), (1, 3), (2, 2), (4, 1), (1, 5), (3, 17), (1, 33)]:
         ids = torch.randint(0, 301, shape)
         with torch.no_grad():
             want = reference(ids).numpy()
         error = np.abs(np.asarray(module(ids.numpy())) - want).max() / np.abs(want).max()
-        assert error <= (3e-4 if shape[0] * shape[1] <= 2 else 2e-5), (shape, error)
+        errors.append((shape[0] * shape[1], error))
+    return errors
 
 
 def test_a_group_size_that_does_not_divide_k_names_the_weight():

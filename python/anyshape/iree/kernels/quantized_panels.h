@@ -328,6 +328,13 @@ AVX2_F16C_FN static inline void direct_masks(const quantized_t* a, size_t panel,
 // the DIRECT_Q4 tiles; the rows' rounding adds its error to the weights'
 // (docs/quantized-weights.md).
 
+// The largest of v's eight lanes.
+AVX2_F16C_FN static inline float largest_lane(__m256 v) {
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+}
+
 // The 32 floats at x rounded to int8 codes (in order), by one scale.
 AVX2_F16C_FN static inline __m256i round_block32(const float* x, float* scale, int32_t* sum) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -336,10 +343,7 @@ AVX2_F16C_FN static inline __m256i round_block32(const float* x, float* scale, i
   const __m256 m = _mm256_max_ps(
       _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
       _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float largest = _mm_cvtss_f32(m4);
+  const float largest = largest_lane(m);
   *scale = largest / 127.0f;
   const __m256 inverse = _mm256_set1_ps(largest > 0.0f ? 127.0f / largest : 0.0f);
   const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, inverse));
@@ -465,10 +469,7 @@ AVX2_F16C_FN static inline float round_block32_i16(const float* x, int16_t* code
     v[i] = _mm256_loadu_ps(x + 8 * i);
     m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
   }
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float largest = _mm_cvtss_f32(m4);
+  const float largest = largest_lane(m);
   const __m256 inverse = _mm256_set1_ps(largest > 0.0f ? 32767.0f / largest : 0.0f);
   for (int i = 0; i < 4; i += 2) {
     // packs interleaves the 128-bit lanes: the permute puts the codes in order
