@@ -31,7 +31,7 @@ from anyshape.driver import iree_input as iree_input_stage
 from anyshape.driver.pipeline import (data_tiling_applies, dynamic, opt_command_flag, run_pipeline,
                                       split_pass_element, with_data_tiling_forms,
                                       with_padding_elimination)
-from anyshape.driver.stage_files import StageFiles, stage_text
+from anyshape.driver.stage_files import KeptStages, StageFiles, stage_text
 from anyshape.errors import CompileError, DataTilingFallback
 from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts
@@ -284,6 +284,7 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
 
     def without() -> CompiledModule:
         stages.remove_dumps_after_import()  # the failure's reproducer stays
+        stages.release_after_import()
         (Path(workdir.name) / "untiled").mkdir()
         retry = StageFiles(Path(workdir.name) / "untiled", stages.dump_dir)
         retry.files[IMPORT_STAGE] = stages.files[IMPORT_STAGE]
@@ -317,7 +318,7 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
             raise CompileError(name, diag.render(), str(repro),
                                f"anyshape-opt {shlex.quote(str(repro))} {opt_command_flag(element)}"
                                ) from None
-        stages.write(name, module)
+        stages.write(name, module, element=element)
     if signature.padding_mask is not None:
         signature.padding_dense_entry = dense_twin(module.operation, compilation.entry)
 
@@ -365,9 +366,10 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
         lambda: compile_iree(iree_input, facts), without_facts, made(facts)(flags), report,
         dump_ir_dir, stages.forget_last, keep_retry)
     seconds = {**stages.seconds, IREE_COMPILE_STAGE: time.monotonic() - started}
+    stages.release(stages.last_pass_stage)
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
                           cpu=dataclasses.asdict(resolve_cpu(target.cpu)) if cpu else None,
-                          stage_files=stages.files, stage_text=stage_text,
+                          stage_files=KeptStages(stages), stage_text=stage_text,
                           workdir=compilation.workdir, entry=compilation.entry,
                           parameters_path=archive, stage_seconds=seconds,
                           parameter_specs=stages.parameter_specs)

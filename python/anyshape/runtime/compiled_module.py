@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ class CompiledModule:
 
     def __init__(self, vmfb_path: str | os.PathLike, signature: ModuleSignature, target: Target,
                  *, iree_flags: Sequence[str] = (), versions: dict | None = None,
-                 stage_files: dict[str, Path] | None = None,
+                 stage_files: Mapping[str, Path] | None = None,
                  stage_text: Callable[[Path, str], str] | None = None, workdir: Any = None,
                  entry: str = "main", threads: int | None = None,
                  parameters_path: str | os.PathLike | None = None,
@@ -65,7 +65,8 @@ class CompiledModule:
         # empty for a loaded module
         self.stage_seconds = dict(stage_seconds or {})
         self._entry = entry
-        self._stage_files = dict(stage_files or {})
+        # stage -> its file (a compile's pass stages are made again when looked up)
+        self._stage_files = stage_files if stage_files is not None else {}
         # (stage file, stage) -> its MLIR text: the compiler's reader, given by
         # the driver that wrote them (the runtime has no MLIR bindings)
         self._stage_text = stage_text
