@@ -1,10 +1,15 @@
 """A compile keeps the weights on disk in the import and iree-input stages only;
 every pass stage, released during the compile, reads back as it was written."""
 
+import errno
+from pathlib import Path
+
+import pytest
 import torch
 from torch.export import Dim
 
 import anyshape
+import anyshape.driver.stage_files
 
 
 class TwoLayers(torch.nn.Module):
@@ -37,3 +42,16 @@ def test_pass_stages_are_released_and_read_back_as_dumped(tmp_path):
     assert len(list(workdir.glob("*.mlirbc"))) == len(stages)
     assert "dense_resource" in compiled.ir(passes[0])  # weights included
     torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_full_disk_names_the_working_directory_and_tmpdir(monkeypatch):
+    def full(module):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(anyshape.driver.stage_files, "module_to_bytecode", full)
+    with pytest.raises(OSError) as info:
+        anyshape.compile(TwoLayers().eval(), (torch.randn(7, 33),), cache=False)
+    assert info.value.errno == errno.ENOSPC
+    message = str(info.value)
+    assert "the compile's working directory" in message and "TMPDIR" in message
+    assert Path(info.value.filename).name.startswith("anyshape-")

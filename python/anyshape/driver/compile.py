@@ -31,7 +31,7 @@ from anyshape.driver import iree_input as iree_input_stage
 from anyshape.driver.pipeline import (data_tiling_applies, dynamic, opt_command_flag, run_pipeline,
                                       split_pass_element, with_data_tiling_forms,
                                       with_padding_elimination)
-from anyshape.driver.stage_files import KeptStages, StageFiles, stage_text
+from anyshape.driver.stage_files import KeptStages, StageFiles, space_named, stage_text
 from anyshape.errors import CompileError, DataTilingFallback
 from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts
@@ -270,30 +270,31 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
     same dict as ``weights`` where both are given): the weights that
     ``target.weights`` "int8" or "int4" quantizes."""
     workdir = tempfile.TemporaryDirectory(prefix="anyshape-")
-    stages = StageFiles(Path(workdir.name), Path(dump_ir_dir) if dump_ir_dir else None)
-    stages.write(IMPORT_STAGE, module)
-    if written is None:
-        written = {entry: input_positions(signature, signature.input_writes)}
-    in_place = {name: positions for name, positions in written.items() if positions} \
-        if target.in_place_writes else None
-    compilation = Compilation(workdir, signature, target, pass_names, dump_ir_dir, report,
-                              entry, weights, in_place or None, arrays)
-    if target.data_tiling is not None:
-        return _compile_stages(module, stages, compilation)
-    tiled = data_tiling_applies(target, signature, pass_names)
+    with space_named(Path(workdir.name)):
+        stages = StageFiles(Path(workdir.name), Path(dump_ir_dir) if dump_ir_dir else None)
+        stages.write(IMPORT_STAGE, module)
+        if written is None:
+            written = {entry: input_positions(signature, signature.input_writes)}
+        in_place = {name: positions for name, positions in written.items() if positions} \
+            if target.in_place_writes else None
+        compilation = Compilation(workdir, signature, target, pass_names, dump_ir_dir, report,
+                                  entry, weights, in_place or None, arrays)
+        if target.data_tiling is not None:
+            return _compile_stages(module, stages, compilation)
+        tiled = data_tiling_applies(target, signature, pass_names)
 
-    def without() -> CompiledModule:
-        stages.remove_dumps_after_import()  # the failure's reproducer stays
-        stages.release_after_import()
-        (Path(workdir.name) / "untiled").mkdir()
-        retry = StageFiles(Path(workdir.name) / "untiled", stages.dump_dir)
-        retry.files[IMPORT_STAGE] = stages.files[IMPORT_STAGE]
-        imported = parse_module(stages.files[IMPORT_STAGE].read_bytes(), new_context())
-        return _compile_stages(imported, retry, compilation.with_data_tiling(False))
+        def without() -> CompiledModule:
+            stages.remove_dumps_after_import()  # the failure's reproducer stays
+            stages.release_after_import()
+            (Path(workdir.name) / "untiled").mkdir()
+            retry = StageFiles(Path(workdir.name) / "untiled", stages.dump_dir)
+            retry.files[IMPORT_STAGE] = stages.files[IMPORT_STAGE]
+            imported = parse_module(stages.files[IMPORT_STAGE].read_bytes(), new_context())
+            return _compile_stages(imported, retry, compilation.with_data_tiling(False))
 
-    return without_data_tiling(
-        lambda: _compile_stages(module, stages, compilation.with_data_tiling(tiled)),
-        without, tiled, report)
+        return without_data_tiling(
+            lambda: _compile_stages(module, stages, compilation.with_data_tiling(tiled)),
+            without, tiled, report)
 
 
 def _compile_stages(module: ir.Module, stages: StageFiles,

@@ -11,8 +11,11 @@ stays."""
 
 from __future__ import annotations
 
+import errno
+import shutil
 import time
 from collections.abc import Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -137,7 +140,8 @@ class StageFiles:
         module = parse_module(self.files[base].read_bytes(), new_context())
         for element in elements:
             run_pipeline(module, [element])
-        path.write_bytes(module_to_bytecode(module))
+        with space_named(self.workdir):
+            path.write_bytes(module_to_bytecode(module))
         return path
 
     def _name(self, stage: str) -> tuple[str, str]:
@@ -161,6 +165,24 @@ class KeptStages(Mapping):
 
     def __len__(self) -> int:
         return len(self._stages.files)
+
+
+@contextmanager
+def space_named(workdir: Path):
+    """A full disk under the compile's working directory ``workdir`` raises an
+    OSError (ENOSPC) that names it, what fills it and where else it can be,
+    not the bare one of the write that failed."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        free = shutil.disk_usage(workdir.parent).free if workdir.parent.exists() else 0
+        raise OSError(errno.ENOSPC, (
+            f"no space left on the device of the compile's working directory {workdir} "
+            f"({free / 1e9:.1f} GB free there): the import and iree-input stages and the "
+            f"module each hold the model's weights (docs/api.md, stages); free space there, "
+            f"or set TMPDIR to a directory on a larger disk"), str(workdir)) from error
 
 
 def stage_text(path: Path, stage: str) -> str:
