@@ -176,13 +176,15 @@ def test_integer_rows_compute_what_their_rounding_gives(tmp_path, isa):
     (the integer parts exact, the scaling within float32 rounding); more
     rows, and the portable code, as the _q4 entry points (float32 rows). In
     each group size, a partial last panel, over one workgroup and 3 x 2, with
-    and without a bias. The rounding's own error: within half a step of each
-    block's rows, times the weights'."""
+    and without a bias, and k over more than one chunk of rounded rows
+    (4224: 4 rows round 4096 k at a time; 16512: 1 row, 16384). The
+    rounding's own error: within half a step of each block's rows, times
+    the weights'."""
     kernel = _host_library(tmp_path, isa)
     integer_isa = isa != "portable"
     rng = np.random.default_rng(3)
     for fmt in FORMATS[1:]:
-        for k, n in [(384, 37), (128, 19)]:
+        for k, n in [(384, 37), (128, 19), (4224, 19), (16512, 19)]:
             w = _weights(rng, n, k)
             bias = rng.standard_normal(n).astype(np.float32)
             data, scales = qw.packed(w, fmt)
@@ -212,14 +214,16 @@ def test_int16_rows_of_int8_weights_compute_what_their_rounding_gives(tmp_path, 
     """The _q8i16 entry points: up to 2 rows with AVX2, rounded to int16 per
     block of 32 k, the k past the last whole block in float32, against
     float64 on the same codes; more rows, and the portable code, as the _q8
-    entry points (3 and 4 rows too: integers gain nothing there). k of whole blocks and with a rest of 17, a partial last
+    entry points (3 and 4 rows too: integers gain nothing there). k of whole
+    blocks and with a rest of 17, over more than one chunk of rounded rows
+    (8209: 1 row rounds 8192 k at a time, 2 rows 4096), a partial last
     panel, over one workgroup and 3 x 2, with and without a bias. The
     rounding's own error: within half a step of each block's rows (1/65534
     of its largest magnitude), times the weights'."""
     kernel = _host_library(tmp_path, isa)
     integer_isa = isa != "portable"
     rng = np.random.default_rng(4)
-    for k, n in [(384, 37), (113, 19)]:
+    for k, n in [(384, 37), (113, 19), (8209, 19)]:
         w = _weights(rng, n, k)
         bias = rng.standard_normal(n).astype(np.float32)
         data, scales = qw.packed(w, INT8)

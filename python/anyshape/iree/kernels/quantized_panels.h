@@ -335,6 +335,22 @@ AVX2_F16C_FN static inline float largest_lane(__m256 v) {
   return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
 }
 
+// The rows of an integer product rounded once for all of a workgroup's panels
+// (not again for each pair of panels): ROUND_BYTES of codes hold `chunk` k of
+// each row, and the tiles take the k in chunks, resuming the sums a chunk
+// before stored in y. 16 KiB: with the scales, the largest frame on a
+// decode step's path (quantized_block's float block is on the other).
+#define ROUND_BYTES 16384
+typedef struct {
+  size_t k0, k1;       // the chunk's k: whole blocks of 32 (int4: whole groups)
+  size_t chunk;        // the codes' row stride (k), a multiple of 128
+  int resume, finish;  // resume: y holds the sums of the k before k0; finish:
+                       // k1 ends the whole blocks (scale, bias and the rest of k)
+  __attribute__((aligned(32))) int8_t codes[ROUND_BYTES];  // int8 (int4's) or int16 (int8's)
+  float scale[ROUND_BYTES / 32];                           // [row][block]
+  int32_t offset[ROUND_BYTES / 32];                        // int4: 8 x the block's sum of codes
+} rounded_t;
+
 // The 32 floats at x rounded to int8 codes (in order), by one scale.
 AVX2_F16C_FN static inline __m256i round_block32(const float* x, float* scale, int32_t* sum) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -374,9 +390,15 @@ AVX2_F16C_FN static inline __m256i code_pairs(__m256i q, int t) {
   return _mm256_shuffle_epi8(half, select);
 }
 
+// The sums of rows [row, row + MR) by the eight columns at col, before k0:
+// zero, or those y holds (rounded_t's resume).
+#define RESUMED(c, a, row, r, col, mask)                                           \
+  ((c)->resume ? _mm256_maskload_ps((a)->y + ((row) + (r)) * (a)->n + (col), (mask)) \
+               : _mm256_setzero_ps())
+
 #define DEFINE_INTEGER_Q4(MR, NP)                                                 \
   AVX2_F16C_FN static void integer_q4_##MR##x##NP(const quantized_t* a, size_t row, \
-                                                  size_t panel) {                  \
+                                                  size_t panel, const rounded_t* c) { \
     enum { H = 2 * (NP) };                                                         \
     const size_t k = a->k, group = a->group, groups = k / group;                   \
     const uint8_t* w[NP];                                                          \
@@ -389,7 +411,7 @@ AVX2_F16C_FN static inline __m256i code_pairs(__m256i q, int t) {
     __m256 totals[MR][H];                                                          \
     for (int r = 0; r < (MR); ++r)                                                 \
       for (int h = 0; h < H; ++h) totals[r][h] = _mm256_setzero_ps();              \
-    for (size_t g = 0; g < groups; ++g) {                                          \
+    for (size_t g = c->k0 / group; g < c->k1 / group; ++g) {                       \
       __m256 sums[MR][H];                                                          \
       for (int r = 0; r < (MR); ++r)                                               \
         for (int h = 0; h < H; ++h) sums[r][h] = _mm256_setzero_ps();              \
@@ -397,11 +419,11 @@ AVX2_F16C_FN static inline __m256i code_pairs(__m256i q, int t) {
         __m256i codes[MR], offset[MR];                                             \
         __m256 row_scale[MR];                                                      \
         for (int r = 0; r < (MR); ++r) {                                           \
-          float scale;                                                             \
-          int32_t sum;                                                             \
-          codes[r] = round_block32(a->x + (row + r) * k + b, &scale, &sum);        \
-          row_scale[r] = _mm256_set1_ps(scale);                                    \
-          offset[r] = _mm256_set1_epi32(8 * sum);                                  \
+          const size_t at = r * (c->chunk / 32) + (b - c->k0) / 32;                \
+          codes[r] = _mm256_load_si256(                                            \
+              (const __m256i*)(c->codes + r * c->chunk + (b - c->k0)));            \
+          row_scale[r] = _mm256_set1_ps(c->scale[at]);                             \
+          offset[r] = _mm256_set1_epi32(c->offset[at]);                            \
         }                                                                          \
         __m256i acc[MR][H];                                                        \
         for (int r = 0; r < (MR); ++r)                                             \
@@ -444,9 +466,16 @@ AVX2_F16C_FN static inline __m256i code_pairs(__m256i q, int t) {
     }                                                                              \
     __m256i mask[H];                                                               \
     direct_masks(a, panel, NP, mask);                                              \
-    for (int h = 0; h < H; ++h)                                                    \
-      for (int r = 0; r < (MR); ++r)                                               \
-        store256(a, row + r, panel * PANEL + h * 8, totals[r][h], mask[h]);        \
+    for (int h = 0; h < H; ++h) {                                                  \
+      const size_t col = panel * PANEL + h * 8;                                    \
+      for (int r = 0; r < (MR); ++r) {                                             \
+        const __m256 sum = _mm256_add_ps(totals[r][h], RESUMED(c, a, row, r, col, mask[h])); \
+        if (c->finish)                                                             \
+          store256(a, row + r, col, sum, mask[h]);                                 \
+        else                                                                       \
+          _mm256_maskstore_ps(a->y + (row + r) * a->n + col, mask[h], sum);        \
+      }                                                                            \
+    }                                                                              \
   }
 
 // int8 weights times rows rounded to int16 (the ``_q8i16`` entry points),
@@ -484,20 +513,17 @@ AVX2_F16C_FN static inline float round_block32_i16(const float* x, int16_t* code
 
 #define DEFINE_INTEGER_Q8(MR, NP)                                                 \
   AVX2_F16C_FN static void integer_q8_##MR##x##NP(const quantized_t* a, size_t row, \
-                                                  size_t panel) {                  \
+                                                  size_t panel, const rounded_t* c) { \
     enum { H = 2 * (NP) };                                                         \
     const size_t k = a->k;                                                         \
     const int8_t* w[NP];                                                           \
     for (int p = 0; p < (NP); ++p) w[p] = (const int8_t*)a->q + (panel + p) * k * PANEL; \
+    const int16_t* codes = (const int16_t*)c->codes;                               \
     __m256 sums[MR][H];                                                            \
     for (int r = 0; r < (MR); ++r)                                                 \
       for (int h = 0; h < H; ++h) sums[r][h] = _mm256_setzero_ps();                \
-    size_t b = 0;                                                                  \
-    for (; b + 32 <= k; b += 32) {                                                 \
-      __attribute__((aligned(32))) int16_t codes[MR][32];                          \
-      __m256 row_scale[MR];                                                        \
-      for (int r = 0; r < (MR); ++r)                                               \
-        row_scale[r] = _mm256_set1_ps(round_block32_i16(a->x + (row + r) * k + b, codes[r])); \
+    for (size_t b = c->k0; b < c->k1; b += 32) {                                   \
+      const size_t block = (b - c->k0) / 32;                                       \
       __m256i acc[MR][H];                                                          \
       for (int r = 0; r < (MR); ++r)                                               \
         for (int h = 0; h < H; ++h) acc[r][h] = _mm256_setzero_si256();            \
@@ -514,32 +540,39 @@ AVX2_F16C_FN static inline float round_block32_i16(const float* x, int16_t* code
         }                                                                          \
         for (int r = 0; r < (MR); ++r) {                                           \
           int32_t pair;                                                            \
-          __builtin_memcpy(&pair, codes[r] + t, sizeof pair);                      \
+          __builtin_memcpy(&pair, codes + r * c->chunk + (b - c->k0) + t, sizeof pair); \
           const __m256i xv = _mm256_set1_epi32(pair);                              \
           for (int h = 0; h < H; ++h)                                              \
             acc[r][h] = _mm256_add_epi32(acc[r][h], _mm256_madd_epi16(wv[h], xv)); \
         }                                                                          \
       }                                                                            \
-      for (int r = 0; r < (MR); ++r)                                               \
+      for (int r = 0; r < (MR); ++r) {                                             \
+        const __m256 row_scale = _mm256_set1_ps(c->scale[r * (c->chunk / 32) + block]); \
         for (int h = 0; h < H; ++h)                                                \
-          sums[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), row_scale[r], \
-                                       sums[r][h]);                                \
-    }                                                                              \
-    for (; b < k; ++b) /* k past the last whole block: in float32 */               \
-      for (int h = 0; h < H; ++h) {                                                \
-        const __m256 wf = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64( \
-            (const __m128i*)(w[h / 2] + b * PANEL + (h % 2) * 8))));               \
-        for (int r = 0; r < (MR); ++r)                                             \
-          sums[r][h] = _mm256_fmadd_ps(_mm256_set1_ps(a->x[(row + r) * k + b]), wf, \
-                                       sums[r][h]);                                \
+          sums[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), row_scale, sums[r][h]); \
       }                                                                            \
+    }                                                                              \
+    if (c->finish)                                                                 \
+      for (size_t b = c->k1; b < k; ++b) /* k past the last whole block: in float32 */ \
+        for (int h = 0; h < H; ++h) {                                              \
+          const __m256 wf = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64( \
+              (const __m128i*)(w[h / 2] + b * PANEL + (h % 2) * 8))));             \
+          for (int r = 0; r < (MR); ++r)                                           \
+            sums[r][h] = _mm256_fmadd_ps(_mm256_set1_ps(a->x[(row + r) * k + b]), wf, \
+                                         sums[r][h]);                              \
+        }                                                                          \
     __m256i mask[H];                                                               \
     direct_masks(a, panel, NP, mask);                                              \
     for (int h = 0; h < H; ++h) {                                                  \
       const size_t col = panel * PANEL + h * 8;                                    \
       const __m256 scale = _mm256_loadu_ps((const float*)a->scales + col);         \
-      for (int r = 0; r < (MR); ++r)                                               \
-        store256(a, row + r, col, _mm256_mul_ps(sums[r][h], scale), mask[h]);      \
+      for (int r = 0; r < (MR); ++r) {                                             \
+        const __m256 sum = _mm256_add_ps(sums[r][h], RESUMED(c, a, row, r, col, mask[h])); \
+        if (c->finish)                                                             \
+          store256(a, row + r, col, _mm256_mul_ps(sum, scale), mask[h]);           \
+        else                                                                       \
+          _mm256_maskstore_ps(a->y + (row + r) * a->n + col, mask[h], sum);        \
+      }                                                                            \
     }                                                                              \
   }
 
@@ -552,29 +585,61 @@ DEFINE_INTEGER_Q4(1, 1) DEFINE_INTEGER_Q4(2, 1)
 DEFINE_INTEGER_Q8(1, 2) DEFINE_INTEGER_Q8(2, 2) DEFINE_INTEGER_Q8(3, 1) DEFINE_INTEGER_Q8(4, 1)
 DEFINE_INTEGER_Q8(1, 1) DEFINE_INTEGER_Q8(2, 1)
 
-// Rows [row0, row0 + rows) (at most DIRECT_ROWS) by panels [panel0, panel1):
-// one or two rows by two panels at a time, three or four by one.
-AVX2_F16C_FN static void direct_rows(const quantized_t* a, size_t row0, size_t rows,
-                                     size_t panel0, size_t panel1) {
+// Rows [row0, row0 + rows) of k in [c->k0, c->k1) rounded into c: int4's
+// to int8 (with 8 x each block's sum of codes), int8's to int16.
+AVX2_F16C_FN static void round_rows(const quantized_t* a, size_t row0, size_t rows,
+                                    rounded_t* c) {
   const int int4 = a->group != 0;
-  // Products of up to a->integer rows in all (a decode step's), not runs of
-  // that many of a longer product's rows, which round no rows.
-  const int integer = a->m <= a->integer;
-  for (size_t panel = panel0; panel < panel1;) {
-    const int two = rows <= 2 && panel1 - panel >= 2;
-#define DIRECT(MR, NP)                                                   \
-  (integer ? (int4 ? integer_q4_##MR##x##NP(a, row0, panel)             \
-                   : integer_q8_##MR##x##NP(a, row0, panel))             \
-   : int4 ? direct_q4_##MR##x##NP(a, row0, panel) : direct_q8_##MR##x##NP(a, row0, panel))
-    switch (rows) {
-      case 1: if (two) DIRECT(1, 2); else DIRECT(1, 1); break;
-      case 2: if (two) DIRECT(2, 2); else DIRECT(2, 1); break;
-      case 3: DIRECT(3, 1); break;
-      case 4: DIRECT(4, 1); break;
-      default: __builtin_trap();  // callers take at most DIRECT_ROWS
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t b = c->k0; b < c->k1; b += 32) {
+      const float* x = a->x + (row0 + r) * a->k + b;
+      const size_t at = r * (c->chunk / 32) + (b - c->k0) / 32;
+      if (int4) {
+        int32_t sum;
+        const __m256i q = round_block32(x, &c->scale[at], &sum);
+        _mm256_store_si256((__m256i*)(c->codes + r * c->chunk + (b - c->k0)), q);
+        c->offset[at] = 8 * sum;
+      } else {
+        c->scale[at] = round_block32_i16(x, (int16_t*)c->codes + r * c->chunk + (b - c->k0));
+      }
     }
+}
+
+// Rows [row0, row0 + rows) (at most DIRECT_ROWS) by panels [panel0, panel1):
+// one or two rows by two panels at a time, three or four by one. A product
+// of up to a->integer rows in all (a decode step's; not a run of that many
+// of a longer product's rows) is computed in integers, its rows rounded a
+// chunk of k at a time for all the panels (rounded_t).
+NOINLINE AVX2_F16C_FN static void direct_rows(const quantized_t* a, size_t row0,
+                                              size_t rows, size_t panel0, size_t panel1) {
+  const int int4 = a->group != 0;
+  const int integer = a->m <= a->integer;
+  rounded_t c;
+  // int4's k is whole groups; int8's k past the last whole block stays float32
+  const size_t whole = int4 ? a->k : a->k / 32 * 32;
+  c.chunk = ROUND_BYTES / (rows * (int4 ? 1 : 2)) / 128 * 128;
+  for (c.k0 = 0;; c.k0 = c.k1) {
+    c.k1 = integer && whole - c.k0 > c.chunk ? c.k0 + c.chunk : whole;
+    c.resume = c.k0 > 0;
+    c.finish = c.k1 == whole;
+    if (integer) round_rows(a, row0, rows, &c);
+    for (size_t panel = panel0; panel < panel1;) {
+      const int two = rows <= 2 && panel1 - panel >= 2;
+#define DIRECT(MR, NP)                                                   \
+  (integer ? (int4 ? integer_q4_##MR##x##NP(a, row0, panel, &c)         \
+                   : integer_q8_##MR##x##NP(a, row0, panel, &c))         \
+   : int4 ? direct_q4_##MR##x##NP(a, row0, panel) : direct_q8_##MR##x##NP(a, row0, panel))
+      switch (rows) {
+        case 1: if (two) DIRECT(1, 2); else DIRECT(1, 1); break;
+        case 2: if (two) DIRECT(2, 2); else DIRECT(2, 1); break;
+        case 3: DIRECT(3, 1); break;
+        case 4: DIRECT(4, 1); break;
+        default: __builtin_trap();  // callers take at most DIRECT_ROWS
+      }
 #undef DIRECT
-    panel += two ? 2 : 1;
+      panel += two ? 2 : 1;
+    }
+    if (c.finish) break;
   }
 }
 #endif  // ANYSHAPE_MAX_ISA >= ISA_AVX2
@@ -602,14 +667,8 @@ static void dequantize(const quantized_t* a, size_t panel, size_t np, size_t k0,
 // Rows [row0, row1) by panels [panel0, panel1): for each QUANT_PANELS, each
 // block of QUANT_K k dequantized and taken by the float32 tiles as a part of
 // the product, whose sums the next block resumes.
-NOINLINE static void quantized_block(const quantized_t* a, size_t row0, size_t row1,
-                                     size_t panel0, size_t panel1) {
-#if ANYSHAPE_MAX_ISA >= ISA_AVX2
-  if (row1 - row0 <= DIRECT_ROWS && a->k > 0 && isa() >= ISA_AVX2) {
-    direct_rows(a, row0, row1 - row0, panel0, panel1);
-    return;
-  }
-#endif
+NOINLINE static void dequantized_block(const quantized_t* a, size_t row0, size_t row1,
+                                       size_t panel0, size_t panel1) {
   __attribute__((aligned(64))) float block_of_weights[QUANT_PANELS * QUANT_K * PANEL];
   for (size_t panel = panel0; panel < panel1; panel += QUANT_PANELS) {
     const size_t np = panel1 - panel < QUANT_PANELS ? panel1 - panel : QUANT_PANELS;
@@ -631,6 +690,20 @@ NOINLINE static void quantized_block(const quantized_t* a, size_t row0, size_t r
       block(&part, row0, row1, 0, np);
     }
   }
+}
+
+// Rows [row0, row1) by panels [panel0, panel1): a decode step's rows from the
+// weights in registers (direct_rows), longer runs of rows through blocks of
+// dequantized weights. Each has its own frame: only one is on the stack.
+static void quantized_block(const quantized_t* a, size_t row0, size_t row1, size_t panel0,
+                            size_t panel1) {
+#if ANYSHAPE_MAX_ISA >= ISA_AVX2
+  if (row1 - row0 <= DIRECT_ROWS && a->k > 0 && isa() >= ISA_AVX2) {
+    direct_rows(a, row0, row1 - row0, panel0, panel1);
+    return;
+  }
+#endif
+  dequantized_block(a, row0, row1, panel0, panel1);
 }
 
 static void quantized_workgroup(const quantized_t* a, size_t gx, size_t nx, size_t gy,
