@@ -8,7 +8,7 @@ tools start without importing torch.
 
 from anyshape.errors import CompileError, DataTilingFallback, DimBoundedByConfig, RunError
 
-__all__ = ["compile", "compile_generator", "import_torch", "load", "write_parameters",
+__all__ = ["compile", "compile_generator", "calibrated", "import_torch", "load", "write_parameters",
            "BackendOptions", "CompiledModule", "Generator", "CompileError", "CudaArchSubstituted", "DataTilingFallback",
            "DimBoundedByConfig", "RunError"]
 __version__ = "0.1.0"
@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "compile": ("anyshape.driver.compile", "compile"),
     "compile_generator": ("anyshape.generation.causal_lm", "compile_generator"),
+    "calibrated": ("anyshape.frontend.calibration", "calibrated"),
     "Generator": ("anyshape.runtime.generator", "Generator"),
     "import_torch": ("anyshape.frontend.importer", "import_torch"),
     "load": ("anyshape.runtime.compiled_module", "load"),

@@ -77,7 +77,8 @@ class BackendOptions:
     ``weights_from``: "gptq" or "bitsandbytes" for a pre-quantized checkpoint,
     set by ``compile`` and ``compile_generator`` from the model's
     ``quantization_config``: its own codes are stored, and the weights it kept
-    in float stay float32 (frontend/prequantized.py).
+    in float stay float32 (frontend/prequantized.py); "calibrated" for a copy
+    ``anyshape.calibrated`` rounded (frontend/calibration.py).
     """
 
     cuda_arch: str | None = None

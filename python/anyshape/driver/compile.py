@@ -111,9 +111,9 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     position count: BERT's ``seq <= 512``), the dim gets that max, with a
     ``DimBoundedByConfig`` warning naming it; True: refused, as torch does.
     """
-    from anyshape.frontend.prequantized import quantization_method
+    from anyshape.frontend.prequantized import is_quantized
 
-    if quantization_method(model) is not None and (backend is None or backend.weights_from is None):
+    if is_quantized(model) and (backend is None or backend.weights_from is None):
         from anyshape.frontend.prequantized import float_images
 
         with float_images(model, dtype) as checkpoint:

@@ -74,6 +74,29 @@ def _field(quantization, name):
     return getattr(quantization, name, None)
 
 
+def is_quantized(model) -> bool:
+    """Whether ``model`` carries its own codes: a pre-quantized checkpoint, or
+    a copy ``anyshape.calibrated`` rounded."""
+    from anyshape.frontend.calibration import marked_format
+
+    return quantization_method(model) is not None or marked_format(model) is not None
+
+
+def calibrated_weights(model, dtype) -> CheckpointWeights | None:
+    """The format of a copy ``anyshape.calibrated`` rounded (its weights
+    checked to be its codes still), or None for any other model."""
+    from anyshape.frontend.calibration import checked_images, marked_format
+    from anyshape.iree.quantized_weights import weight_format
+
+    marked = marked_format(model)
+    if marked is None:
+        return None
+    weights, group_size, count = marked
+    _check_float32(model, set(), dtype, "calibrated")
+    checked_images(model, weight_format(weights, group_size))
+    return CheckpointWeights("calibrated", weights, group_size, count)
+
+
 @contextlib.contextmanager
 def float_images(model, dtype=None):
     """Within: ``model``'s quantized linear layers swapped for float32
@@ -83,7 +106,8 @@ def float_images(model, dtype=None):
     model's own), which must be float32."""
     found = quantization_method(model)
     if found is None:
-        yield None
+        calibrated = calibrated_weights(model, dtype)
+        yield calibrated
         return
     method, quantization = found
     if method == "gptq":

@@ -300,8 +300,8 @@ def with_weights(target: Target, weights, group_size, weights_from: str | None =
     from anyshape.iree.quantized_weights import weight_format
 
     fmt = weight_format(weights, group_size, activations=activations)
-    if weights_from not in (None, "gptq", "bitsandbytes"):
-        raise ValueError(f"weights_from: expected None, 'gptq' or 'bitsandbytes', "
+    if weights_from not in (None, "gptq", "bitsandbytes", "calibrated"):
+        raise ValueError(f"weights_from: expected None, 'gptq', 'bitsandbytes' or 'calibrated', "
                          f"got {weights_from!r}")
     if not fmt.quantized:
         return target

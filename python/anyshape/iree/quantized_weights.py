@@ -157,9 +157,7 @@ def exact_codes(weight: np.ndarray, fmt: WeightFormat) -> tuple[np.ndarray, np.n
     w = np.asarray(weight, dtype=np.float32)
     n, k = w.shape
     if fmt.name == "int8":
-        q, scale = quantize(w, fmt)
-        residual = np.abs(q.astype(np.float32) * scale[:, None] - w).max(axis=1, initial=0.0)
-        return (q, scale) if (residual <= _INT8_IMAGE_RESIDUAL * scale).all() else None
+        return _int8_codes(w)
     if fmt.name != "int4" or k % fmt.group_size:
         return None
     groups = w.reshape(n, k // fmt.group_size, fmt.group_size)
@@ -180,6 +178,28 @@ def exact_codes(weight: np.ndarray, fmt: WeightFormat) -> tuple[np.ndarray, np.n
             found |= exact
             if found.all():
                 return codes.reshape(n, k), scales
+    return None
+
+
+def _int8_codes(w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``exact_codes`` of int8: each row's largest magnitude is its scale
+    times 127 (``quantize``'s), or times a smaller code where the codes were
+    rounded with a scale fixed before them (GPTQ's, ``anyshape.calibrated``)."""
+    largest = np.abs(w).max(axis=1, initial=0.0)
+    codes = np.zeros(w.shape, np.int8)
+    scales = np.zeros(len(w), np.float32)
+    found = largest == 0
+    for code in range(127, 0, -1):
+        scale = (largest / np.float32(code)).astype(np.float32)
+        q = np.rint(w / np.where(scale > 0, scale, 1)[:, None])
+        residual = np.abs(q * scale[:, None] - w).max(axis=1, initial=0.0)
+        exact = (residual <= _INT8_IMAGE_RESIDUAL * scale) & (np.abs(q) <= 127).all(axis=1) & \
+            ~found
+        codes[exact] = q[exact].astype(np.int8)
+        scales[exact] = scale[exact]
+        found |= exact
+        if found.all():
+            return codes, scales
     return None
 
 

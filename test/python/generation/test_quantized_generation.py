@@ -102,3 +102,23 @@ def test_integer_rows_generate_near_hf_and_survive_save_and_load(model_type, wei
     generator.save(tmp_path / "generator")
     loaded = anyshape.load(tmp_path / "generator")
     assert torch.equal(loaded.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS), got)
+
+
+@pytest.mark.builds_after_export
+def test_a_calibrated_model_generates_as_hf_generate_on_it():
+    """``anyshape.calibrated`` (GPTQ) rounds Qwen2's projections, including
+    gate and up, which read one input, from its own samples: the generator
+    compiled from the copy stores its codes and generates HF's tokens on it."""
+    model = small_causal_lm("qwen2", initializer_range=0.3)
+    samples = [dict(zip(("input_ids", "attention_mask"), mixed_batch([17, 9, 33], seed=seed)))
+               for seed in (11, 12)]
+    calibrated = anyshape.calibrated(model, samples)
+    nearest = reference_model(model, weight_format("int4", None))
+    projection = "model.layers.0.mlp.gate_proj.weight"
+    assert not torch.equal(calibrated.state_dict()[projection], nearest.state_dict()[projection])
+    generator = anyshape.compile_generator(calibrated)
+    ids, mask = mixed_batch([33, 1, 7, 17], seed=4)
+    want = hf_generate(calibrated, ids, mask, max_new_tokens=NEW_TOKENS, do_sample=False)
+    got = generator.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS)
+    assert torch.equal(got, want), f"\n{got}\nHF:\n{want}"
+    _varied(want[:, ids.shape[1]:])

@@ -414,7 +414,10 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
                     quantized = quantized if layout == "nk" else quantized.T
                     if not blobs.storable(quantized):
                         routed.kept_float32.append(
-                            f"{k} x {n} (the {weights.checkpoint} checkpoint kept it in float)")
+                            f"{k} x {n} (" + ("not an image of the calibrated codes"
+                                             if weights.checkpoint == "calibrated" else
+                                             f"the {weights.checkpoint} checkpoint kept it "
+                                             f"in float") + ")")
                         quantized = None
                         if rows is not None and rows <= IREE_FITTED_ROWS:
                             continue
