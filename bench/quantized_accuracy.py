@@ -5,7 +5,9 @@
    attention mask, normalized, as sentence-transformers computes them) of
    real sentences: the first sentence of each standard-library module's
    docstring. The cosine similarity of each int8 and int4 embedding to the
-   float32 one (anyshape's, which matches eager within 1e-5).
+   float32 one (anyshape's, which matches eager within 1e-5), and of int4
+   rounded by ``anyshape.calibrated`` (GPTQ) against the embeddings' inputs
+   on ``--calibration-sentences`` other sentences.
 2. Trained weights: a byte-level GPT-2 (4 layers, 256 wide) trained here on
    the standard library's Python sources for ``--train-steps``, then the
    perplexity of held-out sources (other modules) under float32, int8 and
@@ -77,7 +79,10 @@ def real_sentences(count: int = 192) -> list[str]:
     return sentences
 
 
-def minilm(report: dict) -> None:
+EVALUATED = 192  # sentences whose embeddings are compared
+
+
+def minilm(report: dict, calibration_count: int) -> None:
     import all_minilm_l6_v2
     from transformers import AutoModel, AutoTokenizer
 
@@ -87,7 +92,8 @@ def minilm(report: dict) -> None:
         path = all_minilm_l6_v2.extract_model(directory)
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModel.from_pretrained(path).eval()
-    sentences = real_sentences()
+    known = real_sentences(EVALUATED + calibration_count)
+    sentences, held_apart = known[:EVALUATED], known[EVALUATED:]
     encoded = tokenizer(sentences[:4], padding=True, return_tensors="pt")
     dims = {"input_ids": {0: Dim("batch"), 1: Dim("seq")},
             "attention_mask": {0: Dim("batch"), 1: Dim("seq")}}
@@ -103,7 +109,8 @@ def minilm(report: dict) -> None:
             rows.append(torch.nn.functional.normalize(pooled, dim=-1))
         return torch.cat(rows)
 
-    result = {"sentences": len(sentences), "examples": sentences[:3]}
+    result = {"sentences": len(sentences), "examples": sentences[:3],
+              "calibration_sentences": len(held_apart)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         base = embeddings(anyshape.compile(model, (encoded["input_ids"],
@@ -116,6 +123,18 @@ def minilm(report: dict) -> None:
             result[_label(weights, group)] = {"mean_cosine": cosine.mean().item(),
                                               "min_cosine": cosine.min().item()}
             print("minilm", _label(weights, group), result[_label(weights, group)], flush=True)
+        samples = [tokenizer(held_apart[start:start + 32], padding=True, return_tensors="pt")
+                   for start in range(0, len(held_apart), 32)]
+        started = time.monotonic()
+        calibrated = anyshape.calibrated(model, samples, weights="int4", group_size=32)
+        seconds = time.monotonic() - started
+        module = anyshape.compile(calibrated, (encoded["input_ids"], encoded["attention_mask"]),
+                                  dynamic_shapes=dims)
+        cosine = (embeddings(module) * base).sum(-1)
+        label = f"int4 (groups of 32), calibrated on {len(held_apart)} other sentences"
+        result[label] = {"mean_cosine": cosine.mean().item(), "min_cosine": cosine.min().item(),
+                         "calibration_seconds": seconds}
+        print("minilm", label, result[label], flush=True)
     report["minilm"] = result
 
 
@@ -232,6 +251,9 @@ def main(argv=None) -> int:
     parser.add_argument("--parts", default="minilm,trained,random")
     parser.add_argument("--train-steps", type=int, default=400,
                         help="Adam steps of 16 windows of 256 bytes (a few minutes on 2 cores)")
+    parser.add_argument("--calibration-sentences", type=int, default=512,
+                        help="MiniLM: sentences (other than the compared ones) that "
+                             "anyshape.calibrated rounds int4 weights against")
     parser.add_argument("--out", default=str(HERE / "results" / "quantized"))
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -241,7 +263,7 @@ def main(argv=None) -> int:
               "date": time.strftime("%Y-%m-%d %H:%M")}
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     if "minilm" in parts:
-        minilm(report)
+        minilm(report, args.calibration_sentences)
     if "trained" in parts:
         trained(report, args.train_steps)
     if "random" in parts:
