@@ -31,7 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("input", nargs="?",
                         help="torch-dialect MLIR, text or bytecode ('-' for stdin); or give "
                              "--hf or --model instead")
-    parser.add_argument("-o", "--output", required=True, help="artifact directory to write")
+    parser.add_argument("-o", "--output", help="artifact directory to write (required)")
+    parser.add_argument("--cache-info", action="store_true",
+                        help="list what the compile cache holds (its directory, bound, "
+                             "entries by last use) and exit")
     model = parser.add_argument_group("a PyTorch model instead of MLIR")
     model.add_argument("--hf", metavar="MODEL_TYPE",
                        help="a transformers model type (bert, roberta, electra, distilbert, "
@@ -110,9 +113,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def print_cache_info() -> int:
+    """What ``--cache-info`` prints: the compile cache's directory, bound and
+    entries, the most recently used first."""
+    import time
+
+    from anyshape.driver.compile_cache import SIZE_ENV, held, size_bound
+    from anyshape.options import cache_root
+
+    def size(count: int) -> str:
+        return f"{count / 2 ** 20:.1f} MiB" if count < 2 ** 30 else f"{count / 2 ** 30:.2f} GiB"
+
+    try:
+        bound = size_bound()
+    except ValueError as error:
+        print(f"anyshape-compile: {error}", file=sys.stderr)
+        return 2
+    entries = held()
+    print(f"compile cache: {cache_root()}")
+    print(f"bound: {size(bound)} ({SIZE_ENV})")
+    print(f"holds: {size(sum(e.bytes for e in entries))} in {len(entries)} entries")
+    for entry in entries:
+        used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.last_used))
+        written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.written))
+        print(f"  {entry.key[:16]}  {size(entry.bytes):>11}  last used {used}  written {written}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.cache_info:
+        return print_cache_info()
+    if not args.output:
+        parser.error("the following arguments are required: -o/--output")
     if sum(map(bool, (args.input, args.hf, args.model))) != 1:
         parser.error("give one model: an MLIR file, --hf MODEL_TYPE or --model MODULE:FACTORY")
     if args.hf and not args.task:

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 from pathlib import Path
 
@@ -183,3 +184,84 @@ def test_the_source_digest_reads_every_kernel_file():
     kernels = [p for p in linear_rows.SOURCE.parent.iterdir() if p.is_file()]
     assert {p.suffix for p in kernels} >= {".c", ".h"}
     assert all(p.suffix in compile_cache.SOURCE_SUFFIXES for p in kernels)
+
+
+def _use(entry: Path, at: float) -> None:
+    os.utime(entry / compile_cache.RECORD, (at, at))
+
+
+def _compile_seed(seed: int):
+    return anyshape.compile(Small(seed).eval(), (torch.randn(3, 8),), dynamic_shapes=DIMS)
+
+
+def test_the_entries_used_least_recently_go_past_the_bound(cache_dir, monkeypatch):
+    """Three entries, the first used again (a hit) after the second was
+    written: a bound of two entries keeps the first and the third."""
+    first = _compile_seed(1)
+    assert not from_cache(first)
+    [one] = entries(cache_dir)
+    _use(one, 1_000_000)
+    _compile_seed(2)
+    [two] = [e for e in entries(cache_dir) if e != one]
+    _use(two, 2_000_000)
+    assert from_cache(_compile_seed(1))  # a hit is a use
+    # Room for two entries and a quarter, not three: the entries' sizes differ
+    # by a few bytes (their records).
+    sizes = {e.key: e.bytes for e in compile_cache.held(cache_dir)}
+    monkeypatch.setenv(compile_cache.SIZE_ENV,
+                       str(int(1.25 * (sizes[one.name] + sizes[two.name]))))
+    _compile_seed(3)
+    kept = {e.name for e in entries(cache_dir)}
+    assert one.name in kept and two.name not in kept and len(kept) == 2
+    assert not from_cache(_compile_seed(2))  # compiled again, not served
+
+
+def test_an_artifact_larger_than_the_bound_is_not_kept(cache_dir, monkeypatch):
+    monkeypatch.setenv(compile_cache.SIZE_ENV, "1K")
+    with pytest.warns(UserWarning, match=r"compile cache: the artifact \(.* MiB\) is larger "
+                                         r"than the cache's bound \(0\.0 MiB, "
+                                         r"ANYSHAPE_CACHE_SIZE\); not kept"):
+        _compile_seed(4)
+    assert entries(cache_dir) == []
+
+
+@pytest.mark.parametrize("text, size", [("20G", 20 * 2 ** 30), ("500M", 500 * 2 ** 20),
+                                        ("1.5K", 1536), ("4096", 4096), ("2GiB", 2 * 2 ** 30),
+                                        ("0", 0)])
+def test_the_bound_is_read_as_a_size(monkeypatch, text, size):
+    monkeypatch.setenv(compile_cache.SIZE_ENV, text)
+    assert compile_cache.size_bound() == size
+
+
+def test_a_bad_bound_is_refused_before_compiling(cache_dir, monkeypatch):
+    monkeypatch.setenv(compile_cache.SIZE_ENV, "lots")
+    with pytest.raises(ValueError, match=r"ANYSHAPE_CACHE_SIZE: expected a size such as 20G, "
+                                         r"500M or a count of bytes \(0 keeps nothing\), "
+                                         r"got 'lots'"):
+        anyshape.compile(Small().eval(), (torch.randn(3, 8),), dynamic_shapes=DIMS)
+
+
+def test_trim_removes_staging_directories_left_a_day_ago(tmp_path):
+    shard = tmp_path / compile_cache.LAYOUT / "ab"
+    old, fresh = shard / ".abcdef-dead", shard / ".abcdef-writing"
+    for staging in (old, fresh):
+        staging.mkdir(parents=True)
+        (staging / "module.vmfb").write_bytes(b"x" * 10)
+    os.utime(old, (time.time() - 2 * 24 * 3600,) * 2)
+    compile_cache.trim(2 ** 30, root=tmp_path)
+    assert not old.exists() and fresh.exists()
+
+
+def test_cache_info_lists_the_entries_by_last_use(cache_dir, capsys):
+    from anyshape.tools.compile import main
+
+    _compile_seed(5)
+    _compile_seed(6)
+    held = compile_cache.held(cache_dir)
+    assert main(["--cache-info"]) == 0
+    out = capsys.readouterr().out
+    assert f"compile cache: {cache_dir}" in out
+    assert "bound: 20.00 GiB (ANYSHAPE_CACHE_SIZE)" in out
+    assert "in 2 entries" in out
+    lines = [line for line in out.splitlines() if line.startswith("  ")]
+    assert [line.split()[0] for line in lines] == [entry.key[:16] for entry in held]

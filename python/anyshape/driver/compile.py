@@ -151,6 +151,7 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
 
     key = None
     if cache and stop_phase() is None:  # a census's build is no artifact
+        compile_cache.size_bound()  # a bad ANYSHAPE_CACHE_SIZE before the compile, not after
         key = _cache_key(program, entries, signature, compile_target, pass_names,
                          backend.params, padding)
         hit = compile_cache.lookup(key, threads=backend.threads) if dump_ir_dir is None else None

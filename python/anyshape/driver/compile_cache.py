@@ -23,17 +23,27 @@ compiled again, never run.
 Where: ``ANYSHAPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/anyshape``, else
 ``~/.cache/anyshape``. ``anyshape.compile(..., cache=False)`` neither reads
 nor writes it.
+
+Its size is bounded: ``ANYSHAPE_CACHE_SIZE`` ("20G", the default; "500M",
+a count of bytes; "0" keeps nothing). Once a new entry takes the cache past
+the bound, the entries used least recently (a hit or a store is a use, kept
+as the mtime of the entry's record) are removed until it is within it. An
+artifact larger than the bound is not kept, with a warning.
+``anyshape-compile --cache-info`` lists what it holds (``held``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import re
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +51,77 @@ from anyshape.options import CACHE_ENV, cache_root  # noqa: F401  (CACHE_ENV: re
 
 LAYOUT = "v1"  # the entries' layout; bump it when what an entry holds changes
 RECORD = "cache-entry.json"
+SIZE_ENV = "ANYSHAPE_CACHE_SIZE"
+DEFAULT_SIZE = "20G"
+_UNITS = {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
+# A staging directory older than this was left by a writer that died.
+_STALE_SECONDS = 24 * 3600
+
+
+def size_bound() -> int:
+    """The cache's bound in bytes, from ``ANYSHAPE_CACHE_SIZE`` (or the
+    default); a ValueError naming the variable where it is not a size."""
+    text = os.environ.get(SIZE_ENV, "").strip() or DEFAULT_SIZE
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", text, flags=re.IGNORECASE)
+    if match is None:
+        raise ValueError(f"{SIZE_ENV}: expected a size such as 20G, 500M or a count of bytes "
+                         f"(0 keeps nothing), got {text!r}")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldEntry:
+    """One entry of the cache: its key, directory, bytes, and when it was
+    last used and written (seconds since the epoch)."""
+    key: str
+    path: Path
+    bytes: int
+    last_used: float
+    written: float
+
+
+def held(root: Path | None = None) -> list[HeldEntry]:
+    """The cache's entries, the most recently used first."""
+    root = cache_root() if root is None else root
+    found = []
+    for path in (root / LAYOUT).glob("*/*"):
+        if not path.is_dir() or path.name.startswith("."):
+            continue
+        try:
+            record = path / RECORD
+            last_used = record.stat().st_mtime
+            written = float(json.loads(record.read_text()).get("written", last_used))
+            size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+        except (OSError, ValueError):
+            continue  # being written, moved or discarded by another process
+        found.append(HeldEntry(path.name, path, size, last_used, written))
+    return sorted(found, key=lambda entry: (-entry.last_used, entry.key))
+
+
+def trim(bound: int, keep: Path | None = None, root: Path | None = None) -> list[HeldEntry]:
+    """Remove the entries used least recently until the cache holds at most
+    ``bound`` bytes (never ``keep``), and staging directories their writers
+    left a day ago or more; returns the entries removed."""
+    root = cache_root() if root is None else root
+    now = time.time()
+    for leftover in (root / LAYOUT).glob("*/.*"):
+        try:
+            if leftover.is_dir() and now - leftover.stat().st_mtime > _STALE_SECONDS:
+                shutil.rmtree(leftover, ignore_errors=True)
+        except OSError:
+            continue
+    entries = held(root)
+    total = sum(entry.bytes for entry in entries)
+    removed = []
+    for entry in reversed(entries):
+        if total <= bound:
+            break
+        if keep is not None and entry.path == keep:
+            continue
+        _discard(entry.path)
+        total -= entry.bytes
+        removed.append(entry)
+    return removed
 
 
 # The files whose bytes decide what a compile emits: the kernels' C sources
@@ -125,6 +206,7 @@ def lookup(key: str, *, threads: int | None):
         if not files or any(_file_digest(entry / name) != digest for name, digest in files.items()):
             raise ValueError("its files are not the ones it was written with")
         module = load(entry, threads=threads)
+        _mark_used(entry)
         return module, list(record.get("warnings", []))
     except Exception:  # noqa: BLE001 - any damage: compiled again, never run
         _discard(entry)
@@ -135,8 +217,10 @@ def store(key: str, module, warnings_text: list[str]) -> Path | None:
     """Save ``module`` as the entry for ``key``; returns the entry, or None when
     the cache directory cannot be written (the compile itself stands)."""
     root = cache_root()
+    bound = size_bound()
     entry = _entry(root, key)
     if entry.is_dir():
+        _mark_used(entry)
         return entry
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
@@ -149,10 +233,25 @@ def store(key: str, module, warnings_text: list[str]) -> Path | None:
         record = {"files": files, "warnings": warnings_text, "written": time.time()}
         (staging / RECORD).write_text(json.dumps(record, indent=1) + "\n")
         os.rename(staging, entry)  # atomic; fails when another process got there first
-        return entry
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)
         return entry if entry.is_dir() else None
+    size = sum(path.stat().st_size for path in entry.iterdir())
+    if size > bound:
+        _discard(entry)
+        warnings.warn(f"compile cache: the artifact ({size / 2 ** 20:.1f} MiB) is larger than "
+                      f"the cache's bound ({bound / 2 ** 20:.1f} MiB, {SIZE_ENV}); not kept",
+                      stacklevel=3)
+        return None
+    trim(bound, keep=entry, root=root)
+    return entry
+
+
+def _mark_used(entry: Path) -> None:
+    try:
+        os.utime(entry / RECORD)
+    except OSError:
+        pass  # a cache on a read-only disk still serves hits
 
 
 def _discard(entry: Path) -> None:
