@@ -39,9 +39,9 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
-import re
 import time
 import warnings
 from pathlib import Path
