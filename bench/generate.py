@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -81,6 +82,18 @@ BITS_PER_WEIGHT = {"anyshape-int8": 8, "anyshape-int8-i16": 8, "ct2-int8": 8, "c
                    "llama.cpp-q4_0": 4.5}
 # torch.compile with a static cache is the causal LMs' peer only.
 SEQ2SEQ_SYSTEMS = ("anyshape", "anyshape-iree-products", "eager", "ct2", "ort")
+
+
+def run_lengths(label: str, runs: dict[str, list[int]], letter: str) -> list[int] | None:
+    """A run's prompt lengths: a named run's, or ``bB-pN``'s (B prompts of N
+    tokens; ``bB-sN``, B sources, for the encoder-decoders: ``letter``), for
+    length sweeps at odd sizes; None for a label that is neither."""
+    if label in runs:
+        return runs[label]
+    match = re.fullmatch(rf"b([1-9][0-9]*)-{letter}([1-9][0-9]*)", label)
+    if match is None:
+        return None
+    return [int(match.group(2))] * int(match.group(1))
 
 
 def build(name: str):
@@ -356,7 +369,8 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--labels", default=None,
                         help="a comma list of the runs to take (default: all: "
-                             + ", ".join(RUNS) + "; seq2seq: " + ", ".join(SEQ2SEQ_RUNS) + ")")
+                             + ", ".join(RUNS) + "; seq2seq: " + ", ".join(SEQ2SEQ_RUNS)
+                             + "; or bB-pN, B prompts of N tokens, bB-sN for seq2seq)")
     parser.add_argument("--ort-python", default=None,
                         help="a Python with optimum-onnx and onnxruntime (for system ort)")
     parser.add_argument("--llama-python", default=None,
@@ -373,6 +387,20 @@ def main(argv=None) -> int:
     unknown = set(systems) - set(known)
     if unknown:
         parser.error(f"--systems: unknown {', '.join(sorted(unknown))} (known: {', '.join(known)})")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    runs_by_model = {}
+    for name in models:
+        runs = SEQ2SEQ_RUNS if is_seq2seq(name) else RUNS
+        if args.labels:
+            wanted = [label.strip() for label in args.labels.split(",")]
+            letter = "s" if is_seq2seq(name) else "p"
+            chosen_runs = {label: run_lengths(label, runs, letter) for label in wanted}
+            unknown_labels = [label for label, lengths in chosen_runs.items() if lengths is None]
+            if unknown_labels:
+                parser.error(f"--labels: unknown {', '.join(unknown_labels)} for {name} "
+                             f"(known: {', '.join(runs)}, or b<rows>-{letter}<tokens>)")
+            runs = chosen_runs
+        runs_by_model[name] = runs
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bandwidth = read_bandwidth()
@@ -380,7 +408,7 @@ def main(argv=None) -> int:
                "command": "python bench/generate.py " + " ".join(argv or sys.argv[1:]),
                "date": time.strftime("%Y-%m-%d %H:%M"), "interleaved": args.interleave,
                "models": {}}
-    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+    for name in models:
         model = build(name)
         seq2seq = is_seq2seq(name)
         info = {"weight_bytes": weight_bytes(model), "runs": {}, "setup_s": {}, "errors": {},
@@ -391,14 +419,7 @@ def main(argv=None) -> int:
         info["new_tokens"] = SEQ2SEQ_NEW_TOKENS if seq2seq else NEW_TOKENS
         results["models"][name] = info
         vocab = model.get_output_embeddings().weight.shape[0]
-        runs = SEQ2SEQ_RUNS if seq2seq else RUNS
-        if args.labels:
-            wanted = [label.strip() for label in args.labels.split(",")]
-            unknown_labels = [label for label in wanted if label not in runs]
-            if unknown_labels:
-                parser.error(f"--labels: unknown {', '.join(unknown_labels)} for {name} "
-                             f"(known: {', '.join(runs)})")
-            runs = {label: runs[label] for label in wanted}
+        runs = runs_by_model[name]
         make_inputs = sources if seq2seq else prompts
         with tempfile.TemporaryDirectory(prefix=f"bench-generate-{name}-") as tmp:
             chosen = [s for s in systems if not seq2seq or s in SEQ2SEQ_SYSTEMS]

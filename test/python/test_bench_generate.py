@@ -94,3 +94,22 @@ def test_a_long_prefill_is_taken_once(monkeypatch):
     prefill, _, _ = bench.sample(run, ids, ids, 4)
     assert calls == [1, 4]
     assert prefill == pytest.approx(6.0)
+
+
+def test_a_label_names_a_run_or_rows_by_tokens_for_odd_length_sweeps():
+    bench = _bench()
+    assert bench.run_lengths("b4-mixed", bench.RUNS, "p") == [333, 17, 120, 65]
+    assert bench.run_lengths("b1-p33", bench.RUNS, "p") == [33]
+    assert bench.run_lengths("b3-p7", bench.RUNS, "p") == [7, 7, 7]
+    assert bench.run_lengths("b2-s65", bench.SEQ2SEQ_RUNS, "s") == [65, 65]
+    for unknown in ("b1-s33", "b0-p3", "b1-p0", "b1-p", "p33", "b1-p33x"):
+        assert bench.run_lengths(unknown, bench.RUNS, "p") is None, unknown
+
+
+def test_an_unknown_label_is_refused_naming_it_and_the_forms_taken(capsys, tmp_path):
+    bench = _bench()
+    with pytest.raises(SystemExit):
+        bench.main(["--models", "gpt2", "--systems", "eager", "--labels", "b1-p17,b1-q9",
+                    "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "--labels: unknown b1-q9 for gpt2" in err and "b<rows>-p<tokens>" in err
