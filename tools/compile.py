@@ -100,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "the rows of products of up to 4 rows (a decode step's) per "
                              "block of 32 inputs and multiplies in integers, faster, less "
                              "exact (docs/api.md)")
+    parser.add_argument("--calibrate", metavar="TEXT_FILE", default=None,
+                        help="with --weights int8 or int4: round the weights by GPTQ against "
+                             "the inputs each layer sees on these texts, one sample per "
+                             "non-empty line, tokenized by --tokenizer (anyshape.calibrated; "
+                             "docs/quantized-weights.md), rather than to nearest")
+    parser.add_argument("--tokenizer", metavar="DIR", default=None,
+                        help="with --calibrate: a HF tokenizer directory (save_pretrained's)")
     parser.add_argument("--eliminate-padding", action="store_true",
                         help="run the token-wise layers on the real tokens only, as the input "
                              "attention_mask marks them (anyshape.compile(padding='eliminate'))")
@@ -167,6 +174,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.activations != "float32" and args.weights != integer_weights[args.activations]:
         parser.error(f"--activations {args.activations} goes with --weights "
                      f"{integer_weights[args.activations]}, got --weights {args.weights}")
+    if args.calibrate is not None and args.weights == "float32":
+        parser.error("--calibrate goes with --weights int8 or int4, got --weights float32")
+    if args.calibrate is not None and not args.tokenizer:
+        parser.error("--calibrate needs --tokenizer DIR (to make the texts the model's inputs)")
+    if args.tokenizer and args.calibrate is None:
+        parser.error("--tokenizer goes with --calibrate TEXT_FILE")
+    if args.calibrate is not None and args.task in ("seq2seq-lm", "text2text-generation"):
+        parser.error(f"--calibrate: --task {args.task} is an encoder-decoder's, whose decoder "
+                     f"inputs a text file does not give; calibrate it in Python "
+                     f"(anyshape.calibrated with samples holding decoder_input_ids)")
     if args.input and args.weights != "float32":
         parser.error(f"--weights {args.weights}: an MLIR file's weights cannot be read to "
                      f"quantize them; give --hf or --model")
@@ -298,6 +315,14 @@ def _compile_torch(args, report):
     else:
         model, call_args, call_kwargs, shapes, described = _factory_model(
             args, dynamic, args.max_batch or DEFAULT_MAX_BATCH, report)
+    if args.calibrate is not None:
+        if call_args or "input_ids" not in call_kwargs:
+            raise ValueError(f"--calibrate: {args.model}'s example inputs must be keyword "
+                             f"arguments with input_ids (as a HF model takes them) for texts "
+                             f"to become its inputs; got "
+                             f"{'positional arguments' if call_args else sorted(call_kwargs)}"
+                             f" (calibrate it in Python: anyshape.calibrated)")
+        model = _calibrated(args, model, "attention_mask" in call_kwargs, report)
     compiled = anyshape.compile(
         model, call_args, call_kwargs, dynamic_shapes=shapes, target=args.target,
         passes=_passes(args),
@@ -332,8 +357,11 @@ def _compile_generator(args, report):
         raise ValueError(f"--task {args.task}: {args.hf} is {kind}; compile it with "
                          f"--task {wanted}")
     built = hf.build(args.hf, GENERATION_TASKS[args.task], overrides)
+    model = built.model
+    if args.calibrate is not None:
+        model = _calibrated(args, model, True, report)
     generator = anyshape.compile_generator(
-        built.model, target=args.target, progress=report, dump_ir_dir=args.dump_ir_dir,
+        model, target=args.target, progress=report, dump_ir_dir=args.dump_ir_dir,
         backend=anyshape.BackendOptions(cuda_arch=args.cuda_arch, target_cpu=args.target_cpu,
                                         opt_level=args.opt_level, data_tiling=_data_tiling(args),
                                         matmul_precision=args.matmul_precision,
@@ -344,6 +372,77 @@ def _compile_generator(args, report):
                  "parameters": built.parameters(),
                  "unique_bytes": hf.unique_parameter_bytes(built.model)}
     return generator, described
+
+
+# Lines tokenized and padded together, for calibration's forward passes.
+CALIBRATION_BATCH = 16
+
+
+def _calibrated(args, model, with_mask: bool, report):
+    """``anyshape.calibrated`` of ``model`` on --calibrate's lines, tokenized
+    by --tokenizer: batches of up to CALIBRATION_BATCH lines, right-padded
+    where the tokenizer pads and ``with_mask`` (its ``attention_mask`` keeps
+    the padded positions out of the statistics), one line at a time where not;
+    each cut at the model's position count."""
+    import torch
+
+    import anyshape
+
+    try:
+        with open(args.calibrate, encoding="utf-8") as text:
+            lines = [(number, line.strip()) for number, line in enumerate(text, 1)
+                     if line.strip()]
+    except OSError as error:
+        raise ValueError(f"--calibrate: cannot read '{args.calibrate}': "
+                         f"{error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"--calibrate: '{args.calibrate}' is not UTF-8 text "
+                         f"({error.reason} at byte {error.start})") from None
+    if not lines:
+        raise ValueError(f"--calibrate: '{args.calibrate}' holds no text (one sample per "
+                         f"non-empty line)")
+    tokenizer = _tokenizer(args.tokenizer)
+    # The HF model inside (a task's wrapper, such as LastTokenLogits, holds one).
+    core = next((m for m in model.modules() if hasattr(m, "get_input_embeddings")
+                 and hasattr(m, "config")), None)
+    vocab = core.get_input_embeddings().num_embeddings if core is not None else None
+    limit = getattr(core.config, "max_position_embeddings", None) if core is not None else None
+    batch = CALIBRATION_BATCH if with_mask and tokenizer.pad_token is not None else 1
+    samples = []
+    for start in range(0, len(lines), batch):
+        encoded = tokenizer([line for _, line in lines[start:start + batch]],
+                            return_tensors="pt",
+                            padding=batch > 1, truncation=limit is not None,
+                            max_length=limit)
+        ids = encoded["input_ids"]
+        if ids.shape[1] == 0:
+            continue
+        if vocab is not None and int(ids.max()) >= vocab:
+            line = lines[start + int((ids >= vocab).any(dim=1).nonzero()[0, 0])][0]
+            raise ValueError(f"--tokenizer: its ids reach {int(ids.max())}, past the model's "
+                             f"vocabulary of {vocab} (line {line} of '{args.calibrate}'); "
+                             f"give the model's own tokenizer")
+        sample = {"input_ids": ids}
+        if with_mask:
+            sample["attention_mask"] = encoded.get("attention_mask", torch.ones_like(ids))
+        samples.append(sample)
+    if not samples:
+        raise ValueError(f"--calibrate: the tokenizer makes no tokens of '{args.calibrate}'")
+    report(f"calibrating the {args.weights} weights on {len(lines)} lines of {args.calibrate}")
+    return anyshape.calibrated(model, samples, weights=args.weights,
+                               group_size=args.group_size, progress=report)
+
+
+def _tokenizer(directory: str):
+    from transformers import AutoTokenizer
+
+    if not Path(directory).is_dir():
+        raise ValueError(f"--tokenizer: expected a HF tokenizer directory, got '{directory}'")
+    try:
+        return AutoTokenizer.from_pretrained(directory)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"--tokenizer: cannot load a tokenizer from '{directory}': "
+                         f"{error}") from None
 
 
 def _dynamic_dims(text: str) -> set[str]:

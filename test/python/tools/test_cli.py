@@ -220,3 +220,95 @@ def test_compile_cli_factory_without_inputs(tmp_path):
     assert result.returncode == 1
     assert "must return (model, example_inputs) or (model, example_inputs, dynamic_shapes)" in \
         result.stderr
+
+
+def _word_tokenizer(directory: Path, words: int = 300) -> Path:
+    """A word-level HF tokenizer of ``words`` ids: ``<unk>``, ``<pad>``, w2, w3, ..."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = ["<unk>", "<pad>"] + [f"w{i}" for i in range(2, words)]
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>",
+                            pad_token="<pad>").save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.builds_in_subprocess
+def test_compile_cli_calibrates_int4_weights_on_a_text_file(tmp_path):
+    """/// --calibrate: the lines, tokenized by --tokenizer and padded into one
+    /// batch, are anyshape.calibrated's samples; the artifact computes what
+    /// the calibrated copy does in eager, which rounding to nearest does not."""
+    from transformers import AutoTokenizer
+
+    from anyshape.iree.quantized_weights import reference_model, weight_format
+
+    generator = torch.Generator().manual_seed(5)
+    lines = [" ".join(f"w{int(i)}" for i in torch.randint(2, 300, (int(n),), generator=generator))
+             for n in torch.randint(3, 40, (12,), generator=generator)]
+    (tmp_path / "texts.txt").write_text("\n".join(lines[:6]) + "\n\n" + "\n".join(lines[6:]) + "\n")
+    tokenizer_dir = _word_tokenizer(tmp_path / "tokenizer")
+    out = tmp_path / "art"
+    result = run("anyshape-compile", "--hf", "gpt2", "--task", "causal-lm-last-token",
+                 *TINY_GPT2, "--weights", "int4", "--calibrate", str(tmp_path / "texts.txt"),
+                 "--tokenizer", str(tokenizer_dir), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert f"calibrating the int4 weights on 12 lines of {tmp_path / 'texts.txt'}" in result.stderr
+    assert "calibrating model.transformer.h.1.mlp.c_proj (32 x 64) to int4" in result.stderr
+    built = _tiny_gpt2()
+    encoded = AutoTokenizer.from_pretrained(tokenizer_dir)(lines, padding=True,
+                                                           return_tensors="pt")
+    sample = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+    calibrated = anyshape.calibrated(built.model, [sample])
+    nearest = reference_model(built.model, weight_format("int4", None))
+    inputs = built.example_inputs(3, 29, seed=2)
+    with torch.no_grad():
+        want, rounded = calibrated(**inputs), nearest(**inputs)
+    got = anyshape.load(out)(**inputs)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+    assert (got - rounded).abs().max() > 100 * (got - want).abs().max()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--calibrate", "t.txt", "--tokenizer", "tok"],
+     "--calibrate goes with --weights int8 or int4, got --weights float32"),
+    (["--weights", "int4", "--calibrate", "t.txt"], "--calibrate needs --tokenizer DIR"),
+    (["--weights", "int4", "--tokenizer", "tok"], "--tokenizer goes with --calibrate TEXT_FILE"),
+])
+def test_compile_cli_calibration_flags_are_checked_first(tmp_path, extra, message):
+    result = run("anyshape-compile", "--hf", "gpt2", "--task", "causal-lm-last-token",
+                 *TINY_GPT2, *extra, "-o", str(tmp_path / "art"))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_compile_cli_refuses_to_calibrate_an_encoder_decoder_from_text(tmp_path):
+    result = run("anyshape-compile", "--hf", "t5", "--task", "seq2seq-lm", "--weights", "int8",
+                 "--calibrate", "t.txt", "--tokenizer", "tok", "-o", str(tmp_path / "art"))
+    assert result.returncode == 2
+    assert "--calibrate: --task seq2seq-lm is an encoder-decoder's" in result.stderr
+
+
+def test_compile_cli_calibration_input_errors_name_the_file_or_tokenizer(tmp_path):
+    """/// Each refused before anything is compiled: a missing file, a file of
+    /// blank lines, a directory that is not a tokenizer, ids past the vocabulary."""
+    (tmp_path / "blank.txt").write_text("\n  \n\n")
+    (tmp_path / "texts.txt").write_text("w5 w6\n\nw7 w8 w9\n")
+    small = _word_tokenizer(tmp_path / "tokenizer")
+    large = _word_tokenizer(tmp_path / "large", words=400)
+    (tmp_path / "texts-large.txt").write_text("w5\nw6 w350\n")
+    cases = [
+        (tmp_path / "none.txt", small, f"--calibrate: cannot read '{tmp_path / 'none.txt'}'"),
+        (tmp_path / "blank.txt", small, "holds no text (one sample per non-empty line)"),
+        (tmp_path / "texts.txt", tmp_path / "none",
+         f"--tokenizer: expected a HF tokenizer directory, got '{tmp_path / 'none'}'"),
+        (tmp_path / "texts-large.txt", large,
+         f"--tokenizer: its ids reach 350, past the model's vocabulary of 300 (line 2 of "
+         f"'{tmp_path / 'texts-large.txt'}')"),
+    ]
+    for text, tokenizer, message in cases:
+        result = run("anyshape-compile", "--hf", "gpt2", "--task", "causal-lm-last-token",
+                     *TINY_GPT2, "--weights", "int8", "--calibrate", str(text),
+                     "--tokenizer", str(tokenizer), "-o", str(tmp_path / "art"))
+        assert result.returncode == 1 and message in result.stderr, (message, result.stderr)
+        assert not (tmp_path / "art").exists()
