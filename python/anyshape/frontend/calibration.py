@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from anyshape.iree.quantized_weights import (QuantizationError, WeightFormat, check_shape,
-                                             dequantized, exact_codes, quantize,
-                                             weight_format)
+                                             dequantized, exact_codes, quantizable_modules,
+                                             quantize, weight_format)
 
 # GPTQ's dampening of the Hessian's diagonal, as a share of its mean (the
 # paper's; 0.1 did no better on MiniLM: docs/quantized-weights.md).
@@ -149,29 +149,25 @@ def _quantizable(model, fmt: WeightFormat):
     """(layers, embedding tables) whose weights ``fmt`` quantizes, each
     weight once (a table tied to the LM head is the head's)."""
     layers, tables, seen = [], [], set()
-    named = list(model.named_modules())
-    for name, module in named:
-        weight = getattr(module, "weight", None)
-        if not isinstance(weight, torch.nn.Parameter) or weight.dim() != 2:
+    found = quantizable_modules(model)
+    # The layers first: a table tied to the LM head is rounded as the head is.
+    for each in sorted(found, key=lambda each: each.table):
+        weight = each.module.weight
+        if weight.dtype != torch.float32:
+            raise ValueError(f"model: {each.name}.weight is {weight.dtype}; calibration rounds "
+                             f"float32 weights (model.float() first)")
+        if each.table:
+            check_shape(fmt, *weight.shape, each.name)
+        else:
+            layer = _Layer(each.name, each.module, each.transposed)
+            check_shape(fmt, *layer.weight().shape, each.name)
+        if weight.data_ptr() in seen:
             continue
-        if isinstance(module, torch.nn.Linear) or type(module).__name__ == "Conv1D":
-            if weight.dtype != torch.float32:
-                raise ValueError(f"model: {name}.weight is {weight.dtype}; calibration rounds "
-                                 f"float32 weights (model.float() first)")
-            layer = _Layer(name, module, type(module).__name__ == "Conv1D")
-            n, k = layer.weight().shape
-            check_shape(fmt, n, k, name)
-            if weight.data_ptr() not in seen:
-                layers.append(layer)
-                seen.add(weight.data_ptr())
-    for name, module in named:
-        if isinstance(module, torch.nn.Embedding) and module.weight.data_ptr() not in seen:
-            if module.weight.dtype != torch.float32:
-                raise ValueError(f"model: {name}.weight is {module.weight.dtype}; calibration "
-                                 f"rounds float32 weights (model.float() first)")
-            check_shape(fmt, *module.weight.shape, name)
-            tables.append((name, module))
-            seen.add(module.weight.data_ptr())
+        seen.add(weight.data_ptr())
+        if each.table:
+            tables.append((each.name, each.module))
+        else:
+            layers.append(layer)
     if not layers:
         raise QuantizationError(f"model: no linear layer to calibrate (weights={fmt.name!r} "
                                 f"quantizes nn.Linear and Conv1D weights)")

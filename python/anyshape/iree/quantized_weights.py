@@ -241,35 +241,56 @@ def packed(weight: np.ndarray, fmt: WeightFormat,
     return np.ascontiguousarray(data), np.ascontiguousarray(scales)
 
 
+@dataclasses.dataclass(frozen=True)
+class QuantizableModule:
+    """A module whose 2-D weight a compile with quantized weights stores as
+    codes: an ``nn.Linear`` or HF's ``Conv1D`` (GPT-2's, its weight [k, n]:
+    ``transposed``), or an ``nn.Embedding`` table (``table``)."""
+
+    name: str
+    module: object
+    transposed: bool
+    table: bool
+
+
+def quantizable_modules(model) -> list[QuantizableModule]:
+    """The modules of the torch ``model`` whose weights a compile with
+    quantized weights quantizes, in ``named_modules`` order: the one list both
+    ``reference_model`` and ``anyshape.calibrated`` take."""
+    import torch
+
+    found = []
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        if not isinstance(weight, torch.nn.Parameter) or weight.dim() != 2:
+            continue
+        conv1d = type(module).__name__ == "Conv1D"
+        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) or conv1d:
+            found.append(QuantizableModule(name, module, conv1d,
+                                           isinstance(module, torch.nn.Embedding)))
+    return found
+
+
 def reference_model(model, fmt: WeightFormat):
     """A copy of the torch ``model`` whose weights are what a module compiled
-    with ``fmt`` computes with: every ``nn.Linear`` and ``nn.Embedding``
-    weight, and HF's ``Conv1D`` (GPT-2's, [k, n]), dequantized (tied weights
-    stay tied). The eager reference of the tests and of the accuracy
-    benchmarks (bench/quantized_accuracy.py)."""
+    with ``fmt`` computes with: every weight ``quantizable_modules`` names,
+    dequantized (tied weights stay tied). The eager reference of the tests
+    and of the accuracy benchmarks (bench/quantized_accuracy.py)."""
     import copy
 
     import torch
 
     reference = copy.deepcopy(model)
-    done = {}
-    for module in reference.modules():
-        weight = getattr(module, "weight", None)
-        if not isinstance(weight, torch.nn.Parameter) or weight.dim() != 2:
-            continue
-        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
-            transposed = False
-        elif type(module).__name__ == "Conv1D":
-            transposed = True
-        else:
-            continue
-        if id(weight) in done:
+    done = set()
+    for found in quantizable_modules(reference):
+        weight = found.module.weight
+        if weight.data_ptr() in done:
             continue
         values = weight.detach().float().numpy()
-        values = values.T if transposed else values
+        values = values.T if found.transposed else values
         result = dequantized(values, fmt)
-        result = result.T if transposed else result
+        result = result.T if found.transposed else result
         with torch.no_grad():
             weight.copy_(torch.from_numpy(np.ascontiguousarray(result)).to(weight.dtype))
-        done[id(weight)] = True
+        done.add(weight.data_ptr())
     return reference
