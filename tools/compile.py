@@ -317,9 +317,9 @@ def _compile_torch(args, report):
             args, dynamic, args.max_batch or DEFAULT_MAX_BATCH, report)
     if args.calibrate is not None:
         if call_args or "input_ids" not in call_kwargs:
-            raise ValueError(f"--calibrate: {args.model}'s example inputs must be keyword "
-                             f"arguments with input_ids (as a HF model takes them) for texts "
-                             f"to become its inputs; got "
+            raise ValueError(f"--calibrate: {args.model or args.hf}'s example inputs must be "
+                             f"keyword arguments with input_ids (as a HF model takes them) for "
+                             f"texts to become its inputs; got "
                              f"{'positional arguments' if call_args else sorted(call_kwargs)}"
                              f" (calibrate it in Python: anyshape.calibrated)")
         model = _calibrated(args, model, "attention_mask" in call_kwargs, report)

@@ -312,3 +312,18 @@ def test_compile_cli_calibration_input_errors_name_the_file_or_tokenizer(tmp_pat
                      "--tokenizer", str(tokenizer), "-o", str(tmp_path / "art"))
         assert result.returncode == 1 and message in result.stderr, (message, result.stderr)
         assert not (tmp_path / "art").exists()
+
+
+def test_compile_cli_refuses_to_calibrate_a_factory_of_positional_inputs(tmp_path):
+    (tmp_path / "mine.py").write_text(
+        "import torch\n"
+        "def make():\n"
+        "    return torch.nn.Linear(32, 4), (torch.randn(2, 5, 32),)\n")
+    (tmp_path / "texts.txt").write_text("w5 w6\n")
+    result = run("anyshape-compile", "--model", f"{tmp_path / 'mine.py'}:make", "--weights",
+                 "int8", "--calibrate", str(tmp_path / "texts.txt"), "--tokenizer",
+                 str(_word_tokenizer(tmp_path / "tokenizer")), "-o", str(tmp_path / "art"))
+    assert result.returncode == 1
+    assert (f"--calibrate: {tmp_path / 'mine.py'}:make's example inputs must be keyword "
+            f"arguments with input_ids") in result.stderr, result.stderr
+    assert "got positional arguments" in result.stderr and not (tmp_path / "art").exists()
