@@ -388,11 +388,11 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"--systems: unknown {', '.join(sorted(unknown))} (known: {', '.join(known)})")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
+    wanted = [label.strip() for label in args.labels.split(",")] if args.labels else None
     runs_by_model = {}
     for name in models:
         runs = SEQ2SEQ_RUNS if is_seq2seq(name) else RUNS
-        if args.labels:
-            wanted = [label.strip() for label in args.labels.split(",")]
+        if wanted:
             letter = "s" if is_seq2seq(name) else "p"
             chosen_runs = {label: run_lengths(label, runs, letter) for label in wanted}
             unknown_labels = [label for label, lengths in chosen_runs.items() if lengths is None]
