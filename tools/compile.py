@@ -402,11 +402,12 @@ def _calibrated(args, model, with_mask: bool, report):
         raise ValueError(f"--calibrate: '{args.calibrate}' holds no text (one sample per "
                          f"non-empty line)")
     tokenizer = _tokenizer(args.tokenizer)
+    from anyshape.frontend.config_bounds import config_limits
+
     # The HF model inside (a task's wrapper, such as LastTokenLogits, holds one).
-    core = next((m for m in model.modules() if hasattr(m, "get_input_embeddings")
-                 and hasattr(m, "config")), None)
+    core = next((m for m in model.modules() if hasattr(m, "get_input_embeddings")), None)
     vocab = core.get_input_embeddings().num_embeddings if core is not None else None
-    limit = getattr(core.config, "max_position_embeddings", None) if core is not None else None
+    limit = min(config_limits(model), default=None)
     batch = CALIBRATION_BATCH if with_mask and tokenizer.pad_token is not None else 1
     samples = []
     for start in range(0, len(lines), batch):

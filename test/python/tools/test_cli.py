@@ -327,3 +327,21 @@ def test_compile_cli_refuses_to_calibrate_a_factory_of_positional_inputs(tmp_pat
     assert (f"--calibrate: {tmp_path / 'mine.py'}:make's example inputs must be keyword "
             f"arguments with input_ids") in result.stderr, result.stderr
     assert "got positional arguments" in result.stderr and not (tmp_path / "art").exists()
+
+
+@pytest.mark.builds_in_subprocess
+def test_compile_cli_calibration_cuts_lines_at_the_positions_after_roberta_padding(tmp_path):
+    """/// RoBERTa's positions start after its padding index: a line longer than
+    /// the model is cut at max_position_embeddings - pad_token_id - 1 tokens
+    /// (config_limits), not at max_position_embeddings, past which its
+    /// position table has no row."""
+    (tmp_path / "long.txt").write_text(" ".join(f"w{i}" for i in range(2, 90)) + "\nw5 w6\n")
+    result = run("anyshape-compile", "--hf", "roberta", "--task", "sequence-classification",
+                 "--config", "num_hidden_layers=1", "--config", "hidden_size=32",
+                 "--config", "num_attention_heads=2", "--config", "intermediate_size=64",
+                 "--config", "vocab_size=300", "--config", "max_position_embeddings=40",
+                 "--weights", "int8", "--calibrate", str(tmp_path / "long.txt"),
+                 "--tokenizer", str(_word_tokenizer(tmp_path / "tokenizer")),
+                 "-o", str(tmp_path / "art"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "art" / "module.vmfb").exists()
