@@ -221,8 +221,11 @@ def packed(weight: np.ndarray, fmt: WeightFormat,
     """(panels, scales) of ``weight`` [n, k] as the kernel reads them, the
     columns past n zero: int8 panels [P, k, 16] and float32 scales [P * 16];
     int4 panels [P, k / 2, 16] of uint8 (k even in the low four bits, as
-    q + 8) and float16 scales [P, k / group, 16]. ``codes``: its (q, scales)
-    where known (``exact_codes``), else ``quantize``'s."""
+    q + 8) and float16 scales [P, k / group, 16]; int4 with int8
+    activations (``nibble_pairs``) [P, k / 4, 16, 2], byte [p, s, j, e]
+    holding k 4 s + e in its low four bits and 4 s + e + 2 in its high ones.
+    ``codes``: its (q, scales) where known (``exact_codes``), else
+    ``quantize``'s."""
     q, scale = codes if codes is not None else quantize(weight, fmt)
     n, k = q.shape
     panels = -(-n // PANEL)
@@ -233,12 +236,24 @@ def packed(weight: np.ndarray, fmt: WeightFormat,
         scales = np.concatenate([scale, np.zeros(pad, np.float32)])
         return np.ascontiguousarray(data), scales
     biased = (q.astype(np.int16) + 8).astype(np.uint8)
-    pairs = biased[:, 0::2] | (biased[:, 1::2] << 4)
-    pairs = np.concatenate([pairs, np.full((pad, k // 2), 0x88, np.uint8)])
-    data = pairs.reshape(panels, PANEL, k // 2).transpose(0, 2, 1)
+    biased = np.concatenate([biased, np.full((pad, k), 8, np.uint8)])
+    if nibble_pairs(fmt):
+        steps = biased.reshape(panels, PANEL, k // 4, 4)
+        pairs = steps[..., :2] | (steps[..., 2:] << 4)
+        data = pairs.transpose(0, 2, 1, 3)
+    else:
+        pairs = biased[:, 0::2] | (biased[:, 1::2] << 4)
+        data = pairs.reshape(panels, PANEL, k // 2).transpose(0, 2, 1)
     scales = np.concatenate([scale, np.zeros((pad, scale.shape[1]), np.float16)])
     scales = scales.reshape(panels, PANEL, -1).transpose(0, 2, 1)
     return np.ascontiguousarray(data), np.ascontiguousarray(scales)
+
+
+def nibble_pairs(fmt: WeightFormat) -> bool:
+    """Whether ``packed`` lays ``fmt``'s int4 weights out in pairs of k, for
+    the integer tiles of the ``_q4i8`` entry points (kernels/quantized_panels.h),
+    which multiply them so with no unpacking."""
+    return fmt.name == "int4" and fmt.activations == "int8"
 
 
 @dataclasses.dataclass(frozen=True)

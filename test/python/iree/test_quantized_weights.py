@@ -10,6 +10,7 @@ that copy, token for token.
 """
 
 import ctypes
+import dataclasses
 import json
 import re
 
@@ -67,12 +68,15 @@ def test_quantized_values_are_within_half_a_step(fmt):
     assert np.all(deq[1] == 0) and np.isfinite(deq).all()
 
 
-@pytest.mark.parametrize("fmt", [INT8, INT4, qw.WeightFormat("int4", 128)],
-                         ids=lambda f: f"{f.name}-{f.group_size}")
+@pytest.mark.parametrize("fmt", [INT8, INT4, qw.WeightFormat("int4", 128),
+                                 qw.WeightFormat("int4", 64, activations="int8")],
+                         ids=lambda f: f"{f.name}-{f.group_size}-{f.activations}")
 def test_packed_panels_unpack_to_the_quantized_values(fmt):
     """Panels of 16 output columns, the last padded: int8 [P, k, 16] with a
     scale per column; int4 two k to a byte (k even low, as q + 8) with a
-    float16 scale per group and column, [P, k / group, 16]."""
+    float16 scale per group and column, [P, k / group, 16]; int4 for int8
+    activations in pairs of k, [P, k / 4, 16, 2], byte e of a column's step
+    s holding k 4 s + e low and 4 s + e + 2 high."""
     w = _weights(np.random.default_rng(1), 37, 256)
     q, scale = qw.quantize(w, fmt)
     data, scales = qw.packed(w, fmt)
@@ -83,11 +87,16 @@ def test_packed_panels_unpack_to_the_quantized_values(fmt):
         assert scales.shape == (panels * 16,)
         np.testing.assert_array_equal(scales[:37], scale)
     else:
-        assert data.shape == (panels, 128, 16) and data.dtype == np.uint8
         low = (data & 15).astype(np.int8) - 8
         high = (data >> 4).astype(np.int8) - 8
-        unpacked = np.stack([low, high], axis=2).reshape(panels, 256, 16).transpose(0, 2, 1)
-        unpacked = unpacked.reshape(panels * 16, 256)
+        if qw.nibble_pairs(fmt):
+            assert data.shape == (panels, 64, 16, 2) and data.dtype == np.uint8
+            steps = np.concatenate([low, high], axis=3)  # [P, k / 4, 16, 4]: k 4 s + 0..3
+            unpacked = steps.transpose(0, 2, 1, 3).reshape(panels * 16, 256)
+        else:
+            assert data.shape == (panels, 128, 16) and data.dtype == np.uint8
+            unpacked = np.stack([low, high], axis=2).reshape(panels, 256, 16).transpose(0, 2, 1)
+            unpacked = unpacked.reshape(panels * 16, 256)
         assert scales.shape == (panels, 256 // fmt.group_size, 16)
         np.testing.assert_array_equal(
             scales.transpose(0, 2, 1).reshape(panels * 16, -1)[:37], scale)
@@ -184,12 +193,14 @@ def test_integer_rows_compute_what_their_rounding_gives(tmp_path, isa):
     integer_isa = isa != "portable"
     rng = np.random.default_rng(3)
     for fmt in FORMATS[1:]:
+        fmt = dataclasses.replace(fmt, activations="int8")  # packed in pairs of k
         for k, n in [(384, 37), (128, 19), (4224, 19), (16512, 19)]:
             w = _weights(rng, n, k)
             bias = rng.standard_normal(n).astype(np.float32)
             data, scales = qw.packed(w, fmt)
             deq = qw.dequantized(w, fmt).astype(np.float64)
-            for m in [1, 2, 3, 4, 5, 17]:
+            # 13 over 2 workgroups of rows: 12 and 1, a run of a longer product's rows
+            for m in [1, 2, 3, 4, 5, 13, 17]:
                 x = rng.standard_normal((m, k)).astype(np.float32)
                 x[0, :32] *= 30  # a block with an outlier row value
                 integer = integer_isa and m <= 4

@@ -9,7 +9,13 @@
 // - int4: groups of `group` k (32, 64 or 128) per column, q in [-8, 7]
 //   stored as q + 8, two k to a byte: q4[p][k / 2][j] holds k even in its low
 //   four bits and k + 1 in its high ones; one float16 scale per group and
-//   column, s4[p][k / group][j].
+//   column, s4[p][k / group][j];
+// - int4 for the ``_q4i8`` entry points (quantized_t.integer set): the same
+//   nibbles in pairs of k, q4[p][k / 4][j][e] holding k = 4 (k / 4) + e in its
+//   low four bits and k + 2 in its high ones (e = 0, 1). Masked, the bytes
+//   are the pairs of k that the byte products (INTEGER_Q4) multiply, one
+//   column a 16-bit lane, with no unpacking. DIRECT_Q4's float32 tiles read
+//   the first layout: this one takes them more instructions.
 //
 // A workgroup dequantizes QUANT_K k of a panel at a time into a float32
 // block on its stack (scales applied), where it stays in L1, and runs the
@@ -52,6 +58,13 @@ typedef struct {
   size_t integer;
 } quantized_t;
 
+// Whether a's int4 weights come in pairs of k (the ``_q4i8`` entry points').
+static inline int nibble_pairs(const quantized_t* a) { return a->group != 0 && a->integer != 0; }
+
+// The bit of the 16 bits a column holds of k 4 s .. 4 s + 3 (nibble_pairs)
+// at which k 4 s + e begins.
+static inline int pair_shift(int e) { return (e & 1) * 8 + (e >> 1) * 4; }
+
 // IEEE half to float, for the portable path (no F16C).
 static float half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1Fu,
@@ -92,6 +105,16 @@ static void dequantize_portable(const quantized_t* a, size_t panel, size_t np, s
     } else {
       const uint8_t* q = a->q + (panel + p) * (a->k / 2) * PANEL + (k0 / 2) * PANEL;
       const uint16_t* s = (const uint16_t*)a->scales + (panel + p) * (a->k / a->group) * PANEL;
+      if (nibble_pairs(a)) {
+        for (size_t i = 0; i < steps; ++i)
+          for (size_t j = 0; j < PANEL; ++j) {
+            const uint8_t* pair = q + (i / 4) * 2 * PANEL + 2 * j;
+            const int e = (int)(i % 4), both = pair[0] | pair[1] << 8;
+            float scale = half_to_float(s[((k0 + i) / a->group) * PANEL + j]);
+            out[i * PANEL + j] = (float)(((both >> pair_shift(e)) & 15) - 8) * scale;
+          }
+        continue;
+      }
       for (size_t i = 0; i < steps; i += 2)
         for (size_t j = 0; j < PANEL; ++j) {
           uint8_t byte = q[(i / 2) * PANEL + j];
@@ -123,6 +146,18 @@ AVX512_FN static void dequantize512(const quantized_t* a, size_t panel, size_t n
       for (size_t g = 0; g < steps; g += a->group) {
         const __m512 s = _mm512_cvtph_ps(
             _mm256_loadu_si256((const __m256i*)(scales + ((k0 + g) / a->group) * PANEL)));
+        if (nibble_pairs(a)) {
+          for (size_t i = g; i < g + a->group; i += 4) {
+            const __m512i v =
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(q + (i / 2) * PANEL)));
+            for (int e = 0; e < 4; ++e) {
+              const __m512i value = _mm512_sub_epi32(
+                  _mm512_and_si512(_mm512_srli_epi32(v, pair_shift(e)), low), eight);
+              _mm512_storeu_ps(out + (i + e) * PANEL, _mm512_mul_ps(_mm512_cvtepi32_ps(value), s));
+            }
+          }
+          continue;
+        }
         for (size_t i = g; i < g + a->group; i += 2) {
           __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(q + (i / 2) * PANEL)));
           __m512i even = _mm512_sub_epi32(_mm512_and_si512(v, low), eight);
@@ -162,6 +197,20 @@ AVX2_F16C_FN static void dequantize256(const quantized_t* a, size_t panel, size_
         const uint16_t* group = scales + ((k0 + g) / a->group) * PANEL;
         const __m256 s[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)group)),
                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(group + 8)))};
+        if (nibble_pairs(a)) {
+          for (size_t i = g; i < g + a->group; i += 4)
+            for (int h = 0; h < 2; ++h) {
+              const __m256i v = _mm256_cvtepu16_epi32(
+                  _mm_loadu_si128((const __m128i*)(q + (i / 2) * PANEL + h * 16)));
+              for (int e = 0; e < 4; ++e) {
+                const __m256i value = _mm256_sub_epi32(
+                    _mm256_and_si256(_mm256_srli_epi32(v, pair_shift(e)), low), eight);
+                _mm256_storeu_ps(out + (i + e) * PANEL + h * 8,
+                                 _mm256_mul_ps(_mm256_cvtepi32_ps(value), s[h]));
+              }
+            }
+          continue;
+        }
         for (size_t i = g; i < g + a->group; i += 2)
           for (int h = 0; h < 2; ++h) {
             __m256i v = _mm256_cvtepu8_epi32(
@@ -320,7 +369,9 @@ AVX2_F16C_FN static inline void direct_masks(const quantized_t* a, size_t panel,
 // row's block of 32 k gets one scale, its largest magnitude to 127
 // (llama.cpp's Q8_0 rounds its activations so), and AVX2's byte products
 // (vpmaddubsw) multiply the weights' q + 8 (unsigned) by the rows' codes
-// (signed), two k at a time, into 16-bit sums. A block's sums (at most 16
+// (signed), two k at a time, into 16-bit sums: the weights in pairs of k
+// (nibble_pairs), masked, one column a lane, k 4 s, 4 s + 1 in one set of
+// sums and 4 s + 2, 4 s + 3 in another. A block's sums (at most 16
 // products of 15 x 127 a lane: 30480) are widened, the 8 of q + 8 taken off
 // exactly in integers (8 times the sum of the row's codes), then scaled by
 // the row's scale in float32, and each group's by its weights' scale.
@@ -378,16 +429,15 @@ AVX2_F16C_FN static inline __m256i round_block32(const float* x, float* scale, i
   return q;
 }
 
-// The codes of k t, t + 1 (t < 32, a multiple of 4) in every 16-bit lane of
-// the low 128 bits, and of t + 2, t + 3 in the high: the k pairs whose
-// weights one 32-byte load of a panel holds in each half.
-AVX2_F16C_FN static inline __m256i code_pairs(__m256i q, int t) {
-  const __m256i half = t < 16 ? _mm256_permute2x128_si256(q, q, 0x00)
-                              : _mm256_permute2x128_si256(q, q, 0x11);
-  const int at = t % 16;
-  const __m256i select = _mm256_setr_m128i(_mm_set1_epi16((short)(at | (at + 1) << 8)),
-                                           _mm_set1_epi16((short)((at + 2) | (at + 3) << 8)));
-  return _mm256_shuffle_epi8(half, select);
+// The codes of k t, t + 1 at `codes` in every 16-bit lane: the pair by
+// which the byte products multiply a panel's nibbles of k t, t + 1 (or t + 2,
+// t + 3), one column a lane. Broadcast from memory: from a register (a
+// shuffle of the block's codes) made the tiles of 2 and 4 rows 10-20 %
+// slower (docs/quantized-weights.md, "The kernel alone").
+AVX2_F16C_FN static inline __m256i code_pair(const int8_t* codes, int t) {
+  int16_t pair;
+  __builtin_memcpy(&pair, codes + t, sizeof pair);
+  return _mm256_set1_epi16(pair);
 }
 
 // The sums of rows [row, row + MR) by the eight columns at col, before k0:
@@ -416,15 +466,7 @@ AVX2_F16C_FN static inline __m256i code_pairs(__m256i q, int t) {
       for (int r = 0; r < (MR); ++r)                                               \
         for (int h = 0; h < H; ++h) sums[r][h] = _mm256_setzero_ps();              \
       for (size_t b = g * group; b < (g + 1) * group; b += 32) {                   \
-        __m256i codes[MR], offset[MR];                                             \
-        __m256 row_scale[MR];                                                      \
-        for (int r = 0; r < (MR); ++r) {                                           \
-          const size_t at = r * (c->chunk / 32) + (b - c->k0) / 32;                \
-          codes[r] = _mm256_load_si256(                                            \
-              (const __m256i*)(c->codes + r * c->chunk + (b - c->k0)));            \
-          row_scale[r] = _mm256_set1_ps(c->scale[at]);                             \
-          offset[r] = _mm256_set1_epi32(c->offset[at]);                            \
-        }                                                                          \
+        /* acc[r][2p]: k = 4s, 4s + 1 of panel p; acc[r][2p + 1]: 4s + 2, 4s + 3 */  \
         __m256i acc[MR][H];                                                        \
         for (int r = 0; r < (MR); ++r)                                             \
           for (int h = 0; h < H; ++h) acc[r][h] = _mm256_setzero_si256();          \
@@ -436,26 +478,38 @@ AVX2_F16C_FN static inline __m256i code_pairs(__m256i q, int t) {
           for (int p = 0; p < (NP); ++p) {                                         \
             const __m256i v = _mm256_loadu_si256(                                  \
                 (const __m256i*)(w[p] + ((b + t) / 2) * PANEL));                   \
-            const __m256i even = _mm256_and_si256(v, low);                         \
-            const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);    \
-            wv[2 * p] = _mm256_unpacklo_epi8(even, odd);                           \
-            wv[2 * p + 1] = _mm256_unpackhi_epi8(even, odd);                       \
+            wv[2 * p] = _mm256_and_si256(v, low);                                  \
+            wv[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);        \
           }                                                                        \
           for (int r = 0; r < (MR); ++r) {                                         \
-            const __m256i x = code_pairs(codes[r], t);                             \
-            for (int h = 0; h < H; ++h)                                            \
-              acc[r][h] = _mm256_add_epi16(acc[r][h], _mm256_maddubs_epi16(wv[h], x)); \
+            const int8_t* codes = c->codes + r * c->chunk + (b - c->k0);           \
+            const __m256i x01 = code_pair(codes, t), x23 = code_pair(codes, t + 2); \
+            for (int p = 0; p < (NP); ++p) {                                       \
+              acc[r][2 * p] = _mm256_add_epi16(acc[r][2 * p],                      \
+                                               _mm256_maddubs_epi16(wv[2 * p], x01)); \
+              acc[r][2 * p + 1] = _mm256_add_epi16(                                \
+                  acc[r][2 * p + 1], _mm256_maddubs_epi16(wv[2 * p + 1], x23));    \
+            }                                                                      \
           }                                                                        \
         }                                                                          \
-        for (int r = 0; r < (MR); ++r)                                             \
-          for (int h = 0; h < H; ++h) {                                            \
-            const __m256i both = _mm256_add_epi32(                                 \
-                _mm256_cvtepi16_epi32(_mm256_castsi256_si128(acc[r][h])),          \
-                _mm256_cvtepi16_epi32(_mm256_extracti128_si256(acc[r][h], 1)));    \
-            sums[r][h] = _mm256_fmadd_ps(                                          \
-                _mm256_cvtepi32_ps(_mm256_sub_epi32(both, offset[r])), row_scale[r], \
-                sums[r][h]);                                                       \
+        for (int r = 0; r < (MR); ++r) {                                           \
+          const size_t at = r * (c->chunk / 32) + (b - c->k0) / 32;                \
+          const __m256 row_scale = _mm256_set1_ps(c->scale[at]);                   \
+          const __m256i offset = _mm256_set1_epi32(c->offset[at]);                 \
+          for (int p = 0; p < (NP); ++p) {                                         \
+            const __m256i e = acc[r][2 * p], o = acc[r][2 * p + 1];                \
+            const __m128i e1 = _mm256_extracti128_si256(e, 1);                     \
+            const __m128i o1 = _mm256_extracti128_si256(o, 1);                     \
+            const __m256i cols[2] = {                                              \
+                _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(e)),  \
+                                 _mm256_cvtepi16_epi32(_mm256_castsi256_si128(o))), \
+                _mm256_add_epi32(_mm256_cvtepi16_epi32(e1), _mm256_cvtepi16_epi32(o1))}; \
+            for (int h = 0; h < 2; ++h)                                            \
+              sums[r][2 * p + h] = _mm256_fmadd_ps(                                \
+                  _mm256_cvtepi32_ps(_mm256_sub_epi32(cols[h], offset)), row_scale,  \
+                  sums[r][2 * p + h]);                                             \
           }                                                                        \
+        }                                                                          \
       }                                                                            \
       for (int h = 0; h < H; ++h) {                                                \
         const __m256 scale = _mm256_cvtph_ps(_mm_loadu_si128(                      \
@@ -698,7 +752,10 @@ NOINLINE static void dequantized_block(const quantized_t* a, size_t row0, size_t
 static void quantized_block(const quantized_t* a, size_t row0, size_t row1, size_t panel0,
                             size_t panel1) {
 #if ANYSHAPE_MAX_ISA >= ISA_AVX2
-  if (row1 - row0 <= DIRECT_ROWS && a->k > 0 && isa() >= ISA_AVX2) {
+  // DIRECT_Q4 reads int4 weights in the first layout only: pairs of k that
+  // a product too long for integers gives a workgroup few rows of take blocks
+  if (row1 - row0 <= DIRECT_ROWS && a->k > 0 && isa() >= ISA_AVX2 &&
+      !(nibble_pairs(a) && a->m > a->integer)) {
     direct_rows(a, row0, row1 - row0, panel0, panel1);
     return;
   }

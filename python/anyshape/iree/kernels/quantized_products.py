@@ -15,7 +15,8 @@ import hashlib
 import numpy as np
 
 from anyshape.iree.constant_values import attribute_resource_key, resource_key
-from anyshape.iree.quantized_weights import PANEL, WeightFormat, check_shape, exact_codes, packed
+from anyshape.iree.quantized_weights import (PANEL, WeightFormat, check_shape, exact_codes,
+                                             nibble_pairs, packed)
 
 class QuantizedBlobs:
     """The blobs of quantized weights a rewrite makes, in IREE's bindings
@@ -106,7 +107,9 @@ def quantized_function_text(executable: str, name: str, rows, k: int, n: int, fm
         q_type, s_type = f"tensor<{panels}x{k}x{PANEL}xi8>", f"tensor<{panels * PANEL}xf32>"
         entry = "linear_rows_q8i16" if fmt == "int8i16" else "linear_rows_q8"
     else:
-        q_type, s_type = f"tensor<{panels}x{k // 2}x{PANEL}xi8>", \
+        # int4i8's weights come in pairs of k (quantized_weights.nibble_pairs)
+        q_sizes = f"{k // 4}x{PANEL}x2" if fmt == "int4i8" else f"{k // 2}x{PANEL}"
+        q_type, s_type = f"tensor<{panels}x{q_sizes}xi8>", \
             f"tensor<{panels}x{k // group}x{PANEL}xf16>"
         entry = "linear_rows_q4i8" if fmt == "int4i8" else "linear_rows_q4"
     dims = "{%m}" if rows is None else ""
@@ -133,11 +136,12 @@ func.func private @{name}(%x: {x_type}, %q: {q_type}, %s: {s_type}{bias_arg}) ->
 
 
 def _embedding_text(name: str, ids_sizes: list, ids_element: str, vocab: int, dim: int,
-                    fmt: str, group: int | None) -> str:
+                    fmt: str, group: int | None, pairs: bool) -> str:
     """The helper function ``name``: the rows ``ids`` of a table [vocab, dim]
     stored as the packed weight of a product (an LM head's layout, so a tied
-    one is stored once), dequantized. Ids are clamped into the table, as a
-    read must stay in it (the runtime's bounds checks refuse them first)."""
+    one is stored once; ``pairs``: int4 in pairs of k, ``nibble_pairs``),
+    dequantized. Ids are clamped into the table, as a read must stay in it
+    (the runtime's bounds checks refuse them first)."""
     panels = -(-vocab // PANEL)
     text = lambda sizes: "x".join("?" if s is None else str(s) for s in sizes)  # noqa: E731
     ids_type = f"tensor<{text(ids_sizes)}x{ids_element}>"
@@ -151,13 +155,22 @@ def _embedding_text(name: str, ids_sizes: list, ids_element: str, vocab: int, di
       %f = arith.sitofp %e : i32 to f32
       %scale = tensor.extract %s[%i] : {s_type}"""
     else:
-        q_type = f"tensor<{panels}x{dim // 2}x{PANEL}xi8>"
         s_type = f"tensor<{panels}x{dim // group}x{PANEL}xf16>"
-        value = f"""%half = arith.divui %d, %c2 : index
-      %odd = arith.remui %d, %c2 : index
-      %b = tensor.extract %q[%p, %half, %j] : {q_type}
+        if pairs:  # byte [p, d / 4, j, d % 2] holds d (d % 4 < 2: low bits) and d + 2
+            q_type = f"tensor<{panels}x{dim // 4}x{PANEL}x2xi8>"
+            byte = f"""%step = arith.divui %d, %c4 : index
+      %in_step = arith.remui %d, %c4 : index
+      %byte_of = arith.remui %in_step, %c2 : index
+      %high = arith.divui %in_step, %c2 : index
+      %b = tensor.extract %q[%p, %step, %j, %byte_of] : {q_type}"""
+        else:  # byte [p, d / 2, j] holds d (d even: low bits)
+            q_type = f"tensor<{panels}x{dim // 2}x{PANEL}xi8>"
+            byte = f"""%half = arith.divui %d, %c2 : index
+      %high = arith.remui %d, %c2 : index
+      %b = tensor.extract %q[%p, %half, %j] : {q_type}"""
+        value = f"""{byte}
       %u = arith.extui %b : i8 to i32
-      %shift_index = arith.muli %odd, %c4 : index
+      %shift_index = arith.muli %high, %c4 : index
       %shift = arith.index_cast %shift_index : index to i32
       %nibble = arith.shrui %u, %shift : i32
       %low = arith.andi %nibble, %c15_i32 : i32
@@ -243,7 +256,8 @@ def route_embeddings(ir, module, blobs: QuantizedBlobs, functions: dict) -> int:
         vocab, dim = values.shape
         ids_sizes, ids_dtype = vtensor_shape(ids.type)
         element = {"si64": "i64", "si32": "i32"}[ids_dtype]
-        key = ("embedding", tuple(ids_sizes), element, vocab, dim, fmt.name, fmt.group_size)
+        key = ("embedding", tuple(ids_sizes), element, vocab, dim, fmt.name, fmt.group_size,
+               nibble_pairs(fmt))
         name = functions.setdefault(key, f"anyshape_embedding_{fmt.name}_{vocab}x{dim}_"
                                          f"{len(functions)}")
         with ir.InsertionPoint(op), op.location:
@@ -259,5 +273,5 @@ def route_embeddings(ir, module, blobs: QuantizedBlobs, functions: dict) -> int:
 
 
 def embedding_function_text(name: str, key: tuple) -> str:
-    _, ids_sizes, element, vocab, dim, fmt, group = key
-    return _embedding_text(name, list(ids_sizes), element, vocab, dim, fmt, group)
+    _, ids_sizes, element, vocab, dim, fmt, group, pairs = key
+    return _embedding_text(name, list(ids_sizes), element, vocab, dim, fmt, group, pairs)
