@@ -15,7 +15,10 @@ token after the first, a batch between them padded up to the next. With the
 rows static, IREE packs each product for tiles of that many rows (``mmt4d``
 tiles of 1 x 16, 4 x 16, 8 x 16) instead of 16-row tiles of which a few rows
 are real: GPT-2's decode step at batch 4 with 335 slots took 35.6 ms against
-74.2 ms for the general step (docs/generation.md).
+74.2 ms for the general step (docs/generation.md). And the general step
+once more, returning every new token's logits (``VERIFY_ENTRY``): assisted
+decoding verifies k draft tokens in one call of k + 1 tokens. Its dispatches
+are the general step's, which IREE compiles once for both.
 """
 
 from __future__ import annotations
@@ -26,11 +29,11 @@ from typing import Any
 import torch
 
 
-from anyshape.generation.model_spec import (DECODE_ENTRIES, DECODE_ENTRY, export_or_warn,
-                                             generation_config_of, model_spec)
+from anyshape.generation.model_spec import (DECODE_ENTRIES, DECODE_ENTRY, VERIFY_ENTRY,
+                                             export_or_warn, generation_config_of, model_spec)
 from anyshape.runtime.generator import Generator
-from anyshape.generation.step import (CausalLMStep, grouped_query_attention_in_sdpa, probe_cache,
-                                      takes_additive_mask)
+from anyshape.generation.step import (CausalLMStep, grouped_query_attention_in_sdpa,
+                                      probe_cache, takes_additive_mask)
 
 # Example sizes for torch.export: every dim above 1 (sizes 0 and 1 are
 # specialized), each size different (so that no two dims are taken for one).
@@ -90,6 +93,8 @@ def _compiled_generator(model, target, dtype, backend, cache, progress, dump_ir_
         decode = export_decode_step(step, shapes, batch)
         if decode is not None:
             entries[name] = decode
+    entries[VERIFY_ENTRY] = export_step(CausalLMStep(model, len(shapes), every_position=True),
+                                        shapes)
     ids_dims, positions_dims, mask_dims, cache_dims = step_dims(len(shapes))
     names = (ids_dims, positions_dims, mask_dims, *cache_dims)  # as the program's flat inputs
 
@@ -98,6 +103,7 @@ def _compiled_generator(model, target, dtype, backend, cache, progress, dump_ir_
                               entries=entries)
     spec = {**model_spec(model, shapes),
             "decode_entry": DECODE_ENTRY if DECODE_ENTRY in entries else None,
+            "verify_entry": VERIFY_ENTRY,
             "decode_entries": {str(batch): name for batch, name in DECODE_ENTRIES.items()
                                if name in entries}}
     return Generator(module, spec, generation_config_of(model))

@@ -15,6 +15,12 @@ from anyshape.generation.step import takes_two_d_mask
 # (runtime/generator.py calls them; other batches are padded up to the next one).
 DECODE_ENTRIES = {1: "decode_one", 4: "decode_four", 8: "decode_eight"}
 DECODE_ENTRY = DECODE_ENTRIES[1]
+# A causal LM's step that returns every new token's logits: assisted
+# decoding's verification of its draft tokens, one call for all of them.
+VERIFY_ENTRY = "verify_draft"
+# An encoder-decoder's function that selects rows of the encoded source
+# (step.SourceRowGather); without it (an earlier build) the rows are encoded again.
+SOURCE_ROWS_ENTRY = "select_source_rows"
 
 
 def export_or_warn(step: torch.nn.Module, inputs: tuple, dims, batch: int):
@@ -66,3 +72,4 @@ def generation_config_of(model) -> dict:
 
         config = GenerationConfig.from_model_config(model.config)
     return config.to_dict()
+

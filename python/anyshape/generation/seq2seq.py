@@ -40,8 +40,8 @@ import functools
 
 import torch
 
-from anyshape.generation.step import (_filled_in_place_layer, attention_mask_for,
-                                      takes_additive_mask)
+from anyshape.generation.step import (SourceRowGather, _filled_in_place_layer,
+                                      attention_mask_for, takes_additive_mask)
 
 # Example sizes for torch.export, each above 1 and each different (see
 # causal_lm.py): the decoder's cache has ``past`` filled slots of ``capacity``.
@@ -200,10 +200,28 @@ def export_seq2seq(model, own_shapes, cross_shapes):
     return step_program, (*dims[:4], *dims[4]), encode_program, states
 
 
+def export_source_rows(states, cross_shapes) -> torch.export.ExportedProgram:
+    """``step.SourceRowGather`` for this model's encoded source, its rows (in
+    and out) and the source's length dynamic."""
+    from torch.export import Dim
+
+    rows, batch, source = Dim("rows", min=1), Dim("batch", min=1), Dim("source", min=1)
+    count, length = _EXAMPLE["batch"], _EXAMPLE["source"]
+    example = states[:1, :1].expand(count, length, -1).contiguous()
+    cross = tuple(torch.zeros(count, heads, length, dim, dtype=states.dtype)
+                  for layer in cross_shapes for heads, dim in layer)
+    order = torch.tensor([1, 0, 1])
+    dims = ({0: rows}, {0: batch, 1: source}, tuple({0: batch, 2: source} for _ in cross))
+    with torch.no_grad():
+        return torch.export.export(SourceRowGather(), (order, example, *cross),
+                                   dynamic_shapes=dims)
+
+
 def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
     """``compile_generator`` for an encoder-decoder (``backend`` as it set it)."""
     import anyshape
-    from anyshape.generation.model_spec import DECODE_ENTRIES, generation_config_of, model_spec
+    from anyshape.generation.model_spec import (DECODE_ENTRIES, SOURCE_ROWS_ENTRY,
+                                                 generation_config_of, model_spec)
     from anyshape.runtime.generator import Seq2SeqGenerator
 
     own_shapes, cross_shapes = probe_caches(model)
@@ -213,15 +231,17 @@ def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
         program = export_decode_entry(model, own_shapes, cross_shapes, batch, states)
         if program is not None:
             decode[name] = program
+    rows = {SOURCE_ROWS_ENTRY: export_source_rows(states, cross_shapes)}
 
     module = anyshape.compile(step_program, dynamic_shapes=names, target=target, backend=backend,
                               cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
-                              entries={"encode": encode_program, **decode})
+                              entries={"encode": encode_program, **decode, **rows})
     spec = {**model_spec(model, own_shapes), "kind": "seq2seq",
             "cross_cache": [[list(k), list(v)] for k, v in cross_shapes],
             "decode_entry": None,
             "decode_entries": {str(batch): name for batch, name in DECODE_ENTRIES.items()
-                               if name in decode}}
+                               if name in decode},
+            "source_rows_entry": SOURCE_ROWS_ENTRY}
     # T5's relative attention has no table of positions to run out of.
     if getattr(model.config, "relative_attention_num_buckets", None):
         spec["max_positions"] = None

@@ -142,9 +142,15 @@ def _filled_in_place_layer():
 
 
 class CausalLMStep(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module, layers: int):
+    """One call of ``model`` on new tokens after a cache it writes in place:
+    the last new token's logits [batch, vocab], or with ``every_position``
+    every new token's [batch, new, vocab] (the verification of draft tokens
+    in assisted decoding)."""
+
+    def __init__(self, model: torch.nn.Module, layers: int, every_position: bool = False):
         super().__init__()
         self.model = model
+        self.every_position = every_position
         config = model.config
         self.layers = layers
         self.layer_types = tuple(getattr(config, "layer_types", None) or ())
@@ -166,7 +172,7 @@ class CausalLMStep(torch.nn.Module):
         kwargs = {"position_ids": position_ids} if not self.two_d_mask else {}
         out = self.model(input_ids=input_ids, attention_mask=mask, past_key_values=past,
                          use_cache=True, **kwargs)
-        return out.logits[:, -1, :]
+        return out.logits if self.every_position else out.logits[:, -1, :]
 
     def _masks(self, input_ids, attention_mask):
         new, total = input_ids.shape[1], attention_mask.shape[1]
@@ -187,6 +193,19 @@ class CausalLMStep(torch.nn.Module):
                                           f"attention are masked here)")
             return {kind: masked(windows[kind]) for kind in sorted(set(self.layer_types))}
         return masked(self.sliding_window)
+
+
+class SourceRowGather(torch.nn.Module):
+    """An encoder-decoder's encoded source for the rows a call decodes:
+
+        select(order [B'], states [B, S, H], *cross: [B, H_kv, S, D])
+          -> states[order], *cross[order]
+
+    HF's ``generate`` encodes each source once, then repeats its rows for
+    beams and returned sequences; the encoded rows stay on the device."""
+
+    def forward(self, order, states, *cross):
+        return (states.index_select(0, order), *(c.index_select(0, order) for c in cross))
 
 
 @contextlib.contextmanager

@@ -189,6 +189,61 @@ class CompiledModule:
         device = self._context.config.device
         return [rt.asdevicearray(device, np.ascontiguousarray(array)) for array in arrays]
 
+    def move_rows(self, arrays: Sequence, moves: Sequence[tuple[int, int]],
+                  scratch: Sequence) -> None:
+        """For each ``(i, j)`` in ``moves``, row ``i`` (along dim 0) of each of
+        the device ``arrays`` becomes the row ``j`` it held before: copies by
+        the device itself (the HAL's buffer copies; nothing reaches the host),
+        through ``scratch`` (device arrays of the same shapes), done when this
+        returns. A beam search's reordering of its cache."""
+        gather, scatter = [], []
+        for array, spare in zip(arrays, scratch, strict=True):
+            source, temporary = _buffer(array), _buffer(spare)
+            row = _byte_length(array) // array.shape[0]
+            for i, j in moves:
+                gather.append((source, temporary, j * row, i * row, row))
+                scatter.append((temporary, source, i * row, i * row, row))
+        # The scatter starts when the gather is done: a row may be read by
+        # one move and written by another.
+        self._copy_on_device([gather, scatter])
+
+    def copy_slots(self, arrays: Sequence, larger: Sequence, slots: int) -> None:
+        """The first ``slots`` slots (dim 2) of each of the device ``arrays``
+        ([rows, heads, slots, width]) into ``larger``, device arrays of the same
+        shapes but more slots, by the device's own copies: a cache that grows."""
+        copies = []
+        for array, target in zip(arrays, larger, strict=True):
+            rows, heads, capacity, width = array.shape
+            if tuple(target.shape[:2]) != (rows, heads) or target.shape[3] != width \
+                    or target.shape[2] < slots or capacity < slots:
+                raise ValueError(f"copy_slots: {slots} slots of {tuple(array.shape)} do not "
+                                 f"fit {tuple(target.shape)}")
+            item = _byte_length(array) // (rows * heads * capacity * width)
+            source, destination = _buffer(array), _buffer(target)
+            for block in range(rows * heads):
+                copies.append((source, destination, block * capacity * width * item,
+                               block * target.shape[2] * width * item, slots * width * item))
+        self._copy_on_device([copies])
+
+    def _copy_on_device(self, stages: Sequence[Sequence[tuple]]) -> None:
+        """Each stage's ``(source, target, source_offset, target_offset,
+        length)`` buffer copies, as one command buffer that starts when the
+        stage before it is done; returns when the last is."""
+        import iree.runtime as rt
+
+        self._load_function()
+        device = self._context.config.device
+        done = device.create_semaphore(0)
+        for number, copies in enumerate(stages):
+            commands = rt.HalCommandBuffer(device, begin=True)
+            for source, target, source_offset, target_offset, length in copies:
+                commands.copy(source, target, source_offset, target_offset, length)
+            commands.end()
+            device.queue_execute(commands,
+                                 wait_semaphores=rt.HalFence.create_at(done, number),
+                                 signal_semaphores=rt.HalFence.create_at(done, number + 1))
+        rt.HalFence.create_at(done, len(stages)).wait()
+
     def _invoke(self, entry: str, arrays: Sequence) -> list:
         function = self._load_function(entry)
         try:
@@ -635,3 +690,12 @@ WORKAROUNDS = (
         guard='test/python/runtime/test_threads.py::test_threads_sets_the_worker_count',
         remove_when="(inferred) when IREE's local-task driver takes a per-device worker count"),
 )
+
+
+# A DeviceArray's buffer view has no public accessor in iree.runtime.
+def _buffer(array):
+    return array._buffer_view.get_buffer()
+
+
+def _byte_length(array) -> int:
+    return array._buffer_view.byte_length

@@ -1,11 +1,11 @@
-"""``Generator``: HF's ``generate`` contract on a compiled ``CausalLMStep``.
+"""``Generator``: HF's ``generate`` on a compiled ``CausalLMStep``.
 
 Needs only the runtime (torch, numpy, iree-base-runtime) and transformers'
-generation utilities (``GenerationConfig`` and its logits processors, the
-same objects HF's ``generate`` builds, in its order). The cache stays on the
-device: ``generate`` makes one buffer per layer's keys and values, with room
-for the whole request (the masked first slot, the prompt and
-``max_new_tokens``), and each step writes its new slots into them in place
+generation code: ``generate`` is HF's own ``GenerationMixin.generate``, over
+this compiled step (``hf_generation.py``). The cache stays on the device:
+the first step makes one buffer per layer's keys and values, with room for
+the whole request (the masked first slot, the prompt and the new tokens),
+and each step writes its new slots into them in place
 (``generation/step.py``); only the next-token logits come to the host. The buffers are
 sized once per call, so they never grow during one, and a call of any length
 needs no recompile. A step writes only past the slots already filled, so a
@@ -30,29 +30,6 @@ GENERATOR_FILE = "generator.json"
 GENERATOR_FORMAT = "anyshape-generator"
 GENERATOR_SCHEMA = 2  # 2: the step writes its cache in place
 SEQ2SEQ_SCHEMA = 3  # an encoder-decoder's (seq2seq.py), which schema 2 readers refuse
-
-# generate()'s keywords besides input_ids and attention_mask. The other
-# GenerationConfig fields are not applied here, so they are refused, not ignored.
-GENERATE_KEYWORDS = (
-    "max_new_tokens", "max_length", "min_new_tokens", "min_length", "do_sample",
-    "temperature", "top_k", "top_p", "repetition_penalty", "eos_token_id", "pad_token_id",
-    "bos_token_id", "decoder_start_token_id", "streamer", "num_beams", "use_cache",
-    "generation_config",
-)
-
-
-# GenerationConfig fields that change the tokens and that generate() does not
-# apply, with the values that leave them off (None always does): any other
-# value is refused, never ignored. The sampling ones count only with do_sample.
-NOT_APPLIED = {
-    "no_repeat_ngram_size": (0,), "encoder_no_repeat_ngram_size": (0,), "bad_words_ids": (),
-    "sequence_bias": (), "suppress_tokens": ([],), "begin_suppress_tokens": ([],),
-    "encoder_repetition_penalty": (1.0,), "exponential_decay_length_penalty": (),
-    "renormalize_logits": (False,), "remove_invalid_values": (False,),
-    "guidance_scale": (1.0,), "watermarking_config": (), "stop_strings": ([],), "max_time": (),
-}
-NOT_APPLIED_WHEN_SAMPLING = {"min_p": (0.0,), "typical_p": (1.0,), "epsilon_cutoff": (0.0,),
-                             "eta_cutoff": (0.0,), "top_h": ()}
 
 
 class Generator:
@@ -85,48 +62,77 @@ class Generator:
 
         return GenerationConfig.from_dict(dict(self._generation_config))
 
-    def _config_positions(self) -> int | None:
-        """The model config's ``max_position_embeddings``, which HF's default
-        length is capped at."""
-        value = self.spec.get("config", {}).get("max_position_embeddings")
-        return value if isinstance(value, int) and value > 0 else None
-
     # -- generate ----------------------------------------------------------
-    def generate(self, input_ids, attention_mask=None, **kwargs) -> torch.Tensor:
-        """The prompt and the new tokens, [batch, prompt + new], as HF's
-        ``model.generate(input_ids, attention_mask=..., **kwargs)`` returns
-        them (greedy or sampling; prompts left-padded; rows that end early
-        are padded with ``pad_token_id``)."""
-        config = self._config_for(kwargs)
-        streamer = kwargs.get("streamer")
-        ids = _token_ids(input_ids, self.vocab_size)
-        mask = _attention_mask(attention_mask, ids, config)
-        batch, prompt = ids.shape
-        new_tokens = _new_token_count(config, prompt, self._config_positions())
-        if self.max_positions is not None and prompt + new_tokens > self.max_positions:
-            raise ValueError(
-                f"input_ids: a prompt of {prompt} tokens and {new_tokens} new tokens need "
-                f"{prompt + new_tokens} positions; this {self.model_type} model has "
-                f"{self.max_positions} (max_position_embeddings)")
-        eos = _token_list(config.eos_token_id)
-        pad = config.pad_token_id
-        if eos and pad is None:
-            pad = eos[0]  # as HF does (with a warning there)
-        processors = self._processors(config, mask, prompt, eos, prompt + new_tokens)
+    def generate(self, input_ids, attention_mask=None, **kwargs):
+        """HF's ``model.generate(input_ids, attention_mask=..., **kwargs)``, run
+        by HF's own ``GenerationMixin.generate`` over the compiled step
+        (``hf_generation.py``): the prompt and the new tokens, [batch, prompt +
+        new] (prompts left-padded; rows that end early padded with
+        ``pad_token_id``), or HF's output object with
+        ``return_dict_in_generate=True``."""
+        from anyshape.runtime.hf_generation import hf_generate
 
-        if streamer is not None:
-            streamer.put(ids.cpu())
-        # A batch with no decode function of its own runs as the next one up,
-        # the extra rows copies of the first (their tokens are dropped).
-        ids, mask = self._padded_to_decode_rows(ids, mask)
-        rows = ids.shape[0]
-        # The masked first slot, the prompt, every new token but the last (which
-        # no step is given), and one more: the step was exported with more slots
-        # than its mask covers, and torch.export's guards keep the two apart.
-        cache = self._empty_cache(rows, 1 + prompt + new_tokens)
+        ids = _token_ids(input_ids, self.vocab_size)
+        mask = None if attention_mask is None else _attention_mask(attention_mask, ids)
         with _torch_on_one_thread():
-            return self._loop(ids, mask, cache, processors, config, new_tokens, eos, pad,
-                              streamer, batch)
+            return hf_generate(self, ids, mask, kwargs)
+
+    def cached_step(self, ids: torch.Tensor, mask: torch.Tensor, cache,
+                    keep: int = 1) -> torch.Tensor:
+        """The next-token logits [batch, vocab] of ``ids`` after the tokens
+        ``cache`` (``hf_generation.DeviceCache``) holds, whose keys and values
+        the step writes after them; ``mask`` covers both. With ``keep`` > 1,
+        the logits [batch, keep, vocab] of the last ``keep`` tokens (assisted
+        decoding's verification of ``keep - 1`` draft tokens), the tokens
+        before them run by the ordinary step."""
+        batch, new = ids.shape
+        if not 1 <= keep <= new:
+            raise ValueError(f"keep: expected 1 to the {new} new tokens, got {keep}")
+        if keep > 1 and self.spec.get("verify_entry") is None:
+            raise NotImplementedError(
+                "assisted decoding: this generator was saved by an anyshape without the step "
+                "that verifies draft tokens; compile it again")
+        if keep > 1 and new > keep:
+            self.cached_step(ids[:, :new - keep], mask[:, :mask.shape[1] - keep], cache)
+            ids = ids[:, new - keep:]
+            new = keep
+        if cache.buffers is None:
+            cache.rows = self._decode_rows(batch)
+            cache.buffers = self._empty_cache(cache.rows, cache.capacity)
+        if self._decode_rows(batch) != cache.rows:
+            raise RuntimeError(f"a step of {batch} rows on a cache of {cache.rows}")
+        if cache.filled + new >= cache.capacity:
+            # Draft tokens past the request's length (assisted decoding),
+            # verified and then cropped.
+            self.grow_cache(cache, max(cache.filled + new + 1, cache.capacity * 5 // 4))
+        ids, mask = self._padded_to_decode_rows(ids, mask)
+        entry = self.spec["verify_entry"] if keep > 1 else None
+        logits = self._step(ids, mask, cache.buffers, entry)[:batch]
+        cache.filled += new
+        return logits
+
+    def grow_cache(self, cache, capacity: int) -> None:
+        """Give ``cache`` at least ``capacity`` slots, its tokens copied on the
+        device into the larger buffers (an assistant's cache, which lives
+        across the ``generate`` calls that draft tokens)."""
+        if capacity <= cache.capacity:
+            return
+        if cache.buffers is not None:
+            larger = self._empty_cache(cache.rows, capacity)
+            # The masked first slot and the filled ones after it.
+            self.module.copy_slots(cache.buffers, larger, cache.filled + 1)
+            cache.buffers, cache.scratch = larger, None
+        cache.capacity = capacity
+
+    def reorder_cache(self, cache, order: list[int]) -> None:
+        """Row ``i`` of ``cache`` (``hf_generation.DeviceCache``) becomes row
+        ``order[i]``, copied on the device (``CompiledModule.move_rows``)."""
+        moves = [(i, j) for i, j in enumerate(order) if i != j]
+        if not moves:
+            return
+        if cache.scratch is None:
+            cache.scratch = self._empty_cache(cache.rows, cache.capacity)
+        self.module.move_rows(cache.buffers, moves, cache.scratch)
 
     def _padded_to_decode_rows(self, ids: torch.Tensor, mask: torch.Tensor):
         """``ids`` and ``mask`` with copies of their first row added up to the
@@ -147,115 +153,6 @@ class Generator:
         """Batch (as text) -> the module's decode function for it."""
         return self.spec["decode_entries"]
 
-    def _loop(self, ids, mask, cache, processors, config, new_tokens, eos, pad, streamer,
-              batch):
-        """``ids`` and ``mask`` may hold more rows than ``batch`` (copies of the
-        first): those are computed, and their logits dropped; the tokens they
-        are fed are the first row's."""
-        step_ids, step_mask = ids, mask
-        extra = ids.shape[0] - batch
-        sequences = ids[:batch]
-        unfinished = torch.ones(batch, dtype=torch.long)
-        for _ in range(new_tokens):
-            logits = self._step(step_ids, step_mask, cache)[:batch]
-            scores = processors(sequences, logits)
-            if config.do_sample:
-                probs = torch.nn.functional.softmax(scores, dim=-1)
-                next_tokens = torch.multinomial(probs, num_samples=1).squeeze(1)
-            else:
-                next_tokens = torch.argmax(scores, dim=-1)
-            if eos:
-                next_tokens = next_tokens * unfinished + pad * (1 - unfinished)
-            sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
-            if streamer is not None:
-                streamer.put(next_tokens.cpu())
-            if eos:
-                unfinished = unfinished & ~torch.isin(next_tokens, torch.tensor(eos))
-                if not unfinished.any():
-                    break
-            step_ids = torch.cat([next_tokens, next_tokens[:1].expand(extra)])[:, None]
-            step_mask = torch.cat([step_mask, torch.ones(batch + extra, 1, dtype=step_mask.dtype)],
-                                  dim=-1)
-        if streamer is not None:
-            streamer.end()
-        return sequences
-
-    def _config_for(self, kwargs: dict):
-        """The generation config of a call, by HF's precedence
-        (``GenerationMixin._prepare_generation_config``): the config passed (or
-        a blank one), its unset fields from the model's, then HF's global
-        defaults (``top_k=50``, ``max_length=20``, ...), then the keywords."""
-        from transformers import GenerationConfig
-
-        accepted = (*GENERATE_KEYWORDS, *NOT_APPLIED, *NOT_APPLIED_WHEN_SAMPLING)
-        unknown = sorted(set(kwargs) - set(accepted))
-        if unknown:
-            raise TypeError(f"generate() got unexpected keyword argument(s) {', '.join(unknown)}: "
-                            f"it takes input_ids, attention_mask and "
-                            f"{', '.join(GENERATE_KEYWORDS)}")
-        given = kwargs.get("generation_config")
-        config = GenerationConfig.from_dict(given.to_dict()) if given is not None \
-            else GenerationConfig()
-        own = self.generation_config
-        # HF's "by default, 20 new tokens" holds where no max_length was set.
-        config.anyshape_default_length = (kwargs.get("max_length") is None
-                                          and config.max_length is None
-                                          and own.max_length is None)
-        config.update(**own.to_dict(), defaults_only=True, allow_custom_entries=True)
-        config.update(**config._get_default_generation_params(), defaults_only=True)
-        config.update(**{k: v for k, v in kwargs.items()
-                         if k not in ("streamer", "generation_config")})
-        if config.num_beams not in (None, 1):
-            raise NotImplementedError(
-                f"num_beams: beam search is not supported by anyshape's generate (got "
-                f"num_beams={config.num_beams}); use num_beams=1 (greedy or sampling)")
-        if getattr(config, "num_return_sequences", 1) not in (None, 1):
-            raise NotImplementedError("num_return_sequences: only 1 is supported")
-        fields = {**NOT_APPLIED, **(NOT_APPLIED_WHEN_SAMPLING if config.do_sample else {})}
-        set_here = [name for name, off in fields.items()
-                    if getattr(config, name, None) is not None and getattr(config, name) not in off]
-        if set_here:
-            off = ", ".join(f"{n}={(fields[n] or (None,))[0]!r}" for n in set_here)
-            raise NotImplementedError(
-                f"generation config: {', '.join(f'{n}={getattr(config, n)!r}' for n in set_here)} "
-                f"(from the model's generation_config or an argument) is not applied by "
-                f"anyshape's generate; pass {off} to generate without it")
-        return config
-
-    def _processors(self, config, mask: torch.Tensor | None, prompt: int, eos: list[int],
-                    max_length: int):
-        """HF's logits processors for ``config``, in the order ``generate``
-        builds them; ``mask`` None: no padding before the tokens (a decoder's)."""
-        from transformers.generation import logits_process as lp
-
-        processors = lp.LogitsProcessorList()
-        if config.repetition_penalty is not None and config.repetition_penalty != 1.0:
-            padding = (mask != 0).int().argmax(dim=1) if mask is not None else None
-            processors.append(lp.RepetitionPenaltyLogitsProcessor(
-                config.repetition_penalty, prompt_ignore_length=padding))
-        eos_tensor = torch.tensor(eos) if eos else None
-        if config.min_length and eos_tensor is not None:
-            processors.append(lp.MinLengthLogitsProcessor(config.min_length, eos_tensor))
-        if config.min_new_tokens and eos_tensor is not None:
-            processors.append(lp.MinNewTokensLengthLogitsProcessor(
-                prompt, config.min_new_tokens, eos_tensor))
-        if config.forced_bos_token_id is not None:
-            processors.append(lp.ForcedBOSTokenLogitsProcessor(config.forced_bos_token_id))
-        if config.forced_eos_token_id is not None:
-            processors.append(lp.ForcedEOSTokenLogitsProcessor(max_length,
-                                                               config.forced_eos_token_id))
-        if config.do_sample:
-            if config.temperature is not None and config.temperature != 1.0:
-                if config.temperature <= 0:
-                    raise ValueError(f"temperature: expected a positive number, got "
-                                     f"{config.temperature}")
-                processors.append(lp.TemperatureLogitsWarper(config.temperature))
-            if config.top_k is not None and config.top_k != 0:
-                processors.append(lp.TopKLogitsWarper(top_k=config.top_k))
-            if config.top_p is not None and config.top_p < 1.0:
-                processors.append(lp.TopPLogitsWarper(top_p=config.top_p))
-        return processors
-
     # -- the compiled step -------------------------------------------------
     def _empty_cache(self, batch: int, capacity: int) -> list:
         """Each layer's keys and values, zeros of ``capacity`` slots on the
@@ -265,10 +162,13 @@ class Generator:
         return self.module.device_arrays([np.zeros((batch, heads, capacity, dim), dtype=dtype)
                                           for layer in self.spec["cache"] for heads, dim in layer])
 
-    def _step(self, ids: torch.Tensor, mask: torch.Tensor, cache: list) -> torch.Tensor:
+    def _step(self, ids: torch.Tensor, mask: torch.Tensor, cache: list,
+              entry: str | None = None) -> torch.Tensor:
         """One call, which writes ``ids``' keys and values into ``cache`` after
         the filled slots: ``mask`` covers the cache's tokens and ``ids``
-        (without the cache's masked first slot, which is added here)."""
+        (without the cache's masked first slot, which is added here). ``entry``:
+        the module's function to call, else the decode function for the batch
+        (one new token) or the general step."""
         batch = ids.shape[0]
         full_mask = np.concatenate([np.zeros((batch, 1), dtype=np.int64),
                                     mask.numpy().astype(np.int64)], axis=1)
@@ -276,7 +176,8 @@ class Generator:
         positions.masked_fill_(mask == 0, 1)
         positions = positions[:, -ids.shape[1]:]
         # One token at a batch with a function of its own (generation/causal_lm.py).
-        entry = self._decode_entries().get(str(ids.shape[0])) if ids.shape[1] == 1 else None
+        if entry is None and ids.shape[1] == 1:
+            entry = self._decode_entries().get(str(ids.shape[0]))
         results = self.module.invoke([ids.numpy().astype(np.int64),
                                       positions.numpy().astype(np.int64), full_mask, *cache],
                                      entry=entry)
@@ -302,66 +203,74 @@ class Seq2SeqGenerator(Generator):
 
     SCHEMA = SEQ2SEQ_SCHEMA
 
-    def generate(self, input_ids, attention_mask=None, **kwargs) -> torch.Tensor:
-        """The decoder's tokens, [batch, 1 + new], the decoder start token
-        first, as HF's ``model.generate(input_ids, attention_mask=..., **kwargs)``
-        returns them for an encoder-decoder (sources padded on either side;
-        rows that end early are padded with ``pad_token_id``)."""
-        config = self._config_for(kwargs)
-        streamer = kwargs.get("streamer")
-        ids = _token_ids(input_ids, self.vocab_size)
-        mask = _source_mask(attention_mask, ids, config)
-        batch, source = ids.shape
-        new_tokens = _new_token_count(config, 1, self._config_positions())
-        limit = self.max_positions
-        if limit is not None and source > limit:
-            raise ValueError(f"input_ids: a source of {source} tokens; this {self.model_type} "
-                             f"model has {limit} positions (max_position_embeddings)")
-        # The decoder is fed the start token and every new token but the last.
-        if limit is not None and new_tokens > limit:
-            raise ValueError(f"max_new_tokens: {new_tokens} new tokens feed the decoder "
-                             f"{new_tokens} tokens; this {self.model_type} model has {limit} "
-                             f"positions (max_position_embeddings)")
-        start = config.decoder_start_token_id
-        if start is None:
-            start = config.bos_token_id
-        if start is None:
-            raise ValueError("decoder_start_token_id: neither it nor bos_token_id is set, so "
-                             "the decoder has no first token")
-        if len(_token_list(start)) != 1:
-            raise NotImplementedError(f"decoder_start_token_id: one start token for every row "
-                                      f"is supported, got {start!r}")
-        eos = _token_list(config.eos_token_id)
-        pad = config.pad_token_id
-        if eos and pad is None:
-            pad = eos[0]
-        processors = self._processors(config, None, 1, eos, 1 + new_tokens)
-        # A batch with no decode function of its own runs as the next one up,
-        # from the encoder on, the extra rows copies of the first.
-        ids, mask = self._padded_to_decode_rows(ids, mask)
-        rows = ids.shape[0]
-        decoder = torch.full((rows, 1), int(_token_list(start)[0]), dtype=torch.long)
-        if streamer is not None:
-            streamer.put(decoder[:batch].cpu())
-        with _torch_on_one_thread():
-            states, *cross = self.module.invoke([ids.numpy(), mask.numpy()], entry="encode")
-            # The decoder's slots: every token fed (the start token and all new
-            # ones but the last), and one more (torch.export's guards keep the
-            # capacity above the length).
-            own = self._empty_cache(rows, new_tokens + 1)
-            context = (own, cross, states, mask.numpy())
-            return self._loop(decoder, torch.ones(rows, 1, dtype=torch.long), context,
-                              processors, config, new_tokens, eos, pad, streamer, batch)
+    def generate(self, input_ids, attention_mask=None, **kwargs):
+        """HF's ``model.generate(input_ids, attention_mask=..., **kwargs)`` for an
+        encoder-decoder, run by HF's ``GenerationMixin.generate``
+        (``hf_generation.py``): the decoder's tokens, [batch, 1 + new], the
+        decoder start token first (sources padded on either side; rows that
+        end early padded with ``pad_token_id``), or HF's output object."""
+        from anyshape.runtime.hf_generation import hf_generate
 
-    def _step(self, ids: torch.Tensor, mask: torch.Tensor, context) -> torch.Tensor:
-        own, cross, states, source_mask = context
-        # One token a step: a batch with a function of its own calls it.
-        entry = self._decode_entries().get(str(ids.shape[0]))
-        results = self.module.invoke([ids.numpy().astype(np.int64),
-                                      mask.numpy().astype(np.int64), source_mask, states,
-                                      *own, *cross], entry=entry)
+        ids = _token_ids(input_ids, self.vocab_size)
+        mask = None if attention_mask is None else _source_mask(attention_mask, ids)
+        limit = self.max_positions
+        if limit is not None and ids.shape[1] > limit:
+            raise ValueError(f"input_ids: a source of {ids.shape[1]} tokens; this "
+                             f"{self.model_type} model has {limit} positions "
+                             f"(max_position_embeddings)")
+        with _torch_on_one_thread():
+            return hf_generate(self, ids, mask, kwargs)
+
+    def encode(self, ids: torch.Tensor, mask: torch.Tensor | None) -> list:
+        """The encoder states and each decoder layer's cross-attention keys
+        and values of these sources, on the device."""
+        mask = torch.ones_like(ids) if mask is None else mask
+        return list(self.module.invoke([ids.numpy().astype(np.int64),
+                                        mask.numpy().astype(np.int64)], entry="encode"))
+
+    def cached_step(self, ids: torch.Tensor, mask: torch.Tensor, cache, source=None,
+                    source_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The next-token logits [batch, vocab] of decoder tokens ``ids`` after
+        the ones ``cache`` holds (``mask`` covers both, all 1: the decoder has
+        no padding), on ``source`` (``hf_generation.EncodedSource``, its rows
+        repeated as HF repeats them for beams and returned sequences)."""
+        batch, new = ids.shape
+        if cache.buffers is None:
+            cache.rows = self._decode_rows(batch)
+            cache.buffers = self._empty_cache(cache.rows, cache.capacity)
+            cache.source = self._source_rows(source, cache.rows)
+        if cache.filled + new >= cache.capacity:
+            raise RuntimeError(f"{cache.filled} + {new} tokens overflow a cache of "
+                               f"{cache.capacity - 1} slots")
+        if source_mask is None:
+            source_mask = torch.ones(batch, cache.source[0].shape[1], dtype=torch.long)
+        ids, source_mask = self._padded_to_decode_rows(ids, source_mask)
+        states, *cross = cache.source
+        # One token a step at a batch with a function of its own; a decoder
+        # prefix (decoder_input_ids) at the first step runs main.
+        entry = self._decode_entries().get(str(ids.shape[0])) if new == 1 else None
+        decoder_mask = np.ones((ids.shape[0], cache.filled + new), dtype=np.int64)
+        results = self.module.invoke([ids.numpy().astype(np.int64), decoder_mask,
+                                      source_mask.numpy().astype(np.int64), states,
+                                      *cache.buffers, *cross], entry=entry)
+        cache.filled += new
         return host_tensor(np.asarray(results[0].to_host()),
-                           self.spec["cache_dtype"]).to(torch.float32)
+                           self.spec["cache_dtype"]).to(torch.float32)[:batch]
+
+    def _source_rows(self, source, rows: int) -> list:
+        """The encoded source for ``rows`` decoder rows: row i the source row
+        ``source.rows[i]``, the rows past them copies of the first."""
+        order = [int(i) for i in source["rows"]]
+        order += order[:1] * (rows - len(order))
+        arrays = source.arrays
+        if order == list(range(arrays[0].shape[0])):
+            return arrays
+        entry = self.spec.get("source_rows_entry")
+        if entry is None:  # an earlier build: the rows encoded again
+            index = torch.tensor(order)
+            return self.encode(source.ids[index], source.mask[index])
+        return list(self.module.invoke([np.asarray(order, dtype=np.int64), *arrays],
+                                       entry=entry))
 
 
 @contextlib.contextmanager
@@ -408,14 +317,8 @@ def _token_ids(input_ids: Any, vocab_size: int) -> torch.Tensor:
     return ids
 
 
-def _given_or_inferred_mask(mask: Any, ids: torch.Tensor, config) -> torch.Tensor:
-    """``mask`` checked against ``ids`` (its shape, 0 and 1 only), or where it
-    is None, HF's: inferred from pad tokens only where pad is not eos."""
-    if mask is None:
-        pad, eos = config.pad_token_id, _token_list(config.eos_token_id)
-        if pad is not None and pad not in eos and bool((ids == pad).any()):
-            return (ids != pad).long()
-        return torch.ones_like(ids)
+def _checked_mask(mask: Any, ids: torch.Tensor) -> torch.Tensor:
+    """``mask`` checked against ``ids``: its shape, 0 and 1 only."""
     mask = torch.as_tensor(mask) if not isinstance(mask, torch.Tensor) else mask
     if tuple(mask.shape) != tuple(ids.shape):
         raise ValueError(f"attention_mask: expected shape {tuple(ids.shape)} (as input_ids), got "
@@ -426,48 +329,21 @@ def _given_or_inferred_mask(mask: Any, ids: torch.Tensor, config) -> torch.Tenso
     return mask
 
 
-def _attention_mask(mask: Any, ids: torch.Tensor, config) -> torch.Tensor:
+def _attention_mask(mask: Any, ids: torch.Tensor) -> torch.Tensor:
     """A prompt's mask: padding on the left only."""
-    checked = _given_or_inferred_mask(mask, ids, config)
-    if mask is not None and bool((checked[:, -1] == 0).any()):
+    checked = _checked_mask(mask, ids)
+    if bool((checked[:, -1] == 0).any()):
         row = int(torch.nonzero(checked[:, -1] == 0)[0])
         raise ValueError(f"attention_mask: row {row} ends with padding; generation needs prompts "
                          f"padded on the left (tokenizer.padding_side = 'left')")
     return checked
 
 
-def _source_mask(mask: Any, ids: torch.Tensor, config) -> torch.Tensor:
+def _source_mask(mask: Any, ids: torch.Tensor) -> torch.Tensor:
     """An encoder's mask: padding on either side, each row with a token."""
-    checked = _given_or_inferred_mask(mask, ids, config)
+    checked = _checked_mask(mask, ids)
     empty = torch.nonzero(~checked.bool().any(dim=1))
     if len(empty):
         raise ValueError(f"attention_mask: row {int(empty[0])} is all padding; each source "
                          f"needs at least one token")
     return checked
-
-
-def _new_token_count(config, prompt: int, positions: int | None = None) -> int:
-    """HF's count: ``max_new_tokens``, else ``max_length`` less the prompt, and
-    where no max_length was set, 20 new tokens within the model's
-    ``positions`` (its config's ``max_position_embeddings``)."""
-    if config.max_new_tokens is not None:
-        count = config.max_new_tokens
-    elif getattr(config, "anyshape_default_length", False):
-        total = config.max_length + prompt
-        count = (min(total, positions) if positions else total) - prompt
-    else:
-        count = (config.max_length or 20) - prompt
-    if count < 1:
-        raise ValueError(f"max_new_tokens: expected at least 1 new token, got {count} (prompt of "
-                         f"{prompt} tokens, max_length {config.max_length})")
-    return int(count)
-
-
-def _token_list(value) -> list[int]:
-    if value is None:
-        return []
-    if isinstance(value, torch.Tensor):
-        return [int(v) for v in value.reshape(-1)]
-    if isinstance(value, (list, tuple)):
-        return [int(v) for v in value]
-    return [int(value)]

@@ -445,15 +445,28 @@ def test_a_saved_generator_generates_without_the_compilers(tmp_path):
 def test_a_prompt_beyond_the_positions_is_refused():
     _, generator = built("gpt2")
     ids, _ = mixed_batch([500])
-    with pytest.raises(ValueError, match=r"input_ids: a prompt of 500 tokens and 20 new tokens "
-                                         r"need 520 positions; this gpt2 model has 512"):
+    with pytest.raises(ValueError, match=r"input_ids: generating up to 520 tokens \(prompt and "
+                                         r"new tokens\) needs 520 positions; this gpt2 model "
+                                         r"has 512"):
         generator.generate(ids, max_new_tokens=20)
 
 
 @pytest.mark.builds_after_export
 @pytest.mark.parametrize("kwargs,error,match", [
-    ({"num_beams": 4}, NotImplementedError, r"num_beams: beam search is not supported"),
-    ({"output_scores": True}, TypeError, r"unexpected keyword argument\(s\) output_scores"),
+    ({"assistant_early_exit": 1}, NotImplementedError,
+     r"assistant_early_exit=1 .*the compiled step runs every layer"),
+    ({"force_words_ids": [[7]], "num_beams": 2}, NotImplementedError,
+     r"force_words_ids, constraints: constrained beam search is not in transformers' own "
+     r"generate"),
+    ({"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 1.0}, NotImplementedError,
+     r"num_beam_groups, diversity_penalty: group beam search"),
+    ({"penalty_alpha": 0.6, "top_k": 4}, NotImplementedError, r"penalty_alpha: contrastive search"),
+    ({"output_attentions": True, "return_dict_in_generate": True}, NotImplementedError,
+     r"output_attentions=True .*the compiled step returns the next-token logits only"),
+    ({"guidance_scale": 1.5}, NotImplementedError, r"guidance_scale=1.5 .*classifier-free"),
+    ({"max_new_token": 5}, ValueError, r"not used by the model: \['max_new_token'\]"),
+    ({"past_key_values": object()}, NotImplementedError,
+     r"past_key_values: a compiled generator keeps its own cache"),
     ({"temperature": 0.0, "do_sample": True}, ValueError, r"temperature"),
     ({"max_new_tokens": 0}, ValueError, r"max_new_tokens.*(greater than 0|at least 1)"),
 ])

@@ -121,22 +121,25 @@ def test_greedy_is_hf_generate_at_batch_1(model_type, length):
 @pytest.mark.builds_after_export
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_each_batch_decodes_with_its_own_function(model_type, monkeypatch):
-    # The encoder runs once; each decoder step then runs the function for one
-    # token at that batch (1, 4 or 8 rows, same weights): two rows run as four,
-    # from the encoder on, and nine (more than eight) with the general step.
+    # The encoder runs once, on the sources; each decoder step then runs the
+    # function for one token at that batch (1, 4 or 8 rows, same weights): two
+    # rows run as four (the encoded rows selected on the device), and nine
+    # (more than eight) with the general step.
     model, generator = built(model_type)
     assert generator.spec["decode_entries"] == {"1": "decode_one", "4": "decode_four",
                                                 "8": "decode_eight"}
     calls = record_invocations(monkeypatch, generator.module)
     for lengths, entry, rows in (([9], "decode_one", 1), ([9, 4], "decode_four", 4),
                                  ([5, 1, 9, 2, 7, 3, 8, 6, 4], None, 9)):
+        batch = len(lengths)
         calls.clear()
         ids, mask = sources(lengths, model.config.pad_token_id, seed=len(lengths))
         got = generator.generate(ids, attention_mask=mask, max_new_tokens=6, min_new_tokens=6)
         want = hf_generate(model, ids, mask, max_new_tokens=6, min_new_tokens=6,
                            do_sample=False)
         assert torch.equal(got, want), f"{model_type} {lengths}:\n{got}\nHF:\n{want}"
-        assert calls == [("encode", rows)] + [(entry, rows)] * 6, calls
+        selected = [("select_source_rows", rows)] if rows != batch else []
+        assert calls == [("encode", batch)] + selected + [(entry, rows)] * 6, calls
 
 
 @pytest.mark.builds_after_export
@@ -199,12 +202,18 @@ def test_save_and_load_give_the_same_generate(tmp_path):
 
 @pytest.mark.builds_after_export
 @pytest.mark.parametrize("kwargs,error,match", [
-    (dict(num_beams=2), NotImplementedError, "num_beams: beam search is not supported"),
-    (dict(output_scores=True), TypeError, "unexpected keyword argument"),
-    (dict(no_repeat_ngram_size=3), NotImplementedError,
-     r"no_repeat_ngram_size=3 .* pass no_repeat_ngram_size=0"),
-    (dict(decoder_start_token_id=[0, 2]), NotImplementedError, "one start token for every row"),
-    (dict(max_new_tokens=513), ValueError, "max_new_tokens: 513 new tokens .* 512 positions"),
+    (dict(decoder_start_token_id=[0, 2]), ValueError,
+     r"`decoder_start_token_id` expected to have length 1 but got 2"),
+    (dict(max_new_tokens=513), ValueError,
+     r"max_new_tokens: generating up to 514 decoder tokens feeds the decoder 513; this bart "
+     r"model has 512 positions"),
+    (dict(output_hidden_states=True), NotImplementedError,
+     r"output_hidden_states=True .*the compiled step returns the next-token logits only"),
+    (dict(decoder_attention_mask=torch.tensor([[0, 1]]), decoder_input_ids=torch.tensor([[2, 5]])),
+     NotImplementedError, r"decoder_attention_mask: the compiled decoder runs every decoder "
+                          r"token"),
+    (dict(prompt_lookup_num_tokens=3), NotImplementedError,
+     r"prompt_lookup_num_tokens: assisted decoding of an encoder-decoder is not supported"),
 ])
 def test_arguments_generate_does_not_take_are_refused(kwargs, error, match):
     model, generator = built("bart")
@@ -230,13 +239,16 @@ def test_defaults_are_hf_defaults():
 
 
 @pytest.mark.builds_after_export
-def test_a_generation_config_field_not_applied_is_refused():
+def test_a_generation_config_passed_is_applied_as_hf_applies_it():
     model, generator = built("bart")
     config = generator.generation_config
-    config.no_repeat_ngram_size = 3
-    ids, _ = sources([5], model.config.pad_token_id)
-    with pytest.raises(NotImplementedError, match=r"no_repeat_ngram_size=3 .* not applied"):
-        generator.generate(ids, generation_config=config)
+    config.no_repeat_ngram_size = 2
+    config.max_new_tokens = 30
+    ids, mask = sources([5, 17], model.config.pad_token_id, seed=9)
+    want = hf_generate(model, ids, mask, generation_config=config)
+    got = generator.generate(ids, attention_mask=mask, generation_config=config)
+    assert torch.equal(got, want), f"{got}\nHF:\n{want}"
+    assert got.shape[1] == 31
 
 
 @pytest.mark.builds_after_export

@@ -83,7 +83,7 @@ def test_generate_errors_are_named(artifact, tmp_path):
     assert result.returncode == 2 and "--ids: expected comma-separated token ids" in result.stderr
     result = run("anyshape-generate", str(artifact), "--ids", "1,2", "--max-new-tokens", "300")
     assert result.returncode == 1
-    assert "need 302 positions; this gpt2 model has 256" in result.stderr
+    assert "needs 302 positions; this gpt2 model has 256" in result.stderr
     result = run("anyshape-generate", str(tmp_path), "--ids", "1")
     assert result.returncode == 1 and "no manifest.json" in result.stderr
 
