@@ -22,6 +22,10 @@ transformers < 4.58; see bench/README.md). ``anyshape-iree-products``, only
 when named in ``--systems``: anyshape with ``product_kernel="iree"`` (IREE's
 own products in place of anyshape's row-exact kernel).
 
+``--num-beams N``: beam search with N beams in every system (HF's
+``num_beams``, CTranslate2's ``beam_size``), the tokens/s those of the
+returned (best) sequences; llama.cpp has no beam search.
+
 Per system and run: prefill ms (``max_new_tokens=1``; in each repetition the
 median of up to 5 calls, as many as fit in a second), decode ms per token
 ((time for 128 new tokens - prefill) / 127), and decode tokens/s (all rows),
@@ -80,6 +84,8 @@ BITS_PER_WEIGHT = {"anyshape-int8": 8, "anyshape-int8-i16": 8, "ct2-int8": 8, "c
                    "ort-int4": 4.5,
                    "llama.cpp-q8_0": 8.5, "anyshape-int4": 4.5, "anyshape-int4-i8": 4.5,
                    "llama.cpp-q4_0": 4.5}
+# Beams of every system's search (--num-beams); 1: greedy.
+BEAMS = {"num_beams": 1}
 # torch.compile with a static cache is the causal LMs' peer only.
 SEQ2SEQ_SYSTEMS = ("anyshape", "anyshape-iree-products", "eager", "ct2", "ort")
 
@@ -187,7 +193,8 @@ def hf_generate(model):
     def run(ids, mask, new):
         with torch.no_grad():
             out = model.generate(ids, attention_mask=mask, max_new_tokens=new,
-                                 min_new_tokens=new, do_sample=False, pad_token_id=0)
+                                 min_new_tokens=new, do_sample=False, pad_token_id=0,
+                                 num_beams=BEAMS["num_beams"])
         return _new_tokens(model, ids, out)
     return run
 
@@ -199,7 +206,8 @@ def hf_static_compiled(model):
         with torch.no_grad():
             out = model.generate(ids, attention_mask=mask, max_new_tokens=new,
                                  min_new_tokens=new, do_sample=False, pad_token_id=0,
-                                 cache_implementation="static")
+                                 cache_implementation="static",
+                                 num_beams=BEAMS["num_beams"])
         return out[:, ids.shape[1]:]
     return run
 
@@ -214,7 +222,8 @@ def anyshape_generate(model, product_kernel: str = "anyshape", weights: str = "f
 
     def run(ids, mask, new):
         out = generator.generate(ids, attention_mask=mask, max_new_tokens=new,
-                                 min_new_tokens=new, pad_token_id=0)
+                                 min_new_tokens=new, pad_token_id=0,
+                                 num_beams=BEAMS["num_beams"])
         return _new_tokens(model, ids, out)
     return run
 
@@ -238,7 +247,8 @@ def ct2_generate(model, workdir: Path, quantization: str = "float32"):
         def translate(ids, mask, new):
             batch = [[f"t{int(t)}" for t, m in zip(row, row_mask) if m] for row, row_mask in
                      zip(ids, mask)]
-            results = translator.translate_batch(batch, beam_size=1, max_decoding_length=new,
+            results = translator.translate_batch(batch, beam_size=BEAMS["num_beams"],
+                                                 max_decoding_length=new,
                                                  min_decoding_length=new, return_end_token=True)
             return torch.tensor([[int(t[1:]) for t in r.hypotheses[0]] for r in results])
         return translate
@@ -249,7 +259,8 @@ def ct2_generate(model, workdir: Path, quantization: str = "float32"):
         batch = [[f"t{int(t)}" for t, m in zip(row, row_mask) if m] for row, row_mask in
                  zip(ids, mask)]
         results = generator.generate_batch(batch, max_length=new, min_length=new,
-                                           sampling_topk=1, include_prompt_in_result=False)
+                                           sampling_topk=1, beam_size=BEAMS["num_beams"],
+                                           include_prompt_in_result=False)
         return torch.tensor([[int(t[1:]) for t in r.sequences[0]] for r in results])
     return run
 
@@ -293,7 +304,7 @@ def _worker(command: list[str]):
 
     def run(ids, mask, new):
         worker.stdin.write(json.dumps({"ids": ids.tolist(), "mask": mask.tolist(),
-                                       "new": new}) + "\n")
+                                       "new": new, **BEAMS}) + "\n")
         worker.stdin.flush()
         reply = json.loads(worker.stdout.readline())
         if "error" in reply:
@@ -376,12 +387,18 @@ def main(argv=None) -> int:
     parser.add_argument("--llama-python", default=None,
                         help="a Python with llama-cpp-python (systems llama.cpp-q8_0, -q4_0)")
     parser.add_argument("--out", default=str(HERE / "results" / "generate"))
+    parser.add_argument("--num-beams", type=int, default=1,
+                        help="beam search with this many beams in every system (default 1: "
+                             "greedy)")
     parser.add_argument("--interleave", action="store_true",
                         help="set every system up first, then take each run's repetitions "
                              "in turn (A, B, C, A, B, C, ...): on a host whose speed drifts "
                              "within minutes, systems measured one after another are not "
                              "comparable")
     args = parser.parse_args(argv)
+    if args.num_beams < 1:
+        parser.error(f"--num-beams: expected at least 1, got {args.num_beams}")
+    BEAMS["num_beams"] = args.num_beams
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     known = SYSTEMS + OPTIONAL_SYSTEMS
     unknown = set(systems) - set(known)
@@ -407,6 +424,7 @@ def main(argv=None) -> int:
     results = {"host": host_cpu(), "bandwidth_GBps": bandwidth / 1e9, "torch": torch.__version__,
                "command": "python bench/generate.py " + " ".join(argv or sys.argv[1:]),
                "date": time.strftime("%Y-%m-%d %H:%M"), "interleaved": args.interleave,
+               "num_beams": args.num_beams,
                "models": {}}
     for name in models:
         model = build(name)
@@ -518,6 +536,8 @@ def _make(system: str, model, workdir: Path, args):
     if system in ("ct2-int8", "ct2-int8_float32"):
         return ct2_generate(model, workdir, quantization=system.split("-")[1])
     if system in ("llama.cpp-q8_0", "llama.cpp-q4_0"):
+        if BEAMS["num_beams"] > 1:
+            raise RuntimeError("llama.cpp has no beam search (--num-beams)")
         if not args.llama_python:
             raise RuntimeError("no --llama-python given (a Python with llama-cpp-python and "
                                "its converter: bench/README.md)")

@@ -117,7 +117,8 @@ def main() -> int:
         try:
             ids, mask = torch.tensor(request["ids"]), torch.tensor(request["mask"])
             out = model.generate(ids, attention_mask=mask, max_new_tokens=request["new"],
-                                 min_new_tokens=request["new"], do_sample=False, pad_token_id=0)
+                                 min_new_tokens=request["new"], do_sample=False, pad_token_id=0,
+                                 num_beams=request.get("num_beams", 1))
             new = out[:, 1:] if seq2seq else out[:, ids.shape[1]:]
             print(json.dumps({"tokens": new.tolist()}), flush=True)
         except Exception:  # noqa: BLE001
