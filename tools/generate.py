@@ -36,6 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="an end token (repeat for several; default: the model's)")
     parser.add_argument("--decoder-start-token-id", type=int, default=None,
                         help="an encoder-decoder's first decoder token (default: the model's)")
+    parser.add_argument("--no-repeat-ngram-size", type=int, default=None,
+                        help="no n-gram of this size twice in a row's output")
+    parser.add_argument("--num-beams", type=int, default=None, help="beam search with N beams")
+    parser.add_argument("--length-penalty", type=float, default=None,
+                        help="beam search: a finished beam's score over its length to this power")
+    parser.add_argument("--early-stopping", choices=["true", "false", "never"], default=None,
+                        help="beam search: when a row's search stops (HF's early_stopping)")
+    parser.add_argument("--num-return-sequences", type=int, default=None,
+                        help="sequences printed per prompt (the best beams, or samples), "
+                             "each prompt's together")
+    parser.add_argument("--prompt-lookup-num-tokens", type=int, default=None,
+                        help="assisted decoding: draft up to N tokens found earlier in the row "
+                             "and verify them in one step (one prompt only)")
     parser.add_argument("--seed", type=int, default=None, help="torch.manual_seed for sampling")
     parser.add_argument("--new-only", action="store_true",
                         help="print the new tokens only, not the prompt")
@@ -91,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         ("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
         ("repetition_penalty", args.repetition_penalty), ("eos_token_id", args.eos_token_id),
         ("decoder_start_token_id", args.decoder_start_token_id),
+        ("no_repeat_ngram_size", args.no_repeat_ngram_size), ("num_beams", args.num_beams),
+        ("length_penalty", args.length_penalty),
+        ("early_stopping", {"true": True, "false": False, "never": "never", None: None}[
+            args.early_stopping]),
+        ("num_return_sequences", args.num_return_sequences),
+        ("prompt_lookup_num_tokens", args.prompt_lookup_num_tokens),
     ) if value is not None}
     if args.do_sample:
         options["do_sample"] = True
@@ -104,13 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     from anyshape.runtime.generator import Seq2SeqGenerator
 
     encoder_decoder = isinstance(generator, Seq2SeqGenerator)
+    returned = out.shape[0] // ids.shape[0]  # each prompt's sequences, together
     for number in range(out.shape[0]):
+        row = number // returned
         if encoder_decoder:  # the decoder's tokens after its start token
             real = out[number, 1:]
         elif args.new_only:
             real = out[number, ids.shape[1]:]
         else:
-            real = torch.cat([ids[number][mask[number] == 1], out[number, ids.shape[1]:]])
+            real = torch.cat([ids[row][mask[row] == 1], out[number, ids.shape[1]:]])
         if tokenizer is not None:
             print(tokenizer.decode(real, skip_special_tokens=True))
         else:

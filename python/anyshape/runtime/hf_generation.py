@@ -231,6 +231,10 @@ def _compiled_model_class():
             # is given), and one more: the step was exported with more slots
             # than its mask covers, and torch.export's guards keep them apart.
             capacity = max_cache_length + 2
+            # The compiled step always keeps its cache; use_cache=False (the
+            # config of a model exported without one) would change only HF's
+            # speed, and HF's assisted decoding refuses it.
+            generation_config.use_cache = True
             cache = model_kwargs.get("past_key_values")
             if isinstance(cache, DeviceCache) and cache._generator is self._generator:
                 # An assistant's, kept across the calls that draft tokens:

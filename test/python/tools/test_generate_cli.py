@@ -48,6 +48,36 @@ def test_generate_from_token_ids_is_hf_generate(artifact):
 
 
 @pytest.mark.builds_in_subprocess
+def test_beam_search_from_the_command_line_is_hf_beam_search(artifact):
+    result = run("anyshape-generate", str(artifact), "--ids", "5,6,7,8,9", "--ids", "10,11",
+                 "--max-new-tokens", "12", "--num-beams", "4", "--num-return-sequences", "2",
+                 "--no-repeat-ngram-size", "2", "--length-penalty", "0.5",
+                 "--early-stopping", "never")
+    assert result.returncode == 0, result.stderr
+    rows = [[int(t) for t in line.split(",")] for line in result.stdout.splitlines()]
+    ids = torch.tensor([[5, 6, 7, 8, 9], [0, 0, 0, 10, 11]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 0, 1, 1]])
+    with torch.no_grad():
+        want = hf_model().generate(ids, attention_mask=mask, max_new_tokens=12, num_beams=4,
+                                   num_return_sequences=2, no_repeat_ngram_size=2,
+                                   length_penalty=0.5, early_stopping="never", do_sample=False)
+    assert len(rows) == 4
+    for number, row in enumerate(rows):
+        prompt = ids[number // 2][mask[number // 2] == 1].tolist()
+        assert row == prompt + want[number, 5:].tolist()
+
+
+@pytest.mark.builds_in_subprocess
+def test_prompt_lookup_from_the_command_line_is_greedy(artifact):
+    prompt = ["--ids", "5,6,7,8,9,10,11,5,6,7"]
+    plain = run("anyshape-generate", str(artifact), *prompt, "--max-new-tokens", "16")
+    lookup = run("anyshape-generate", str(artifact), *prompt, "--max-new-tokens", "16",
+                 "--prompt-lookup-num-tokens", "3")
+    assert plain.returncode == 0 and lookup.returncode == 0, plain.stderr + lookup.stderr
+    assert lookup.stdout == plain.stdout
+
+
+@pytest.mark.builds_in_subprocess
 def test_generate_from_text_with_a_tokenizer(artifact, tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
