@@ -98,8 +98,11 @@ def test_census(name, dims, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_generator_prefill_census(dtype):
     """/// compile_generator's step (prefill and the general step, "main") is tiled
-    /// as an encoder is; its decode functions of 1, 4 and 8 rows are read too:
-    /// only the one-row products keep IREE's matrix-vector configuration."""
+    /// as an encoder is, and so is the verification of draft tokens
+    /// ("verify_draft", the general step returning every token's logits, most
+    /// of its dispatches main's); its decode functions of 1, 4 and 8 rows are
+    /// read too: only the one-row products keep IREE's matrix-vector
+    /// configuration."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -112,9 +115,10 @@ def test_generator_prefill_census(dtype):
     assert _untiled(products) == []
     assert all(p.one_row for p in prefill if p.reduction_strategy)
     functions = {p.dispatch.split("$")[0] for p in products}
-    assert functions == {"main", "decode_one", "decode_four", "decode_eight"} or \
-        functions == {"main", "decode_one", "decode_four"}  # batch 8 shares batch 4's code
-    decode_rows = {p.rows for p in products if not p.dispatch.startswith("main$")}
+    assert functions == {"main", "verify_draft", "decode_one", "decode_four", "decode_eight"} \
+        or functions == {"main", "verify_draft", "decode_one", "decode_four"}  # 8 rows share 4's
+    decode_rows = {p.rows for p in products
+                   if not p.dispatch.startswith(("main$", "verify_draft$"))}
     assert all(None not in rows for rows in decode_rows)  # static rows: 1, 4 or 8 (16 in tiles)
 
 
