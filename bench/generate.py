@@ -574,7 +574,10 @@ def _write(results: dict, out: Path) -> None:
              f"command: `{results['command']}`; {results['date']}; host: {results['host']}; "
              f"torch {results['torch']}; measured read bandwidth "
              f"{results['bandwidth_GBps']:.1f} GB/s\n",
-             "Greedy, float32; decode tokens/s counts every row; "
+             ("Greedy" if results.get("num_beams", 1) == 1 else
+              f"Beam search, {results['num_beams']} beams (each system's own; tokens/s of the "
+              f"best sequence, one per prompt)")
+             + ", float32; decode tokens/s counts every row; "
              "the median of the runs. 'same tokens': the system's new tokens are HF eager's "
              "(anyshape float32's where eager did not run). "
              + ("The systems' repetitions were taken in turn (--interleave).\n"
