@@ -19,7 +19,7 @@ import warnings
 
 import pytest
 import torch
-from invocations import record_invocations
+from invocations import record_host_copies, record_invocations
 
 from without_compilers import FORBID_COMPILERS
 
@@ -282,17 +282,8 @@ def test_streamer_gets_what_hf_streams():
 @pytest.mark.builds_after_export
 def test_the_cache_stays_on_the_device(monkeypatch):
     # Per step one result comes to the host: the next-token logits.
-    import iree.runtime as rt
-
     _, generator = built("gpt2")
-    copies = []
-    original = rt.DeviceArray.to_host
-
-    def counted(self):
-        copies.append(tuple(self.shape))
-        return original(self)
-
-    monkeypatch.setattr(rt.DeviceArray, "to_host", counted)
+    copies = record_host_copies(monkeypatch)
     ids, _ = mixed_batch([7, 7], seed=10)
     generator.generate(ids, max_new_tokens=10)
     assert copies == [(4, VOCAB)] * 10  # two rows run as the four-row function's batch

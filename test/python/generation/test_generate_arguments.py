@@ -15,7 +15,7 @@ import copy
 
 import pytest
 import torch
-from invocations import record_invocations
+from invocations import record_host_copies, record_invocations
 from test_generate import FAMILIES, VOCAB, built, hf_generate, mixed_batch
 from test_seq2seq import built as seq2seq_built
 from test_seq2seq import hf_generate as seq2seq_hf_generate
@@ -267,8 +267,6 @@ def test_beam_search_scores_and_indices_are_hfs(lengths):
 
 @pytest.mark.builds_after_export
 def test_beam_search_reorders_the_cache_on_the_device(monkeypatch):
-    import iree.runtime as rt
-
     from anyshape.runtime.compiled_module import CompiledModule
 
     model, generator = built("llama")
@@ -281,14 +279,7 @@ def test_beam_search_reorders_the_cache_on_the_device(monkeypatch):
         return move_rows(self, arrays, moves, scratch)
 
     monkeypatch.setattr(CompiledModule, "move_rows", recorded)
-    copies = []
-    original = rt.DeviceArray.to_host
-
-    def counted(self):
-        copies.append(tuple(self.shape))
-        return original(self)
-
-    monkeypatch.setattr(rt.DeviceArray, "to_host", counted)
+    copies = record_host_copies(monkeypatch)
     ids, mask = mixed_batch([17, 1, 7], seed=3)
     generator.generate(ids, attention_mask=mask, max_new_tokens=12, num_beams=2)
     assert [entry for entry, _ in calls] == [None] + ["decode_eight"] * 11
@@ -476,7 +467,7 @@ def test_draft_tokens_are_verified_in_one_step_each(monkeypatch):
     _, generator = built("gpt2")
     ids = copying_prompt(seed=8)
     greedy = generator.generate(ids, max_new_tokens=40)
-    main = CompiledModuleCalls(monkeypatch)
+    calls = record_invocations(monkeypatch, generator.module, dim=1)
     grown = []
     grow_cache = Generator.grow_cache
 
@@ -493,30 +484,14 @@ def test_draft_tokens_are_verified_in_one_step_each(monkeypatch):
                        "assistant_confidence_threshold": 0.0})
     got = generator.generate(ids, max_new_tokens=40, assistant_model=draft)
     assert torch.equal(got, greedy)
-    verified = [new for entry, new in main.calls if entry == "verify_draft"]
-    assert verified and len(verified) <= 5, main.calls
+    verified = [new for entry, new in calls if entry == "verify_draft"]
+    assert verified and len(verified) <= 5, calls
     assert max(verified) == 9  # eight draft tokens and the one before them
     # Only the two prefills (the draft's and the model's) run more tokens
     # than a verification: no call runs again what the caches hold.
-    assert [new for _, new in main.calls if new > 9] == [38, 37], main.calls
+    assert [new for _, new in calls if new > 9] == [38, 37], calls
     # Grown when too small, to at most twice what the request holds.
     assert grown and max(grown) <= 2 * (ids.shape[1] + 40 + 8 + 2), grown
-
-
-class CompiledModuleCalls:
-    """The (function, new tokens) of every call of a compiled module."""
-
-    def __init__(self, monkeypatch):
-        from anyshape.runtime.compiled_module import CompiledModule
-
-        self.calls = []
-        original = CompiledModule.invoke
-
-        def recorded(module, arrays, entry=None):
-            self.calls.append((entry, arrays[0].shape[1]))
-            return original(module, arrays, entry=entry)
-
-        monkeypatch.setattr(CompiledModule, "invoke", recorded)
 
 
 @pytest.mark.builds_after_export
