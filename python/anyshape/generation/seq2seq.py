@@ -1,6 +1,7 @@
 """Encoder-decoder models (T5, BART, Marian, mT5): the encoder once, the decoder per token.
 
-Two functions in one module, on one copy of the weights:
+Functions of one module, on one copy of the weights (and beside them the decode
+steps at static batches and the selection of source rows, below):
 
     encode(input_ids [B, S], attention_mask [B, S])
       -> encoder states [B, S, H], then each decoder layer's cross-attention
@@ -9,6 +10,8 @@ Two functions in one module, on one copy of the weights:
     main(decoder_input_ids [B, T], decoder_mask [B, P + T], attention_mask [B, S],
          encoder states [B, S, H], *self_cache [B, H_kv, C, D], *cross [B, H_kv, S, D])
       -> next-token logits [B, V]
+
+    verify_draft(the same inputs) -> every new token's logits [B, T, V]
 
 ``encode`` runs the model's encoder, then HF's decoder once on one token with
 an empty cross-attention cache: HF fills that cache with each layer's keys
@@ -86,10 +89,15 @@ class Seq2SeqEncode(torch.nn.Module):
 
 
 class Seq2SeqDecoderStep(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module, layers: int):
+    """The decoder on new tokens after its cache: the last new token's logits
+    [batch, vocab], or with ``every_position`` every new token's [batch, new,
+    vocab] (assisted decoding's verification of draft tokens)."""
+
+    def __init__(self, model: torch.nn.Module, layers: int, every_position: bool = False):
         super().__init__()
         self.model = model
         self.layers = layers
+        self.every_position = every_position
         self.additive_mask = takes_additive_mask(model.config)
 
     def forward(self, decoder_input_ids, decoder_mask, attention_mask, states, *cache):
@@ -117,7 +125,7 @@ class Seq2SeqDecoderStep(torch.nn.Module):
         out = self.model(encoder_outputs=(states,), attention_mask=source,
                          decoder_input_ids=decoder_input_ids, decoder_attention_mask=causal,
                          past_key_values=past, use_cache=True)
-        return out.logits[:, -1, :]
+        return out.logits if self.every_position else out.logits[:, -1, :]
 
 
 def probe_caches(model) -> tuple[list, list]:
@@ -178,7 +186,8 @@ def export_decode_entry(model, own_shapes, cross_shapes, batch: int, states):
 
 def export_seq2seq(model, own_shapes, cross_shapes):
     """The decoder step and ``encode``, exported: (step program, its dims as
-    its flat inputs, encode program, encoder states of the example)."""
+    its flat inputs, encode program, encoder states of the example, the
+    step returning every new token's logits)."""
     from torch.export import Dim
 
     layers = len(own_shapes)
@@ -197,7 +206,9 @@ def export_seq2seq(model, own_shapes, cross_shapes):
         dims = ({0: b, 1: n}, {0: b, 1: length}, {0: b, 1: s}, {0: b, 1: s},
                 tuple([{0: b, 2: cap}] * (2 * layers) + [{0: b, 2: s}] * (2 * layers)))
         step_program = torch.export.export(step, inputs, dynamic_shapes=dims)
-    return step_program, (*dims[:4], *dims[4]), encode_program, states
+        verify_program = torch.export.export(
+            Seq2SeqDecoderStep(model, layers, every_position=True), inputs, dynamic_shapes=dims)
+    return step_program, (*dims[:4], *dims[4]), encode_program, states, verify_program
 
 
 def export_source_rows(states, cross_shapes) -> torch.export.ExportedProgram:
@@ -220,28 +231,30 @@ def export_source_rows(states, cross_shapes) -> torch.export.ExportedProgram:
 def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
     """``compile_generator`` for an encoder-decoder (``backend`` as it set it)."""
     import anyshape
-    from anyshape.generation.model_spec import (DECODE_ENTRIES, SOURCE_ROWS_ENTRY,
+    from anyshape.generation.model_spec import (DECODE_ENTRIES, SOURCE_ROWS_ENTRY, VERIFY_ENTRY,
                                                  generation_config_of, model_spec)
     from anyshape.runtime.generator import Seq2SeqGenerator
 
     own_shapes, cross_shapes = probe_caches(model)
-    step_program, names, encode_program, states = export_seq2seq(model, own_shapes, cross_shapes)
+    step_program, names, encode_program, states, verify_program = export_seq2seq(
+        model, own_shapes, cross_shapes)
     decode = {}
     for batch, name in DECODE_ENTRIES.items():
         program = export_decode_entry(model, own_shapes, cross_shapes, batch, states)
         if program is not None:
             decode[name] = program
-    rows = {SOURCE_ROWS_ENTRY: export_source_rows(states, cross_shapes)}
+    others = {SOURCE_ROWS_ENTRY: export_source_rows(states, cross_shapes),
+              VERIFY_ENTRY: verify_program}
 
     module = anyshape.compile(step_program, dynamic_shapes=names, target=target, backend=backend,
                               cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
-                              entries={"encode": encode_program, **decode, **rows})
+                              entries={"encode": encode_program, **decode, **others})
     spec = {**model_spec(model, own_shapes), "kind": "seq2seq",
             "cross_cache": [[list(k), list(v)] for k, v in cross_shapes],
             "decode_entry": None,
             "decode_entries": {str(batch): name for batch, name in DECODE_ENTRIES.items()
                                if name in decode},
-            "source_rows_entry": SOURCE_ROWS_ENTRY}
+            "source_rows_entry": SOURCE_ROWS_ENTRY, "verify_entry": VERIFY_ENTRY}
     # T5's relative attention has no table of positions to run out of.
     if getattr(model.config, "relative_attention_num_buckets", None):
         spec["max_positions"] = None

@@ -86,12 +86,7 @@ class Generator:
         decoding's verification of ``keep - 1`` draft tokens), the tokens
         before them run by the ordinary step."""
         batch, new = ids.shape
-        if not 1 <= keep <= new:
-            raise ValueError(f"keep: expected 1 to the {new} new tokens, got {keep}")
-        if keep > 1 and self.spec.get("verify_entry") is None:
-            raise NotImplementedError(
-                "assisted decoding: this generator was saved by an anyshape without the step "
-                "that verifies draft tokens; compile it again")
+        self._check_keep(keep, new)
         if keep > 1 and new > keep:
             self.cached_step(ids[:, :new - keep], mask[:, :mask.shape[1] - keep], cache)
             ids = ids[:, new - keep:]
@@ -110,6 +105,14 @@ class Generator:
         logits = self._step(ids, mask, cache.buffers, entry)[:batch]
         cache.filled += new
         return logits
+
+    def _check_keep(self, keep: int, new: int) -> None:
+        if not 1 <= keep <= new:
+            raise ValueError(f"keep: expected 1 to the {new} new tokens, got {keep}")
+        if keep > 1 and self.spec.get("verify_entry") is None:
+            raise NotImplementedError(
+                "assisted decoding: this generator was saved by an anyshape without the step "
+                "that verifies draft tokens; compile it again")
 
     def grow_cache(self, cache, capacity: int) -> None:
         """Give ``cache`` at least ``capacity`` slots, its tokens copied on the
@@ -228,27 +231,39 @@ class Seq2SeqGenerator(Generator):
         return list(self.module.invoke([ids.numpy().astype(np.int64),
                                         mask.numpy().astype(np.int64)], entry="encode"))
 
-    def cached_step(self, ids: torch.Tensor, mask: torch.Tensor, cache, source=None,
-                    source_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def cached_step(self, ids: torch.Tensor, mask: torch.Tensor, cache, keep: int = 1,
+                    source=None, source_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The next-token logits [batch, vocab] of decoder tokens ``ids`` after
         the ones ``cache`` holds (``mask`` covers both, all 1: the decoder has
         no padding), on ``source`` (``hf_generation.EncodedSource``, its rows
-        repeated as HF repeats them for beams and returned sequences)."""
+        repeated as HF repeats them for beams and returned sequences). With
+        ``keep`` > 1, the logits [batch, keep, vocab] of the last ``keep``
+        tokens (assisted decoding), as ``Generator.cached_step``."""
         batch, new = ids.shape
+        self._check_keep(keep, new)
+        if keep > 1 and new > keep:
+            self.cached_step(ids[:, :new - keep], None, cache, source=source,
+                             source_mask=source_mask)
+            ids = ids[:, new - keep:]
+            new = keep
         if cache.buffers is None:
             cache.rows = self._decode_rows(batch)
             cache.buffers = self._empty_cache(cache.rows, cache.capacity)
             cache.source = self._source_rows(source, cache.rows)
         if cache.filled + new >= cache.capacity:
-            raise RuntimeError(f"{cache.filled} + {new} tokens overflow a cache of "
-                               f"{cache.capacity - 1} slots")
+            # Draft tokens past the request's length (assisted decoding),
+            # verified and then cropped.
+            self.grow_cache(cache, max(cache.filled + new + 1, cache.capacity * 5 // 4))
         if source_mask is None:
             source_mask = torch.ones(batch, cache.source[0].shape[1], dtype=torch.long)
         ids, source_mask = self._padded_to_decode_rows(ids, source_mask)
         states, *cross = cache.source
         # One token a step at a batch with a function of its own; a decoder
         # prefix (decoder_input_ids) at the first step runs main.
-        entry = self._decode_entries().get(str(ids.shape[0])) if new == 1 else None
+        if keep > 1:
+            entry = self.spec["verify_entry"]
+        else:
+            entry = self._decode_entries().get(str(ids.shape[0])) if new == 1 else None
         decoder_mask = np.ones((ids.shape[0], cache.filled + new), dtype=np.int64)
         results = self.module.invoke([ids.numpy().astype(np.int64), decoder_mask,
                                       source_mask.numpy().astype(np.int64), states,

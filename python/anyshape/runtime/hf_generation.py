@@ -106,6 +106,14 @@ class EncodedSource(dict):
         super().__init__(rows=torch.arange(ids.shape[0]))
         self.arrays, self.ids, self.mask = arrays, ids, mask
 
+    @property
+    def last_hidden_state(self) -> torch.Tensor:
+        """[rows, source length, 0]: what HF reads of the states, their shape
+        but for the width (an assistant's ``generate``, given encoder outputs
+        and no source, makes placeholder ids of that shape); the states stay
+        on the device."""
+        return torch.empty(len(self["rows"]), self.ids.shape[1], 0)
+
 
 class _Encoder:
     """An encoder-decoder's ``get_encoder()``: the compiled ``encode``."""
@@ -166,7 +174,8 @@ def _compiled_model_class():
                 if decoder_attention_mask is not None and not bool(decoder_attention_mask.all()):
                     raise NotImplementedError("decoder_attention_mask: the compiled decoder "
                                               "runs every decoder token, with no padding")
-                logits = self._generator.cached_step(decoder_input_ids, None, cache,
+                keep = min(int(logits_to_keep or 1), decoder_input_ids.shape[1])
+                logits = self._generator.cached_step(decoder_input_ids, None, cache, keep,
                                                      source=encoder_outputs,
                                                      source_mask=attention_mask)
             else:
@@ -180,8 +189,8 @@ def _compiled_model_class():
                 # and the one before them: one verify step.
                 keep = min(int(logits_to_keep or 1), new)
                 logits = self._generator.cached_step(input_ids, attention_mask, cache, keep)
-                if keep > 1:
-                    return _LogitsOutput(logits=logits, past_key_values=cache)
+            if keep > 1:
+                return _LogitsOutput(logits=logits, past_key_values=cache)
             return _LogitsOutput(logits=logits[:, None, :], past_key_values=cache)
 
         def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None,
@@ -194,7 +203,8 @@ def _compiled_model_class():
                 return {"decoder_input_ids": new, "attention_mask": attention_mask,
                         "encoder_outputs": kwargs.get("encoder_outputs"),
                         "decoder_attention_mask": kwargs.get("decoder_attention_mask"),
-                        "past_key_values": past_key_values}
+                        "past_key_values": past_key_values,
+                        "logits_to_keep": kwargs.get("logits_to_keep")}
             if attention_mask is not None and attention_mask.shape[1] != input_ids.shape[1]:
                 raise RuntimeError(f"input_ids of {input_ids.shape[1]} tokens with a mask of "
                                    f"{attention_mask.shape[1]}")
@@ -244,14 +254,6 @@ def _compiled_model_class():
             else:
                 model_kwargs["past_key_values"] = DeviceCache(self._generator, capacity)
 
-        def _assisted_decoding(self, *args, **kwargs):
-            if self.config.is_encoder_decoder:
-                raise NotImplementedError(
-                    "assistant_model, prompt_lookup_num_tokens: assisted decoding of an "
-                    "encoder-decoder is not supported yet (its decoder step returns the last "
-                    "token's logits only); generate without them")
-            return super()._assisted_decoding(*args, **kwargs)
-
         def _get_deprecated_gen_repo(self, generation_mode, trust_remote_code,
                                      custom_generate=None):
             from transformers.generation.utils import GENERATION_MODES_MAPPING
@@ -273,7 +275,7 @@ def _compiled_model_class():
             yield
 
         def _supports_logits_to_keep(self) -> bool:
-            return not self.config.is_encoder_decoder
+            return True
 
     return CompiledGenerationModel
 

@@ -495,6 +495,38 @@ def test_draft_tokens_are_verified_in_one_step_each(monkeypatch):
 
 
 @pytest.mark.builds_after_export
+@pytest.mark.parametrize("name", ["prompt_lookup", "prompt_lookup_sampling"])
+@pytest.mark.parametrize("model_type", ["bart", "t5"])
+def test_encoder_decoder_prompt_lookup_is_hfs(model_type, name):
+    """The decoder's drafts looked up in its own output (the source is not
+    the decoder's prompt), verified by the decoder's verify step."""
+    model, generator = seq2seq_built(model_type)
+    want, got = hf_and_ours(model, generator, copying_prompt(), None,
+                            generate=seq2seq_hf_generate, max_new_tokens=40, **ASSISTED[name])
+    assert torch.equal(got, want)
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type", ["bart", "t5"])
+def test_an_encoder_decoder_draft_model_is_greedy_in_verify_steps(monkeypatch, model_type):
+    """An encoder-decoder as its own draft: the draft encodes the source
+    once and keeps its decoder cache across drafting calls, and each call's
+    eight drafts are checked by one verify step of nine decoder tokens."""
+    model, generator = seq2seq_built(model_type)
+    ids = copying_prompt(seed=9)
+    greedy = generator.generate(ids, max_new_tokens=40)
+    assert torch.equal(greedy, seq2seq_hf_generate(model, ids, None, max_new_tokens=40))
+    calls = record_invocations(monkeypatch, generator.module, dim=1)
+    draft = type(generator)(generator.module, generator.spec,
+                            {**generator._generation_config, "num_assistant_tokens": 8,
+                             "assistant_confidence_threshold": 0.0})
+    assert torch.equal(generator.generate(ids, max_new_tokens=40, assistant_model=draft), greedy)
+    verified = [new for entry, new in calls if entry == "verify_draft"]
+    assert verified and len(verified) <= 6 and max(verified) == 9, calls
+    assert [entry for entry, _ in calls].count("encode") == 2, calls  # the model's, the draft's
+
+
+@pytest.mark.builds_after_export
 def test_a_grown_cache_keeps_its_slots_on_the_device():
     import numpy as np
 

@@ -212,8 +212,6 @@ def test_save_and_load_give_the_same_generate(tmp_path):
     (dict(decoder_attention_mask=torch.tensor([[0, 1]]), decoder_input_ids=torch.tensor([[2, 5]])),
      NotImplementedError, r"decoder_attention_mask: the compiled decoder runs every decoder "
                           r"token"),
-    (dict(prompt_lookup_num_tokens=3), NotImplementedError,
-     r"prompt_lookup_num_tokens: assisted decoding of an encoder-decoder is not supported"),
 ])
 def test_arguments_generate_does_not_take_are_refused(kwargs, error, match):
     model, generator = built("bart")
