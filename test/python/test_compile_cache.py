@@ -1,10 +1,12 @@
 """The compile cache (anyshape/driver/compile_cache.py): hits, what the key covers,
-damaged and half-written entries, two processes filling one entry, cache=False."""
+damaged and half-written entries, two processes filling one entry (one
+compiles, the other waits for it), cache=False."""
 
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -142,11 +144,41 @@ def test_two_processes_filling_one_entry_at_once(cache_dir, tmp_path):
     outs = [p.communicate(timeout=600) for p in procs]
     for proc, (out, err) in zip(procs, outs):
         assert proc.returncode == 0, err[-2000:]
+    # One compiled; the other waited for its lock and read the entry.
+    assert sorted(out.strip() for out, _ in outs) == ["False", "True"], outs
     [entry] = entries(cache_dir)
     assert not [p for p in entry.parent.iterdir() if p.name.startswith(".")], "staging left"
     third = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
                            timeout=600)
     assert third.returncode == 0 and third.stdout.strip() == "True", third.stderr[-2000:]
+
+
+def test_a_compile_waits_for_the_lock_until_its_holder_exits(cache_dir):
+    """/// The lock is the OS's: a holder killed mid-compile frees it."""
+    key = "0" * 64
+    (cache_dir / compile_cache.LOCKS).mkdir(parents=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time\n"
+         "lock = open(sys.argv[1], 'a'); fcntl.flock(lock, fcntl.LOCK_EX)\n"
+         "print('held', flush=True); time.sleep(600)",
+         str(cache_dir / compile_cache.LOCKS / f"{key}.lock")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        messages, entered = [], threading.Event()
+
+        def fill():
+            with compile_cache.filling(key, messages.append):
+                entered.set()
+
+        thread = threading.Thread(target=fill, daemon=True)
+        thread.start()
+        assert not entered.wait(1.0), "entered while another process held the lock"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert entered.wait(30), "still waiting after the holder died"
+    assert messages and messages[0].startswith("waiting for another process"), messages
 
 
 def test_cache_false_neither_reads_nor_writes(cache_dir):

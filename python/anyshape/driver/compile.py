@@ -12,6 +12,7 @@ is made (``fallbacks.py``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shlex
 import sys
@@ -154,17 +155,21 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
         compile_cache.size_bound()  # a bad ANYSHAPE_CACHE_SIZE before the compile, not after
         key = _cache_key(program, entries, signature, compile_target, pass_names,
                          backend.params, padding)
-        hit = compile_cache.lookup(key, threads=backend.threads) if dump_ir_dir is None else None
+    filling = compile_cache.filling(key, report) if key is not None and dump_ir_dir is None \
+        else contextlib.nullcontext()
+    with filling:
+        hit = compile_cache.lookup(key, threads=backend.threads) \
+            if key is not None and dump_ir_dir is None else None
         if hit is not None:
             return _from_cache(hit, build, report, started, exported)
-    module, caught = build()
+        module, caught = build()
+        module.stage_seconds = {"export": exported - started, **module.stage_seconds}
+        module.threads = backend.threads
+        if key is not None:
+            compile_cache.store(key, module, [str(w.message) for w in caught
+                                              if issubclass(w.category, DataTilingFallback)])
     for warning in caught:  # raised again, at the caller's line
         warnings.warn(warning.message, warning.category, stacklevel=2)
-    module.stage_seconds = {"export": exported - started, **module.stage_seconds}
-    module.threads = backend.threads
-    if key is not None:
-        compile_cache.store(key, module, [str(w.message) for w in caught
-                                          if issubclass(w.category, DataTilingFallback)])
     report(f"done in {time.monotonic() - started:.0f}s")
     return module
 

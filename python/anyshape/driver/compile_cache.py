@@ -14,9 +14,13 @@ depends on:
   change to a pass must not be served an artifact the old pass made).
 
 Entries are immutable. One is written into a temporary directory beside the
-entries and renamed into place, so a reader sees all of it or none, and two
-processes filling the same entry at once both end with a whole one (the
-second rename loses, its copy is dropped). Each entry lists its files'
+entries and renamed into place, so a reader sees all of it or none. A process
+compiling an entry holds a lock on it (``filling``): another process that
+needs the same entry meanwhile (pytest-xdist's workers, replicas of a server
+starting at once) waits, then reads it, instead of compiling it too. The lock
+is the OS's (``flock``), released when its holder exits, however it exits.
+Where it cannot be taken, two processes filling the same entry at once both
+end with a whole one (the second rename loses, its copy is dropped). Each entry lists its files'
 SHA-256s; an entry that does not match them, or does not load, is removed and
 compiled again, never run.
 
@@ -34,6 +38,7 @@ artifact larger than the bound is not kept, with a warning.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -45,7 +50,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from anyshape.options import CACHE_ENV, cache_root  # noqa: F401  (CACHE_ENV: read here by callers)
 
@@ -56,6 +61,9 @@ DEFAULT_SIZE = "20G"
 _UNITS = {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
 # A staging directory older than this was left by a writer that died.
 _STALE_SECONDS = 24 * 3600
+
+
+LOCKS = "locks"  # beside LAYOUT: one empty file per key being or once compiled
 
 
 def size_bound() -> int:
@@ -110,6 +118,7 @@ def trim(bound: int, keep: Path | None = None, root: Path | None = None) -> list
                 shutil.rmtree(leftover, ignore_errors=True)
         except OSError:
             continue
+    _stale_locks(root, now)
     entries = held(root)
     total = sum(entry.bytes for entry in entries)
     removed = []
@@ -245,6 +254,53 @@ def store(key: str, module, warnings_text: list[str]) -> Path | None:
         return None
     trim(bound, keep=entry, root=root)
     return entry
+
+
+@contextlib.contextmanager
+def filling(key: str, report: Callable[[str], None]):
+    """Held while this process looks up, compiles and stores the entry for
+    ``key``: a second process asking for the same key waits here until the
+    first is done (``report`` says so), then finds the entry. No lock where
+    the cache cannot be written or the platform has no ``flock``."""
+    try:
+        import fcntl
+
+        locks = cache_root() / LOCKS
+        locks.mkdir(parents=True, exist_ok=True)
+        handle = open(locks / f"{key}.lock", "a")  # noqa: SIM115  (held across the yield)
+    except (ImportError, OSError):
+        yield
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            report("waiting for another process that is compiling the same program "
+                   f"(compile cache lock {handle.name})")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _stale_locks(root: Path, now: float) -> None:
+    """Remove lock files untouched for a day that no process holds. (One
+    removed while another process opens it lets two compiles run at once:
+    as without the lock, both end with a whole entry.)"""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    for lock in (root / LOCKS).glob("*.lock"):
+        try:
+            if now - lock.stat().st_mtime <= _STALE_SECONDS:
+                continue
+            with open(lock, "a") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                lock.unlink()
+        except OSError:
+            continue  # held, or gone already
 
 
 def _mark_used(entry: Path) -> None:
