@@ -11,6 +11,7 @@ token among them), for 64 new tokens; GPT-2 and Llama also at prompts of 1,
 
 from __future__ import annotations
 
+import copy
 import math
 import subprocess
 import sys
@@ -65,6 +66,38 @@ def hf_generate(model, ids, mask=None, **kwargs):
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return model.generate(ids, attention_mask=mask, **kwargs)
+
+
+def _sequences(output):
+    return getattr(output, "sequences", output)
+
+
+def hf_and_ours(model, generator, ids, mask, generate=hf_generate, **kwargs):
+    """(HF's output, anyshape's) for the same inputs, arguments and seed.
+    Where HF's float32 tokens differ from anyshape's, HF's float64 ones decide:
+    its output is then the float64 model's (a near tie that float32 rounding
+    breaks either way, e.g. a beam's score after a hundred tokens)."""
+    torch.manual_seed(0)
+    got = generator.generate(ids, attention_mask=mask, **kwargs)
+    torch.manual_seed(0)
+    want = generate(model, ids, mask, **kwargs)
+    if not torch.equal(_sequences(got), _sequences(want)):
+        torch.manual_seed(0)
+        want = generate(copy.deepcopy(model).double(), ids, mask, **kwargs)
+    return want, got
+
+
+def both(model, generator, lengths, seed=3, **kwargs):
+    """``hf_and_ours`` on left-padded prompts of ``lengths`` tokens."""
+    ids, mask = mixed_batch(lengths, seed=seed)
+    return hf_and_ours(model, generator, ids, mask, **kwargs)
+
+
+def copying_prompt(seed: int = 5) -> torch.Tensor:
+    """One row whose last tokens repeat an earlier span, as a summary's copy
+    of its source does: prompt lookup finds drafts in it from the start."""
+    span = torch.randint(3, VOCAB, (1, 12), generator=torch.Generator().manual_seed(seed))
+    return torch.cat([span, torch.randint(3, VOCAB, (1, 9)), span, span[:, :5]], dim=1)
 
 
 _built: dict[tuple, tuple] = {}
@@ -131,6 +164,31 @@ def test_greedy_is_hf_generate_at_batch_1_in_every_family(model_type):
     ids, _ = mixed_batch([7], seed=14)
     want = hf_generate(model, ids, max_new_tokens=NEW_TOKENS, do_sample=False)
     assert torch.equal(generator.generate(ids, max_new_tokens=NEW_TOKENS), want), model_type
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_beam_search_with_processors_is_hfs_in_every_family(model_type):
+    """(Beside greedy, on its builds; test_generate_arguments.py has the rest
+    of beam search and prompt lookup.) Every family's cache (grouped heads, ALiBi, sliding windows, soft-capped
+    scores) reordered by the same gather: 4 beams, 2 returned, n-gram
+    blocking and a repetition penalty, on the mixed batch."""
+    model, generator = built(model_type)
+    want, got = both(model, generator, [17, 1, 7], max_new_tokens=16, num_beams=4,
+                     num_return_sequences=2, no_repeat_ngram_size=3, repetition_penalty=1.1)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_greedy_prompt_lookup_is_greedy_in_every_family(model_type):
+    model, generator = built(model_type)
+    ids = copying_prompt(seed=6)
+    greedy = generator.generate(ids, max_new_tokens=24)
+    want, got = hf_and_ours(model, generator, ids, None, max_new_tokens=24,
+                            prompt_lookup_num_tokens=4)
+    assert torch.equal(got, greedy)
+    assert torch.equal(got, want)
 
 
 @pytest.mark.builds_after_export

@@ -3,10 +3,13 @@
 The same small Llama and GPT-2 as ``test_generate.py`` (the same builds,
 random weights): every logits processor and warper, a user's own processor
 and stopping criteria, ``stop_strings``, ``return_dict_in_generate`` with
-scores and logits, ``num_return_sequences``, beam search, and the model's own
-generation config as its defaults. Each at batch 1 and on a left-padded batch
-of mixed prompt lengths (a row with one real token among them). BART and T5
-(``test_seq2seq.py``'s builds): beam search and BART's summarization defaults.
+scores and logits, ``num_return_sequences``, beam search, assisted decoding,
+and the model's own generation config as its defaults. Each at batch 1 and
+on a left-padded batch of mixed prompt lengths (a row with one real token
+among them). Beam search and prompt lookup in every family are in
+``test_generate.py``, on its builds, and BART's and T5's in
+``test_seq2seq.py``: a test here that built them again would compile each
+model twice in one session.
 """
 
 from __future__ import annotations
@@ -16,41 +19,14 @@ import copy
 import pytest
 import torch
 from invocations import record_host_copies, record_invocations
-from test_generate import FAMILIES, VOCAB, built, hf_generate, mixed_batch
-from test_seq2seq import built as seq2seq_built
-from test_seq2seq import hf_generate as seq2seq_hf_generate
-from test_seq2seq import sources
+from test_generate import (VOCAB, both, built, copying_prompt, hf_and_ours, hf_generate,
+                           mixed_batch)
 
 import anyshape
 from anyshape.runtime.generator import Generator
 
 BATCHES = {"batch_1": [7], "mixed": [17, 1, 7]}
 SCORE_TOLERANCE = 1e-4  # float32 logits of the compiled step and of eager torch
-
-
-def _sequences(output):
-    return getattr(output, "sequences", output)
-
-
-def hf_and_ours(model, generator, ids, mask, generate=hf_generate, **kwargs):
-    """(HF's output, anyshape's) for the same inputs, arguments and seed.
-    Where HF's float32 tokens differ from anyshape's, HF's float64 ones decide:
-    its output is then the float64 model's (a near tie that float32 rounding
-    breaks either way, e.g. a beam's score after a hundred tokens)."""
-    torch.manual_seed(0)
-    got = generator.generate(ids, attention_mask=mask, **kwargs)
-    torch.manual_seed(0)
-    want = generate(model, ids, mask, **kwargs)
-    if not torch.equal(_sequences(got), _sequences(want)):
-        torch.manual_seed(0)
-        want = generate(copy.deepcopy(model).double(), ids, mask, **kwargs)
-    return want, got
-
-
-def both(model, generator, lengths, seed=3, **kwargs):
-    """``hf_and_ours`` on left-padded prompts of ``lengths`` tokens."""
-    ids, mask = mixed_batch(lengths, seed=seed)
-    return hf_and_ours(model, generator, ids, mask, **kwargs)
 
 
 def char_tokenizer():
@@ -236,18 +212,6 @@ def test_beam_search_is_hf_beam_search(name, lengths):
 
 
 @pytest.mark.builds_after_export
-@pytest.mark.parametrize("model_type", FAMILIES)
-def test_beam_search_with_processors_is_hfs_in_every_family(model_type):
-    """Every family's cache (grouped heads, ALiBi, sliding windows, soft-capped
-    scores) reordered by the same gather: 4 beams, 2 returned, n-gram
-    blocking and a repetition penalty, on the mixed batch."""
-    model, generator = built(model_type)
-    want, got = both(model, generator, BATCHES["mixed"], max_new_tokens=16, num_beams=4,
-                     num_return_sequences=2, no_repeat_ngram_size=3, repetition_penalty=1.1)
-    assert torch.equal(got, want)
-
-
-@pytest.mark.builds_after_export
 @pytest.mark.parametrize("lengths", BATCHES.values(), ids=BATCHES.keys())
 def test_beam_search_scores_and_indices_are_hfs(lengths):
     model, generator = built("gpt2")
@@ -334,89 +298,7 @@ def test_the_models_generation_config_is_the_default_and_arguments_override_it(l
         assert torch.equal(got, want), kwargs
 
 
-# -- encoder-decoders ------------------------------------------------------------
-
-SEQ2SEQ_BEAMS = {
-    "2_beams": dict(num_beams=2),
-    "4_beams": dict(num_beams=4),
-    "5_beams_3_returned": dict(num_beams=5, num_return_sequences=3),
-    "sampling_2_returned": dict(do_sample=True, num_return_sequences=2),
-}
-
-
-@pytest.mark.builds_after_export
-@pytest.mark.parametrize("lengths", [[9], [17, 1, 40]], ids=["batch_1", "mixed"])
-@pytest.mark.parametrize("name", SEQ2SEQ_BEAMS)
-@pytest.mark.parametrize("model_type", ["bart", "t5"])
-def test_encoder_decoder_beam_search_is_hfs(model_type, name, lengths):
-    model, generator = seq2seq_built(model_type)
-    ids, mask = sources(lengths, model.config.pad_token_id, seed=2)
-    want, got = hf_and_ours(model, generator, ids, mask, generate=seq2seq_hf_generate,
-                            max_new_tokens=20, **SEQ2SEQ_BEAMS[name])
-    assert torch.equal(got, want)
-
-
-@pytest.mark.builds_after_export
-@pytest.mark.parametrize("lengths", [[9], [17, 1, 40]], ids=["batch_1", "mixed"])
-def test_bart_with_its_summarization_defaults_is_hf_generate(lengths):
-    """BART summarization checkpoints' generation config (bart-large-cnn's:
-    4 beams, no repeated trigram, length penalty 2, 56 to 142 tokens, early
-    stopping), applied as the model's defaults with no arguments."""
-    model, generator = seq2seq_built("bart")
-    defaults = dict(num_beams=4, no_repeat_ngram_size=3, length_penalty=2.0, min_length=56,
-                    max_length=142, early_stopping=True)
-    model = copy.deepcopy(model)
-    for key, value in defaults.items():
-        setattr(model.generation_config, key, value)
-    own = type(generator)(generator.module, generator.spec,
-                          {**generator._generation_config, **defaults})
-    ids, mask = sources(lengths, model.config.pad_token_id, seed=3)
-    want, got = hf_and_ours(model, own, ids, mask, generate=seq2seq_hf_generate)
-    assert torch.equal(got, want)
-    assert got.shape[1] >= 56
-
-
-@pytest.mark.builds_after_export
-def test_encoder_decoder_beam_scores_are_hfs():
-    """Within float32 rounding of HF's: over all steps, no further than twice
-    as far from HF's float64 scores as HF's float32 ones are, give or take 1e-5
-    (T5's scaled-up random weights give logits of about 250, which float32
-    rounds by tenths)."""
-    model, generator = seq2seq_built("t5")
-    ids, mask = sources([17, 1, 40], model.config.pad_token_id, seed=4)
-    kwargs = dict(max_new_tokens=12, num_beams=4, num_return_sequences=2,
-                  return_dict_in_generate=True, output_scores=True, output_logits=True)
-    want = seq2seq_hf_generate(model, ids, mask, **kwargs)
-    exact = seq2seq_hf_generate(copy.deepcopy(model).double(), ids, mask, **kwargs)
-    got = generator.generate(ids, attention_mask=mask, **kwargs)
-    assert type(got) is type(want)
-    assert torch.equal(got.sequences, want.sequences)
-    assert torch.equal(got.sequences, exact.sequences)
-    assert torch.equal(got.beam_indices, want.beam_indices)
-    for name in ("sequences_scores", "scores", "logits"):
-        ours, theirs, reference = (_finite_values(getattr(output, name), exact, name)
-                                   for output in (got, want, exact))
-        rounding = (theirs - reference).abs().max()
-        assert (ours - reference).abs().max() <= 2 * rounding + 1e-5, name
-
-
-def _finite_values(values, exact, name: str) -> torch.Tensor:
-    """The values (one tensor or a tuple of steps') where HF's float64 ones
-    are finite, in float64, as one vector."""
-    values = values if isinstance(values, tuple) else (values,)
-    references = getattr(exact, name)
-    references = references if isinstance(references, tuple) else (references,)
-    return torch.cat([v[torch.isfinite(r)].double() for v, r in zip(values, references)])
-
-
 # -- assisted decoding -----------------------------------------------------------
-
-def copying_prompt(seed: int = 5) -> torch.Tensor:
-    """One row whose last tokens repeat an earlier span, as a summary's copy
-    of its source does: prompt lookup finds drafts in it from the start."""
-    span = torch.randint(3, VOCAB, (1, 12), generator=torch.Generator().manual_seed(seed))
-    return torch.cat([span, torch.randint(3, VOCAB, (1, 9)), span, span[:, :5]], dim=1)
-
 
 ASSISTED = {
     "prompt_lookup": dict(prompt_lookup_num_tokens=5),
@@ -433,18 +315,6 @@ def test_prompt_lookup_decoding_is_hfs(model_type, name):
     model, generator = built(model_type)
     want, got = hf_and_ours(model, generator, copying_prompt(), None, max_new_tokens=40,
                             **ASSISTED[name])
-    assert torch.equal(got, want)
-
-
-@pytest.mark.builds_after_export
-@pytest.mark.parametrize("model_type", FAMILIES)
-def test_greedy_prompt_lookup_is_greedy_in_every_family(model_type):
-    model, generator = built(model_type)
-    ids = copying_prompt(seed=6)
-    greedy = generator.generate(ids, max_new_tokens=24)
-    want, got = hf_and_ours(model, generator, ids, None, max_new_tokens=24,
-                            prompt_lookup_num_tokens=4)
-    assert torch.equal(got, greedy)
     assert torch.equal(got, want)
 
 
@@ -492,38 +362,6 @@ def test_draft_tokens_are_verified_in_one_step_each(monkeypatch):
     assert [new for _, new in calls if new > 9] == [38, 37], calls
     # Grown when too small, to at most twice what the request holds.
     assert grown and max(grown) <= 2 * (ids.shape[1] + 40 + 8 + 2), grown
-
-
-@pytest.mark.builds_after_export
-@pytest.mark.parametrize("name", ["prompt_lookup", "prompt_lookup_sampling"])
-@pytest.mark.parametrize("model_type", ["bart", "t5"])
-def test_encoder_decoder_prompt_lookup_is_hfs(model_type, name):
-    """The decoder's drafts looked up in its own output (the source is not
-    the decoder's prompt), verified by the decoder's verify step."""
-    model, generator = seq2seq_built(model_type)
-    want, got = hf_and_ours(model, generator, copying_prompt(), None,
-                            generate=seq2seq_hf_generate, max_new_tokens=40, **ASSISTED[name])
-    assert torch.equal(got, want)
-
-
-@pytest.mark.builds_after_export
-@pytest.mark.parametrize("model_type", ["bart", "t5"])
-def test_an_encoder_decoder_draft_model_is_greedy_in_verify_steps(monkeypatch, model_type):
-    """An encoder-decoder as its own draft: the draft encodes the source
-    once and keeps its decoder cache across drafting calls, and each call's
-    eight drafts are checked by one verify step of nine decoder tokens."""
-    model, generator = seq2seq_built(model_type)
-    ids = copying_prompt(seed=9)
-    greedy = generator.generate(ids, max_new_tokens=40)
-    assert torch.equal(greedy, seq2seq_hf_generate(model, ids, None, max_new_tokens=40))
-    calls = record_invocations(monkeypatch, generator.module, dim=1)
-    draft = type(generator)(generator.module, generator.spec,
-                            {**generator._generation_config, "num_assistant_tokens": 8,
-                             "assistant_confidence_threshold": 0.0})
-    assert torch.equal(generator.generate(ids, max_new_tokens=40, assistant_model=draft), greedy)
-    verified = [new for entry, new in calls if entry == "verify_draft"]
-    assert verified and len(verified) <= 6 and max(verified) == 9, calls
-    assert [entry for entry, _ in calls].count("encode") == 2, calls  # the model's, the draft's
 
 
 @pytest.mark.builds_after_export

@@ -13,11 +13,13 @@ are checked on the batch of source lengths.
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
 import torch
 from invocations import record_invocations
+from test_generate import copying_prompt, hf_and_ours
 
 import anyshape
 
@@ -270,3 +272,116 @@ def test_a_speech_encoder_decoder_is_refused():
     with pytest.raises(NotImplementedError, match=r"model: WhisperForConditionalGeneration's "
                                                   r"encoder takes input_features, not token ids"):
         anyshape.compile_generator(model)
+
+
+# -- beam search (issue 67) --------------------------------------------------------
+
+SEQ2SEQ_BEAMS = {
+    "2_beams": dict(num_beams=2),
+    "4_beams": dict(num_beams=4),
+    "5_beams_3_returned": dict(num_beams=5, num_return_sequences=3),
+    "sampling_2_returned": dict(do_sample=True, num_return_sequences=2),
+}
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("lengths", [[9], [17, 1, 40]], ids=["batch_1", "mixed"])
+@pytest.mark.parametrize("name", SEQ2SEQ_BEAMS)
+@pytest.mark.parametrize("model_type", ["bart", "t5"])
+def test_encoder_decoder_beam_search_is_hfs(model_type, name, lengths):
+    model, generator = built(model_type)
+    ids, mask = sources(lengths, model.config.pad_token_id, seed=2)
+    want, got = hf_and_ours(model, generator, ids, mask, generate=hf_generate,
+                            max_new_tokens=20, **SEQ2SEQ_BEAMS[name])
+    assert torch.equal(got, want)
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("lengths", [[9], [17, 1, 40]], ids=["batch_1", "mixed"])
+def test_bart_with_its_summarization_defaults_is_hf_generate(lengths):
+    """BART summarization checkpoints' generation config (bart-large-cnn's:
+    4 beams, no repeated trigram, length penalty 2, 56 to 142 tokens, early
+    stopping), applied as the model's defaults with no arguments."""
+    model, generator = built("bart")
+    defaults = dict(num_beams=4, no_repeat_ngram_size=3, length_penalty=2.0, min_length=56,
+                    max_length=142, early_stopping=True)
+    model = copy.deepcopy(model)
+    for key, value in defaults.items():
+        setattr(model.generation_config, key, value)
+    own = type(generator)(generator.module, generator.spec,
+                          {**generator._generation_config, **defaults})
+    ids, mask = sources(lengths, model.config.pad_token_id, seed=3)
+    want, got = hf_and_ours(model, own, ids, mask, generate=hf_generate)
+    assert torch.equal(got, want)
+    assert got.shape[1] >= 56
+
+
+@pytest.mark.builds_after_export
+def test_encoder_decoder_beam_scores_are_hfs():
+    """Within float32 rounding of HF's: over all steps, no further than twice
+    as far from HF's float64 scores as HF's float32 ones are, give or take 1e-5
+    (T5's scaled-up random weights give logits of about 250, which float32
+    rounds by tenths)."""
+    model, generator = built("t5")
+    ids, mask = sources([17, 1, 40], model.config.pad_token_id, seed=4)
+    kwargs = dict(max_new_tokens=12, num_beams=4, num_return_sequences=2,
+                  return_dict_in_generate=True, output_scores=True, output_logits=True)
+    want = hf_generate(model, ids, mask, **kwargs)
+    exact = hf_generate(copy.deepcopy(model).double(), ids, mask, **kwargs)
+    got = generator.generate(ids, attention_mask=mask, **kwargs)
+    assert type(got) is type(want)
+    assert torch.equal(got.sequences, want.sequences)
+    assert torch.equal(got.sequences, exact.sequences)
+    assert torch.equal(got.beam_indices, want.beam_indices)
+    for name in ("sequences_scores", "scores", "logits"):
+        ours, theirs, reference = (_finite_values(getattr(output, name), exact, name)
+                                   for output in (got, want, exact))
+        rounding = (theirs - reference).abs().max()
+        assert (ours - reference).abs().max() <= 2 * rounding + 1e-5, name
+
+
+def _finite_values(values, exact, name: str) -> torch.Tensor:
+    """The values (one tensor or a tuple of steps') where HF's float64 ones
+    are finite, in float64, as one vector."""
+    values = values if isinstance(values, tuple) else (values,)
+    references = getattr(exact, name)
+    references = references if isinstance(references, tuple) else (references,)
+    return torch.cat([v[torch.isfinite(r)].double() for v, r in zip(values, references)])
+
+
+# -- assisted decoding (issue 67) ----------------------------------------------------
+
+PROMPT_LOOKUP = {"greedy": dict(prompt_lookup_num_tokens=5),
+                 "sampling": dict(prompt_lookup_num_tokens=3, do_sample=True, top_k=20)}
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("name", PROMPT_LOOKUP)
+@pytest.mark.parametrize("model_type", ["bart", "t5"])
+def test_encoder_decoder_prompt_lookup_is_hfs(model_type, name):
+    """The decoder's drafts looked up in its own output (the source is not
+    the decoder's prompt), verified by the decoder's verify step."""
+    model, generator = built(model_type)
+    want, got = hf_and_ours(model, generator, copying_prompt(), None,
+                            generate=hf_generate, max_new_tokens=40, **PROMPT_LOOKUP[name])
+    assert torch.equal(got, want)
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type", ["bart", "t5"])
+def test_an_encoder_decoder_draft_model_is_greedy_in_verify_steps(monkeypatch, model_type):
+    """An encoder-decoder as its own draft: the draft encodes the source
+    once and keeps its decoder cache across drafting calls, and each call's
+    eight drafts are checked by one verify step of nine decoder tokens."""
+    model, generator = built(model_type)
+    ids = copying_prompt(seed=9)
+    greedy = generator.generate(ids, max_new_tokens=40)
+    assert torch.equal(greedy, hf_generate(model, ids, None, max_new_tokens=40))
+    calls = record_invocations(monkeypatch, generator.module, dim=1)
+    draft = type(generator)(generator.module, generator.spec,
+                            {**generator._generation_config, "num_assistant_tokens": 8,
+                             "assistant_confidence_threshold": 0.0})
+    assert torch.equal(generator.generate(ids, max_new_tokens=40, assistant_model=draft), greedy)
+    verified = [new for entry, new in calls if entry == "verify_draft"]
+    assert verified and len(verified) <= 6 and max(verified) == 9, calls
+    assert [entry for entry, _ in calls].count("encode") == 2, calls  # the model's, the draft's
