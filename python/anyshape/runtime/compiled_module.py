@@ -207,6 +207,22 @@ class CompiledModule:
         # one move and written by another.
         self._copy_on_device([gather, scatter])
 
+    def copy_rows(self, arrays: Sequence, targets: Sequence,
+                  pairs: Sequence[tuple[int, int]]) -> None:
+        """For each ``(i, j)`` in ``pairs``, row ``i`` (along dim 0) of each of
+        the device ``arrays`` into row ``j`` of the matching device array of
+        ``targets``, whose rows are of the same shape: copies by the device
+        itself. A prompt's cache, computed once, into each of its beams' rows."""
+        copies = []
+        for array, target in zip(arrays, targets, strict=True):
+            if tuple(array.shape[1:]) != tuple(target.shape[1:]):
+                raise ValueError(f"copy_rows: rows of {tuple(array.shape)} do not fit "
+                                 f"{tuple(target.shape)}")
+            row = _byte_length(array) // array.shape[0]
+            source, destination = _buffer(array), _buffer(target)
+            copies += [(source, destination, i * row, j * row, row) for i, j in pairs]
+        self._copy_on_device([copies])
+
     def copy_slots(self, arrays: Sequence, larger: Sequence, slots: int) -> None:
         """The first ``slots`` slots (dim 2) of each of the device ``arrays``
         ([rows, heads, slots, width]) into ``larger``, device arrays of the same

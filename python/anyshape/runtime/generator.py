@@ -94,6 +94,10 @@ class Generator:
         if cache.buffers is None:
             cache.rows = self._decode_rows(batch)
             cache.buffers = self._empty_cache(cache.rows, cache.capacity)
+            if new > 1 and keep == 1:
+                logits = self._prefill_each_prompt_once(ids, mask, cache)
+                if logits is not None:
+                    return logits
         if self._decode_rows(batch) != cache.rows:
             raise RuntimeError(f"a step of {batch} rows on a cache of {cache.rows}")
         if cache.filled + new >= cache.capacity:
@@ -105,6 +109,25 @@ class Generator:
         logits = self._step(ids, mask, cache.buffers, entry)[:batch]
         cache.filled += new
         return logits
+
+    def _prefill_each_prompt_once(self, ids: torch.Tensor, mask: torch.Tensor, cache):
+        """The first step's logits where rows repeat a prompt (HF repeats
+        each prompt for its beams, and for its returned sequences): each
+        distinct prompt is run once, into a cache of its own rows, which the
+        device then copies into every row that repeats it. None where no row
+        repeats another (the step then runs as usual)."""
+        rows, _ = self._padded_to_decode_rows(torch.cat([ids, mask], dim=1), mask)
+        firsts: dict[tuple, int] = {}
+        of_row = [firsts.setdefault(tuple(row), len(firsts)) for row in rows.tolist()]
+        if len(firsts) == len(of_row):
+            return None
+        prompts = [of_row.index(number) for number in range(len(firsts))]
+        own = self._empty_cache(len(prompts), cache.capacity)
+        logits = self._step(ids[prompts], mask[prompts], own)
+        self.module.copy_rows(own, cache.buffers,
+                              [(number, row) for row, number in enumerate(of_row)])
+        cache.filled += ids.shape[1]
+        return logits[torch.tensor(of_row[:ids.shape[0]])]
 
     def _check_keep(self, keep: int, new: int) -> None:
         if not 1 <= keep <= new:

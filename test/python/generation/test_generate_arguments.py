@@ -246,9 +246,39 @@ def test_beam_search_reorders_the_cache_on_the_device(monkeypatch):
     copies = record_host_copies(monkeypatch)
     ids, mask = mixed_batch([17, 1, 7], seed=3)
     generator.generate(ids, attention_mask=mask, max_new_tokens=12, num_beams=2)
-    assert [entry for entry, _ in calls] == [None] + ["decode_eight"] * 11
+    # Each prompt's prefill once, then six rows as the eight-row function's batch.
+    assert calls == [(None, 3)] + [("decode_eight", 8)] * 11
     assert moved and all(i < 6 and j < 6 for move in moved for i, j in move)
-    assert copies == [(8, VOCAB)] * 12  # six rows run as the eight-row function's batch
+    assert copies == [(3, VOCAB)] + [(8, VOCAB)] * 11
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("lengths", BATCHES.values(), ids=BATCHES.keys())
+def test_a_prompt_repeated_for_beams_and_samples_is_run_once(monkeypatch, lengths):
+    """/// HF repeats each prompt for its beams (and its returned sequences):
+    /// the prefill runs each prompt once, and the device copies its cache
+    /// into the rows that repeat it."""
+    from anyshape.runtime.compiled_module import CompiledModule
+
+    model, generator = built("gpt2")
+    calls = record_invocations(monkeypatch, generator.module)
+    copied = []
+    copy_rows = CompiledModule.copy_rows
+
+    def recorded(self, arrays, targets, pairs):
+        copied.append(list(pairs))
+        return copy_rows(self, arrays, targets, pairs)
+
+    monkeypatch.setattr(CompiledModule, "copy_rows", recorded)
+    for kwargs, rows in ((dict(num_beams=4), 4), (dict(do_sample=True, num_return_sequences=3), 3)):
+        calls.clear()
+        copied.clear()
+        want, got = both(model, generator, lengths, max_new_tokens=12, **kwargs)
+        assert torch.equal(got, want), kwargs
+        assert calls[0] == (None, len(lengths)), calls
+        beams = len(lengths) * rows
+        assert [j for _, j in copied[0]][:beams] == list(range(beams))
+        assert [i for i, _ in copied[0]][:beams] == [r // rows for r in range(beams)]
 
 
 @pytest.mark.builds_after_export
