@@ -267,6 +267,12 @@ def _compiled_model_class():
                     f"runs no decoding code from the Hub")
             return None
 
+        def _get_logits_processor(self, *args, **kwargs):
+            # HF's processors, but top-p sorts only what top-k left (top_p.py).
+            from anyshape.runtime.top_p import with_sparse_top_p
+
+            return with_sparse_top_p(super()._get_logits_processor(*args, **kwargs))
+
         def _valid_auto_compile_criteria(self, model_kwargs, generation_config) -> bool:
             return False
 
