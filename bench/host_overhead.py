@@ -4,14 +4,20 @@
 each token it runs the step (the module call and the logits' copy to the
 host), then HF's logits processors, stopping criteria and bookkeeping on the
 host. This times both, per token, on GPT-2 small (random weights, float32,
-a 17-token prompt at batch 1, up to 128 new tokens, the model's own end token;
-no ``min_new_tokens``, whose processor scans the vocabulary every step): the step's time is the sum of
-the module calls (``CompiledModule.invoke``, ``move_rows`` and the logits'
-``to_host``), the
-host's the rest of ``generate``. Modes: greedy; sampling with temperature,
-top-k and top-p; greedy with a repetition penalty and n-gram blocking;
-4 beams with n-gram blocking (whose step is 4 rows, and whose cache is
-reordered on the device each token: that call counts as the step's).
+a 17-token prompt at batch 1, up to 128 new tokens, the model's own end
+token; no ``min_new_tokens``, whose processor scans the vocabulary every
+step): the step's time is the sum of the module calls
+(``CompiledModule.invoke``, ``move_rows`` and the logits' ``to_host``), the
+host's the rest of ``generate``, and of that the logits processors' share
+(HF's ``LogitsProcessorList`` calls: penalties, n-gram blocking, and
+sampling's temperature, top-k and top-p, which transformers 5 runs as
+processors too). Sampling's draw (``torch.multinomial`` over the
+vocabulary: HF's seeded samples are its draws) and beam search's scoring
+are HF's loop: in the host's time, not the processors'. Modes: greedy;
+sampling with temperature, top-k and top-p; greedy with a repetition
+penalty and n-gram blocking; 4 beams with n-gram blocking (whose step is 4
+rows, and whose cache is reordered on the device each token: that call
+counts as the step's).
 
     python bench/host_overhead.py [--rounds 5] [--new-tokens 128] [--out bench/results/host-overhead]
 
@@ -79,9 +85,22 @@ class StepClock:
             setattr(owner, name, original)
 
 
-def measure(generator, ids, new_tokens: int, options: dict) -> tuple[float, float]:
-    """(ms per token in the step, ms per token on the host besides it)."""
-    clock = StepClock(generator.module)
+class ProcessorClock(StepClock):
+    """Seconds spent in HF's logits processors, while installed."""
+
+    def __init__(self):
+        from transformers.generation.logits_process import LogitsProcessorList
+
+        self.seconds = 0.0
+        self._patches = [(LogitsProcessorList, "__call__")]
+        self._originals = [LogitsProcessorList.__call__]
+        LogitsProcessorList.__call__ = self._timed(LogitsProcessorList.__call__)
+
+
+def measure(generator, ids, new_tokens: int, options: dict) -> tuple[float, float, float]:
+    """(ms per token in the step, ms per token on the host besides it, ms
+    per token of that in the logits processors)."""
+    clock, processors = StepClock(generator.module), ProcessorClock()
     try:
         torch.manual_seed(0)
         began = time.perf_counter()
@@ -89,8 +108,10 @@ def measure(generator, ids, new_tokens: int, options: dict) -> tuple[float, floa
         total = time.perf_counter() - began
     finally:
         clock.remove()
+        processors.remove()
     made = out.shape[1] - ids.shape[1]  # fewer where the end token came first
-    return clock.seconds / made * 1e3, (total - clock.seconds) / made * 1e3
+    return (clock.seconds / made * 1e3, (total - clock.seconds) / made * 1e3,
+            processors.seconds / made * 1e3)
 
 
 def main(argv=None) -> int:
@@ -114,8 +135,11 @@ def main(argv=None) -> int:
     for mode, values in samples.items():
         step = statistics.median(v[0] for v in values)
         host = statistics.median(v[1] for v in values)
+        processors = statistics.median(v[2] for v in values)
         rows.append({"mode": mode, "step_ms": round(step, 3), "host_ms": round(host, 3),
-                     "host_share_of_step": round(host / step, 4)})
+                     "host_share_of_step": round(host / step, 4),
+                     "processors_ms": round(processors, 3),
+                     "processors_share_of_step": round(processors / step, 4)})
     result = {"host": host_cpu(), "model": "gpt2 (124M, random weights, float32)",
               "prompt": 17, "new_tokens": args.new_tokens, "rounds": args.rounds,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "modes": rows}
@@ -124,9 +148,11 @@ def main(argv=None) -> int:
     (out / "host_overhead.json").write_text(json.dumps(result, indent=1) + "\n")
     lines = [f"GPT-2 small, batch 1, 17-token prompt, up to {args.new_tokens} new tokens, "
              f"median of {args.rounds}; host: {result['host']}", "",
-             "| mode | step ms/token | host ms/token | host / step |", "|---|---|---|---|"]
+             "| mode | step ms/token | host ms/token | host / step | of which processors "
+             "ms/token | processors / step |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['mode']} | {r['step_ms']:.3f} | {r['host_ms']:.3f} | "
-              f"{100 * r['host_share_of_step']:.1f} % |" for r in rows]
+              f"{100 * r['host_share_of_step']:.1f} % | {r['processors_ms']:.3f} | "
+              f"{100 * r['processors_share_of_step']:.1f} % |" for r in rows]
     (out / "host_overhead.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
