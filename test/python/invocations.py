@@ -29,3 +29,17 @@ def record_host_copies(monkeypatch) -> list:
 
     monkeypatch.setattr(rt.DeviceArray, "to_host", counted)
     return copies
+
+
+def record_calls(monkeypatch, owner, name: str) -> list:
+    """The arguments (after ``self``) of every call of ``owner.name`` from
+    now on, in order; the calls still run."""
+    calls = []
+    original = getattr(owner, name)
+
+    def recorded(self, *args):
+        calls.append(args)
+        return original(self, *args)
+
+    monkeypatch.setattr(owner, name, recorded)
+    return calls

@@ -100,10 +100,7 @@ class Generator:
                     return logits
         if self._decode_rows(batch) != cache.rows:
             raise RuntimeError(f"a step of {batch} rows on a cache of {cache.rows}")
-        if cache.filled + new >= cache.capacity:
-            # Draft tokens past the request's length (assisted decoding),
-            # verified and then cropped.
-            self.grow_cache(cache, max(cache.filled + new + 1, cache.capacity * 5 // 4))
+        self._make_room(cache, new)
         ids, mask = self._padded_to_decode_rows(ids, mask)
         entry = self.spec["verify_entry"] if keep > 1 else None
         logits = self._step(ids, mask, cache.buffers, entry)[:batch]
@@ -136,6 +133,12 @@ class Generator:
             raise NotImplementedError(
                 "assisted decoding: this generator was saved by an anyshape without the step "
                 "that verifies draft tokens; compile it again")
+
+    def _make_room(self, cache, new: int) -> None:
+        """Grow ``cache`` where ``new`` tokens overflow it: draft tokens past
+        the request's length (assisted decoding), verified and then cropped."""
+        if cache.filled + new >= cache.capacity:
+            self.grow_cache(cache, max(cache.filled + new + 1, cache.capacity * 5 // 4))
 
     def grow_cache(self, cache, capacity: int) -> None:
         """Give ``cache`` at least ``capacity`` slots, its tokens copied on the
@@ -273,10 +276,7 @@ class Seq2SeqGenerator(Generator):
             cache.rows = self._decode_rows(batch)
             cache.buffers = self._empty_cache(cache.rows, cache.capacity)
             cache.source = self._source_rows(source, cache.rows)
-        if cache.filled + new >= cache.capacity:
-            # Draft tokens past the request's length (assisted decoding),
-            # verified and then cropped.
-            self.grow_cache(cache, max(cache.filled + new + 1, cache.capacity * 5 // 4))
+        self._make_room(cache, new)
         if source_mask is None:
             source_mask = torch.ones(batch, cache.source[0].shape[1], dtype=torch.long)
         ids, source_mask = self._padded_to_decode_rows(ids, source_mask)

@@ -18,7 +18,7 @@ import copy
 
 import pytest
 import torch
-from invocations import record_host_copies, record_invocations
+from invocations import record_calls, record_host_copies, record_invocations
 from test_generate import (VOCAB, both, built, copying_prompt, hf_and_ours, hf_generate,
                            mixed_batch)
 
@@ -235,19 +235,13 @@ def test_beam_search_reorders_the_cache_on_the_device(monkeypatch):
 
     model, generator = built("llama")
     calls = record_invocations(monkeypatch, generator.module)
-    moved = []
-    move_rows = CompiledModule.move_rows
-
-    def recorded(self, arrays, moves, scratch):
-        moved.append(list(moves))
-        return move_rows(self, arrays, moves, scratch)
-
-    monkeypatch.setattr(CompiledModule, "move_rows", recorded)
+    move_calls = record_calls(monkeypatch, CompiledModule, "move_rows")
     copies = record_host_copies(monkeypatch)
     ids, mask = mixed_batch([17, 1, 7], seed=3)
     generator.generate(ids, attention_mask=mask, max_new_tokens=12, num_beams=2)
     # Each prompt's prefill once, then six rows as the eight-row function's batch.
     assert calls == [(None, 3)] + [("decode_eight", 8)] * 11
+    moved = [list(moves) for _, moves, _ in move_calls]
     assert moved and all(i < 6 and j < 6 for move in moved for i, j in move)
     assert copies == [(3, VOCAB)] + [(8, VOCAB)] * 11
 
@@ -262,14 +256,7 @@ def test_a_prompt_repeated_for_beams_and_samples_is_run_once(monkeypatch, length
 
     model, generator = built("gpt2")
     calls = record_invocations(monkeypatch, generator.module)
-    copied = []
-    copy_rows = CompiledModule.copy_rows
-
-    def recorded(self, arrays, targets, pairs):
-        copied.append(list(pairs))
-        return copy_rows(self, arrays, targets, pairs)
-
-    monkeypatch.setattr(CompiledModule, "copy_rows", recorded)
+    copied = record_calls(monkeypatch, CompiledModule, "copy_rows")
     for kwargs, rows in ((dict(num_beams=4), 4), (dict(do_sample=True, num_return_sequences=3), 3)):
         calls.clear()
         copied.clear()
@@ -277,8 +264,9 @@ def test_a_prompt_repeated_for_beams_and_samples_is_run_once(monkeypatch, length
         assert torch.equal(got, want), kwargs
         assert calls[0] == (None, len(lengths)), calls
         beams = len(lengths) * rows
-        assert [j for _, j in copied[0]][:beams] == list(range(beams))
-        assert [i for i, _ in copied[0]][:beams] == [r // rows for r in range(beams)]
+        pairs = copied[0][2]
+        assert [j for _, j in pairs][:beams] == list(range(beams))
+        assert [i for i, _ in pairs][:beams] == [r // rows for r in range(beams)]
 
 
 @pytest.mark.builds_after_export
