@@ -21,7 +21,8 @@ from pathlib import Path
 from anyshape.iree.cpu import host_flags
 from anyshape.iree.kernels import build, linear_rows
 
-ISAS = {"portable": build.ISA_PORTABLE, "avx2": build.ISA_AVX2, "avx512": build.ISA_AVX512}
+ISAS = {"portable": build.ISA_PORTABLE, "avx2": build.ISA_AVX2, "avx512": build.ISA_AVX512,
+        "avx512vnni": build.ISA_AVX512_VNNI}
 HERE = Path(__file__).parent
 
 
@@ -30,7 +31,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[2, 1])
     parser.add_argument("--rows", type=int, nargs="+",
                         default=[1, 4, 12, 15, 16, 17, 24, 32, 33, 48, 49, 64, 96, 97, 128, 192])
-    parser.add_argument("--isa", choices=list(ISAS), default="avx512",
+    parser.add_argument("--isa", choices=list(ISAS), default="avx512vnni",
                         help="the widest instruction set (the host's, where it has less)")
     parser.add_argument("--layers", type=int, default=12, help="roberta-base has 12")
     parser.add_argument("--rounds", type=int, default=9, help="timed rounds (the median is shown)")
@@ -49,7 +50,8 @@ def main(argv=None) -> int:
         subprocess.run([build.compiler(), "-O2", "-std=c11", "-pthread", str(HERE / "products.c"),
                         str(built), "-o", str(harness)], check=True)
         flags = host_flags() or set()
-        host = "avx512" if "avx512f" in flags else "avx2" if {"avx2", "fma"} <= flags \
+        host = "avx512vnni" if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags \
+            else "avx512" if "avx512f" in flags else "avx2" if {"avx2", "fma"} <= flags \
             else "portable"
         runs = min(args.isa, host, key=ISAS.get)
         print(f"{linear_rows.SOURCE.name} ({built.name}), --isa {args.isa}: the {runs} code "

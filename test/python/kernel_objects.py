@@ -12,8 +12,10 @@ from anyshape.iree.cpu import host_flags
 from anyshape.iree.kernels import build
 
 FLAGS = host_flags() or set()
-ISAS = {"portable": build.ISA_PORTABLE, "avx2": build.ISA_AVX2, "avx512": build.ISA_AVX512}
-HOST_HAS = {"portable": True, "avx2": {"avx2", "fma"} <= FLAGS, "avx512": "avx512f" in FLAGS}
+ISAS = {"portable": build.ISA_PORTABLE, "avx2": build.ISA_AVX2, "avx512": build.ISA_AVX512,
+        "avx512vnni": build.ISA_AVX512_VNNI}
+HOST_HAS = {"portable": True, "avx2": {"avx2", "fma"} <= FLAGS, "avx512": "avx512f" in FLAGS,
+            "avx512vnni": {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= FLAGS}
 
 
 def linked_object(source: Path, isa: str, tmp_path: Path) -> ctypes.CDLL:

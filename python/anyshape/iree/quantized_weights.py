@@ -222,8 +222,8 @@ def packed(weight: np.ndarray, fmt: WeightFormat,
     columns past n zero: int8 panels [P, k, 16] and float32 scales [P * 16];
     int4 panels [P, k / 2, 16] of uint8 (k even in the low four bits, as
     q + 8) and float16 scales [P, k / group, 16]; int4 with int8
-    activations (``nibble_pairs``) [P, k / 4, 16, 2], byte [p, s, j, e]
-    holding k 4 s + e in its low four bits and 4 s + e + 2 in its high ones.
+    activations (``nibble_quads``) [P, k / 8, 16, 4], byte [p, s, j, e]
+    holding k 8 s + e in its low four bits and 8 s + e + 4 in its high ones.
     ``codes``: its (q, scales) where known (``exact_codes``), else
     ``quantize``'s."""
     q, scale = codes if codes is not None else quantize(weight, fmt)
@@ -237,10 +237,10 @@ def packed(weight: np.ndarray, fmt: WeightFormat,
         return np.ascontiguousarray(data), scales
     biased = (q.astype(np.int16) + 8).astype(np.uint8)
     biased = np.concatenate([biased, np.full((pad, k), 8, np.uint8)])
-    if nibble_pairs(fmt):
-        steps = biased.reshape(panels, PANEL, k // 4, 4)
-        pairs = steps[..., :2] | (steps[..., 2:] << 4)
-        data = pairs.transpose(0, 2, 1, 3)
+    if nibble_quads(fmt):
+        steps = biased.reshape(panels, PANEL, k // 8, 8)
+        quads = steps[..., :4] | (steps[..., 4:] << 4)
+        data = quads.transpose(0, 2, 1, 3)
     else:
         pairs = biased[:, 0::2] | (biased[:, 1::2] << 4)
         data = pairs.reshape(panels, PANEL, k // 2).transpose(0, 2, 1)
@@ -249,10 +249,11 @@ def packed(weight: np.ndarray, fmt: WeightFormat,
     return np.ascontiguousarray(data), np.ascontiguousarray(scales)
 
 
-def nibble_pairs(fmt: WeightFormat) -> bool:
-    """Whether ``packed`` lays ``fmt``'s int4 weights out in pairs of k, for
-    the integer tiles of the ``_q4i8`` entry points (kernels/quantized_panels.h),
-    which multiply them so with no unpacking."""
+def nibble_quads(fmt: WeightFormat) -> bool:
+    """Whether ``packed`` lays ``fmt``'s int4 weights out in fours of k, for
+    the integer tiles of the ``_q4i8`` entry points (kernels/quantized_panels.h):
+    masked, a column's 32 bits are the four k that a byte dot product (AVX-512
+    VNNI's vpdpbusd, or AVX2's vpmaddubsw and vpmaddwd) multiplies and sums."""
     return fmt.name == "int4" and fmt.activations == "int8"
 
 

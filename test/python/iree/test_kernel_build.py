@@ -160,15 +160,23 @@ def test_the_object_for_a_cpu_without_avx512_has_no_avx512_code(kernel):
     if shutil.which("objdump") is None:
         pytest.skip("no objdump")
 
-    def zmm_instructions(cpu: str) -> int:
+    def disassembly(cpu: str) -> str:
         built, why = build.kernel_object(KERNELS[kernel], build.isa_for_cpu(cpu))
         assert built is not None, why
-        code = subprocess.run(["objdump", "-d", str(built)], capture_output=True, text=True,
+        return subprocess.run(["objdump", "-d", str(built)], capture_output=True, text=True,
                               check=True).stdout
-        return len(re.findall(r"%zmm\d", code))
+
+    def zmm_instructions(cpu: str) -> int:
+        return len(re.findall(r"%zmm\d", disassembly(cpu)))
 
     assert build.isa_for_cpu("skylake-avx512") == build.ISA_AVX512
+    assert build.isa_for_cpu("cascadelake") == build.ISA_AVX512_VNNI
+    assert build.isa_for_cpu("znver4") == build.ISA_AVX512_VNNI
     assert build.isa_for_cpu("x86-64-v3") == build.ISA_AVX2
     assert build.isa_for_cpu("x86-64-v2") == build.ISA_PORTABLE
     assert zmm_instructions("skylake-avx512") > 0
     assert zmm_instructions("x86-64-v3") == 0
+    # VNNI's dot products only where the target has them (the integer tiles)
+    assert "vpdpbusd" not in disassembly("skylake-avx512")
+    if kernel == "linear_rows":
+        assert "vpdpbusd" in disassembly("cascadelake")

@@ -75,8 +75,8 @@ def test_packed_panels_unpack_to_the_quantized_values(fmt):
     """Panels of 16 output columns, the last padded: int8 [P, k, 16] with a
     scale per column; int4 two k to a byte (k even low, as q + 8) with a
     float16 scale per group and column, [P, k / group, 16]; int4 for int8
-    activations in pairs of k, [P, k / 4, 16, 2], byte e of a column's step
-    s holding k 4 s + e low and 4 s + e + 2 high."""
+    activations in fours of k, [P, k / 8, 16, 4], byte e of a column's step
+    s holding k 8 s + e low and 8 s + e + 4 high."""
     w = _weights(np.random.default_rng(1), 37, 256)
     q, scale = qw.quantize(w, fmt)
     data, scales = qw.packed(w, fmt)
@@ -89,9 +89,9 @@ def test_packed_panels_unpack_to_the_quantized_values(fmt):
     else:
         low = (data & 15).astype(np.int8) - 8
         high = (data >> 4).astype(np.int8) - 8
-        if qw.nibble_pairs(fmt):
-            assert data.shape == (panels, 64, 16, 2) and data.dtype == np.uint8
-            steps = np.concatenate([low, high], axis=3)  # [P, k / 4, 16, 4]: k 4 s + 0..3
+        if qw.nibble_quads(fmt):
+            assert data.shape == (panels, 32, 16, 4) and data.dtype == np.uint8
+            steps = np.concatenate([low, high], axis=3)  # [P, k / 8, 16, 8]: k 8 s + 0..7
             unpacked = steps.transpose(0, 2, 1, 3).reshape(panels * 16, 256)
         else:
             assert data.shape == (panels, 128, 16) and data.dtype == np.uint8
@@ -115,7 +115,7 @@ def _host_library(tmp_path, isa: str):
     return kernel
 
 
-@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+@pytest.mark.parametrize("isa", ["avx512vnni", "avx512", "avx2", "portable"])
 def test_every_path_computes_every_row_count(tmp_path, isa):
     """Rows 1 to 4 (the tiles that dequantize in registers: 1 or 2 rows by
     two panels, 3 or 4 by one), 5 and up (blocks of 256 k dequantized on the
@@ -178,7 +178,7 @@ def _integer_product(x, w, fmt):
     return (per_group * w_scale.astype(np.float64)[None]).sum(axis=2)
 
 
-@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+@pytest.mark.parametrize("isa", ["avx512vnni", "avx512", "avx2", "portable"])
 def test_integer_rows_compute_what_their_rounding_gives(tmp_path, isa):
     """The _q4i8 entry points: up to 4 rows (a decode step) with AVX2,
     rounded to int8 per block of 32 k, against float64 on the same codes
@@ -193,7 +193,7 @@ def test_integer_rows_compute_what_their_rounding_gives(tmp_path, isa):
     integer_isa = isa != "portable"
     rng = np.random.default_rng(3)
     for fmt in FORMATS[1:]:
-        fmt = dataclasses.replace(fmt, activations="int8")  # packed in pairs of k
+        fmt = dataclasses.replace(fmt, activations="int8")  # packed in fours of k
         for k, n in [(384, 37), (128, 19), (4224, 19), (16512, 19)]:
             w = _weights(rng, n, k)
             bias = rng.standard_normal(n).astype(np.float32)
@@ -220,7 +220,7 @@ def test_integer_rows_compute_what_their_rounding_gives(tmp_path, isa):
                         (rounding <= (half_step @ weights.T) * (1 + 1e-6)).all()
 
 
-@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+@pytest.mark.parametrize("isa", ["avx512vnni", "avx512", "avx2", "portable"])
 def test_int16_rows_of_int8_weights_compute_what_their_rounding_gives(tmp_path, isa):
     """The _q8i16 entry points: up to 2 rows with AVX2, rounded to int16 per
     block of 32 k, the k past the last whole block in float32, against
@@ -258,6 +258,34 @@ def test_int16_rows_of_int8_weights_compute_what_their_rounding_gives(tmp_path, 
                 # 1 %: a code's own float32 rounding of x times 32767 / largest
                 assert 0 < rounding.max() and \
                     (rounding <= (half_step @ weights.T) * 1.01).all()
+
+
+def test_vnni_integer_tiles_compute_the_avx2_tiles_floats_to_the_bit(tmp_path):
+    """/// An artifact runs the AVX2 tiles on an AVX2 host and the VNNI ones on
+    an AVX-512 VNNI host: both take the same exact integer sums and the same
+    float operations after them, so their outputs are equal to the bit. int4
+    with int8 rows (1 to 4 rows) and int8 with int16 rows (1 and 2 rows),
+    each group size, k over several chunks of rounded rows, a partial last
+    panel, with and without a bias, over one workgroup and 3 x 2."""
+    vnni, avx2 = _host_library(tmp_path, "avx512vnni"), _host_library(tmp_path, "avx2")
+    rng = np.random.default_rng(5)
+    cases = [(dataclasses.replace(fmt, activations="int8"), "q4i8", 4) for fmt in FORMATS[1:]]
+    cases.append((INT8, "q8i16", 2))
+    for fmt, name, rows in cases:
+        for k, n in [(384, 37), (4224, 19), (8209 if fmt.name == "int8" else 16512, 19)]:
+            w = _weights(rng, n, k)
+            bias = rng.standard_normal(n).astype(np.float32)
+            data, scales = qw.packed(w, fmt)
+            for m in range(1, rows + 1):
+                x = rng.standard_normal((m, k)).astype(np.float32)
+                x[0, :32] *= 30
+                for (nx, with_bias, y), (_, _, _, y2) in zip(
+                        ((nx, b, y) for nx, _, b, y in
+                         _over_workgroups(vnni, fmt, x, data, scales, bias, n, name=name)),
+                        _over_workgroups(avx2, fmt, x, data, scales, bias, n, name=name)):
+                    assert np.isfinite(y).all()
+                    np.testing.assert_array_equal(y.view(np.int32), y2.view(np.int32),
+                                                  err_msg=str((name, fmt, k, m, nx, with_bias)))
 
 
 def _over_workgroups(kernel, fmt, x, data, scales, bias, n, name=None):

@@ -241,6 +241,7 @@ static void workgroup(const attention_t* a, float* o, size_t gx, size_t gy) {
   float* out = o + (b * a->L + l0) * a->heads * a->D + h * a->D;
   switch (isa()) {
 #if ANYSHAPE_MAX_ISA >= ISA_AVX512
+    case ISA_AVX512_VNNI:
     case ISA_AVX512:
       rows_avx512(a, b, h, l0, l1, out);
       return;

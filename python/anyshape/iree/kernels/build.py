@@ -53,7 +53,7 @@ CFLAGS = ("-O3", "-std=c11", "-ffreestanding", "-fno-builtin", "-fPIC", "-fno-pl
           "-fno-asynchronous-unwind-tables", "-fno-exceptions", "-mno-red-zone")
 
 # isa.h's instruction sets.
-ISA_PORTABLE, ISA_AVX2, ISA_AVX512 = 1, 2, 3
+ISA_PORTABLE, ISA_AVX2, ISA_AVX512, ISA_AVX512_VNNI = 1, 2, 3, 4
 # platform.machine() -> the ELF machine (e_machine) of an object built for it.
 ELF_MACHINES = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183}
 
@@ -82,7 +82,8 @@ def isa_for_cpu(requested: str = HOST) -> int:
     for, given ``requested`` (``--iree-llvmcpu-target-cpu``), has."""
     features = set(resolve(requested).features)
     if {"avx512f", "fma"} <= features:
-        return ISA_AVX512
+        return ISA_AVX512_VNNI if {"avx512bw", "avx512vl", "avx512vnni"} <= features \
+            else ISA_AVX512
     if {"avx2", "fma"} <= features:
         return ISA_AVX2
     return ISA_PORTABLE
@@ -182,7 +183,7 @@ def _elf_problem(data: bytes, machine: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_object(source: Path, isa: int = ISA_AVX512) -> tuple[Path | None, str]:
+def kernel_object(source: Path, isa: int = ISA_AVX512_VNNI) -> tuple[Path | None, str]:
     """(the object file of the kernel ``source``, its code for instruction
     sets up to ``isa``, "") or (None, why it could not be built or fails
     ``object_problem``). Kept in ``cache_dir`` under a name that hashes the

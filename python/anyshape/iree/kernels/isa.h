@@ -16,8 +16,13 @@
 #define ISA_PORTABLE 1
 #define ISA_AVX2 2
 #define ISA_AVX512 3
+// AVX-512 with byte and word dot products (VNNI, with BW and VL): Cascade
+// Lake, Ice Lake and later, Zen 4 and later. Only the integer tiles of
+// quantized_panels.h use it; every other AVX-512 path runs here as it does
+// at ISA_AVX512.
+#define ISA_AVX512_VNNI 4
 #ifndef ANYSHAPE_MAX_ISA
-#define ANYSHAPE_MAX_ISA ISA_AVX512
+#define ANYSHAPE_MAX_ISA ISA_AVX512_VNNI
 #endif
 
 static void cpuid(uint32_t leaf, uint32_t subleaf, uint32_t regs[4]) {
@@ -43,8 +48,10 @@ static int host_isa(void) {
   uint64_t xcr0 = xgetbv0();
   if ((xcr0 & 0x6) != 0x6) return ISA_PORTABLE;  // the OS keeps no ymm state
   cpuid(7, 0, r);
-  int avx2 = (r[1] >> 5) & 1, avx512f = (r[1] >> 16) & 1;
-  if (avx512f && (xcr0 & 0xE6) == 0xE6) return ISA_AVX512;  // and zmm state
+  int avx2 = (r[1] >> 5) & 1, avx512f = (r[1] >> 16) & 1, avx512bw = (r[1] >> 30) & 1,
+      avx512vl = (r[1] >> 31) & 1, vnni = (r[2] >> 11) & 1;
+  if (avx512f && (xcr0 & 0xE6) == 0xE6)  // and zmm state
+    return avx512bw && avx512vl && vnni ? ISA_AVX512_VNNI : ISA_AVX512;
   return avx2 ? ISA_AVX2 : ISA_PORTABLE;
 }
 

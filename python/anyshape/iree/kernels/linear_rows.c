@@ -736,7 +736,7 @@ static void block(const linear_rows_t* a, size_t row0, size_t row1,
   const size_t rows = row1 - row0;
 #endif
 #if ANYSHAPE_MAX_ISA >= ISA_AVX512
-  if (found == ISA_AVX512) {
+  if (found >= ISA_AVX512) {
     if (rows <= WIDE512_ROWS)
       one_tile512(a, row0, rows, panel0, panel1);
     else if (rows <= ONE_PASS_MAX)

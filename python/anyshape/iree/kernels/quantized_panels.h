@@ -11,11 +11,11 @@
 //   four bits and k + 1 in its high ones; one float16 scale per group and
 //   column, s4[p][k / group][j];
 // - int4 for the ``_q4i8`` entry points (quantized_t.integer set): the same
-//   nibbles in pairs of k, q4[p][k / 4][j][e] holding k = 4 (k / 4) + e in its
-//   low four bits and k + 2 in its high ones (e = 0, 1). Masked, the bytes
-//   are the pairs of k that the byte products (INTEGER_Q4) multiply, one
-//   column a 16-bit lane, with no unpacking. DIRECT_Q4's float32 tiles read
-//   the first layout: this one takes them more instructions.
+//   nibbles in fours of k, q4[p][k / 8][j][e] holding k = 8 (k / 8) + e in its
+//   low four bits and k + 4 in its high ones (e = 0 .. 3). Masked, a column's
+//   32 bits are the four k that a byte dot product (INTEGER_Q4) multiplies
+//   and sums, with no unpacking. DIRECT_Q4's float32 tiles read the first
+//   layout: this one takes them more instructions.
 //
 // A workgroup dequantizes QUANT_K k of a panel at a time into a float32
 // block on its stack (scales applied), where it stays in L1, and runs the
@@ -58,12 +58,12 @@ typedef struct {
   size_t integer;
 } quantized_t;
 
-// Whether a's int4 weights come in pairs of k (the ``_q4i8`` entry points').
-static inline int nibble_pairs(const quantized_t* a) { return a->group != 0 && a->integer != 0; }
+// Whether a's int4 weights come in fours of k (the ``_q4i8`` entry points').
+static inline int nibble_quads(const quantized_t* a) { return a->group != 0 && a->integer != 0; }
 
-// The bit of the 16 bits a column holds of k 4 s .. 4 s + 3 (nibble_pairs)
-// at which k 4 s + e begins.
-static inline int pair_shift(int e) { return (e & 1) * 8 + (e >> 1) * 4; }
+// The bit of the 32 bits a column holds of k 8 s .. 8 s + 7 (nibble_quads)
+// at which k 8 s + e begins.
+static inline int quad_shift(int e) { return (e & 3) * 8 + (e >> 2) * 4; }
 
 // IEEE half to float, for the portable path (no F16C).
 static float half_to_float(uint16_t h) {
@@ -105,13 +105,13 @@ static void dequantize_portable(const quantized_t* a, size_t panel, size_t np, s
     } else {
       const uint8_t* q = a->q + (panel + p) * (a->k / 2) * PANEL + (k0 / 2) * PANEL;
       const uint16_t* s = (const uint16_t*)a->scales + (panel + p) * (a->k / a->group) * PANEL;
-      if (nibble_pairs(a)) {
+      if (nibble_quads(a)) {
         for (size_t i = 0; i < steps; ++i)
           for (size_t j = 0; j < PANEL; ++j) {
-            const uint8_t* pair = q + (i / 4) * 2 * PANEL + 2 * j;
-            const int e = (int)(i % 4), both = pair[0] | pair[1] << 8;
+            const uint8_t* quad = q + (i / 8) * 4 * PANEL + 4 * j;
+            const uint32_t all = quad[0] | quad[1] << 8 | quad[2] << 16 | (uint32_t)quad[3] << 24;
             float scale = half_to_float(s[((k0 + i) / a->group) * PANEL + j]);
-            out[i * PANEL + j] = (float)(((both >> pair_shift(e)) & 15) - 8) * scale;
+            out[i * PANEL + j] = (float)((int)((all >> quad_shift((int)(i % 8))) & 15) - 8) * scale;
           }
         continue;
       }
@@ -146,13 +146,12 @@ AVX512_FN static void dequantize512(const quantized_t* a, size_t panel, size_t n
       for (size_t g = 0; g < steps; g += a->group) {
         const __m512 s = _mm512_cvtph_ps(
             _mm256_loadu_si256((const __m256i*)(scales + ((k0 + g) / a->group) * PANEL)));
-        if (nibble_pairs(a)) {
-          for (size_t i = g; i < g + a->group; i += 4) {
-            const __m512i v =
-                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(q + (i / 2) * PANEL)));
-            for (int e = 0; e < 4; ++e) {
+        if (nibble_quads(a)) {
+          for (size_t i = g; i < g + a->group; i += 8) {
+            const __m512i v = _mm512_loadu_si512((const void*)(q + (i / 2) * PANEL));
+            for (int e = 0; e < 8; ++e) {
               const __m512i value = _mm512_sub_epi32(
-                  _mm512_and_si512(_mm512_srli_epi32(v, pair_shift(e)), low), eight);
+                  _mm512_and_si512(_mm512_srli_epi32(v, quad_shift(e)), low), eight);
               _mm512_storeu_ps(out + (i + e) * PANEL, _mm512_mul_ps(_mm512_cvtepi32_ps(value), s));
             }
           }
@@ -197,14 +196,14 @@ AVX2_F16C_FN static void dequantize256(const quantized_t* a, size_t panel, size_
         const uint16_t* group = scales + ((k0 + g) / a->group) * PANEL;
         const __m256 s[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)group)),
                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(group + 8)))};
-        if (nibble_pairs(a)) {
-          for (size_t i = g; i < g + a->group; i += 4)
+        if (nibble_quads(a)) {
+          for (size_t i = g; i < g + a->group; i += 8)
             for (int h = 0; h < 2; ++h) {
-              const __m256i v = _mm256_cvtepu16_epi32(
-                  _mm_loadu_si128((const __m128i*)(q + (i / 2) * PANEL + h * 16)));
-              for (int e = 0; e < 4; ++e) {
+              const __m256i v =
+                  _mm256_loadu_si256((const __m256i*)(q + (i / 2) * PANEL + h * 32));
+              for (int e = 0; e < 8; ++e) {
                 const __m256i value = _mm256_sub_epi32(
-                    _mm256_and_si256(_mm256_srli_epi32(v, pair_shift(e)), low), eight);
+                    _mm256_and_si256(_mm256_srli_epi32(v, quad_shift(e)), low), eight);
                 _mm256_storeu_ps(out + (i + e) * PANEL + h * 8,
                                  _mm256_mul_ps(_mm256_cvtepi32_ps(value), s[h]));
               }
@@ -369,15 +368,18 @@ AVX2_F16C_FN static inline void direct_masks(const quantized_t* a, size_t panel,
 // row's block of 32 k gets one scale, its largest magnitude to 127
 // (llama.cpp's Q8_0 rounds its activations so), and AVX2's byte products
 // (vpmaddubsw) multiply the weights' q + 8 (unsigned) by the rows' codes
-// (signed), two k at a time, into 16-bit sums: the weights in pairs of k
-// (nibble_pairs), masked, one column a lane, k 4 s, 4 s + 1 in one set of
-// sums and 4 s + 2, 4 s + 3 in another. A block's sums (at most 16
-// products of 15 x 127 a lane: 30480) are widened, the 8 of q + 8 taken off
-// exactly in integers (8 times the sum of the row's codes), then scaled by
-// the row's scale in float32, and each group's by its weights' scale.
-// Four times fewer instructions than dequantizing to float32, which bounds
-// the DIRECT_Q4 tiles; the rows' rounding adds its error to the weights'
-// (docs/quantized-weights.md).
+// (signed), two k at a time, into 16-bit sums: the weights in fours of k
+// (nibble_quads), masked, one column's k 8 s .. 8 s + 3 (and, shifted,
+// 8 s + 4 .. 8 s + 7) in 32 bits, two 16-bit sums. A block's sums (at most
+// 16 products of 15 x 127 a 16-bit lane: 30480) are added in pairs by
+// vpmaddwd into one 32-bit sum a column, the 8 of q + 8 taken off exactly in
+// integers (8 times the sum of the row's codes), then scaled by the row's
+// scale in float32, and each group's by its weights' scale. Four times fewer
+// instructions than dequantizing to float32, which bounds the DIRECT_Q4
+// tiles; the rows' rounding adds its error to the weights'
+// (docs/quantized-weights.md). AVX-512 VNNI hosts multiply and sum the four
+// k in one instruction (vpdpbusd, INTEGER_Q4_VNNI): the same integer sums,
+// so the same floats, to the bit.
 
 // The largest of v's eight lanes.
 AVX2_F16C_FN static inline float largest_lane(__m256 v) {
@@ -429,15 +431,13 @@ AVX2_F16C_FN static inline __m256i round_block32(const float* x, float* scale, i
   return q;
 }
 
-// The codes of k t, t + 1 at `codes` in every 16-bit lane: the pair by
-// which the byte products multiply a panel's nibbles of k t, t + 1 (or t + 2,
-// t + 3), one column a lane. Broadcast from memory: from a register (a
-// shuffle of the block's codes) made the tiles of 2 and 4 rows 10-20 %
-// slower (docs/quantized-weights.md, "The kernel alone").
-AVX2_F16C_FN static inline __m256i code_pair(const int8_t* codes, int t) {
-  int16_t pair;
-  __builtin_memcpy(&pair, codes + t, sizeof pair);
-  return _mm256_set1_epi16(pair);
+// The codes of k t .. t + 3 at `codes` in every 32-bit lane: the four by
+// which the byte products multiply a column's four k. Broadcast from memory,
+// a load and no shuffle.
+AVX2_F16C_FN static inline __m256i code_quad(const int8_t* codes, int t) {
+  int32_t quad;
+  __builtin_memcpy(&quad, codes + t, sizeof quad);
+  return _mm256_set1_epi32(quad);
 }
 
 // The sums of rows [row, row + MR) by the eight columns at col, before k0:
@@ -457,7 +457,7 @@ AVX2_F16C_FN static inline __m256i code_pair(const int8_t* codes, int t) {
       w[p] = a->q + (panel + p) * (k / 2) * PANEL;                                 \
       scales[p] = (const uint16_t*)a->scales + (panel + p) * groups * PANEL;       \
     }                                                                              \
-    const __m256i low = _mm256_set1_epi8(15);                                      \
+    const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);         \
     __m256 totals[MR][H];                                                          \
     for (int r = 0; r < (MR); ++r)                                                 \
       for (int h = 0; h < H; ++h) totals[r][h] = _mm256_setzero_ps();              \
@@ -466,49 +466,40 @@ AVX2_F16C_FN static inline __m256i code_pair(const int8_t* codes, int t) {
       for (int r = 0; r < (MR); ++r)                                               \
         for (int h = 0; h < H; ++h) sums[r][h] = _mm256_setzero_ps();              \
       for (size_t b = g * group; b < (g + 1) * group; b += 32) {                   \
-        /* acc[r][2p]: k = 4s, 4s + 1 of panel p; acc[r][2p + 1]: 4s + 2, 4s + 3 */  \
+        /* acc[r][h]: columns 8 h .. 8 h + 7 of the tile, two 16-bit sums each */  \
         __m256i acc[MR][H];                                                        \
         for (int r = 0; r < (MR); ++r)                                             \
           for (int h = 0; h < H; ++h) acc[r][h] = _mm256_setzero_si256();          \
-        for (int p = 0; p < (NP); ++p)                                             \
-          _mm_prefetch((const char*)(w[p] + (b / 2) * PANEL + DIRECT_AHEAD),       \
-                       _MM_HINT_T0);                                               \
-        for (int t = 0; t < 32; t += 4) {                                          \
-          __m256i wv[H];                                                           \
-          for (int p = 0; p < (NP); ++p) {                                         \
-            const __m256i v = _mm256_loadu_si256(                                  \
-                (const __m256i*)(w[p] + ((b + t) / 2) * PANEL));                   \
-            wv[2 * p] = _mm256_and_si256(v, low);                                  \
-            wv[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);        \
-          }                                                                        \
+        for (int t = 0; t < 32; t += 8) {                                          \
+          for (int p = 0; p < (NP); ++p) /* a line a panel per step */              \
+            _mm_prefetch((const char*)(w[p] + ((b + t) / 2) * PANEL + DIRECT_AHEAD), \
+                         _MM_HINT_T0);                                             \
+          __m256i x0[MR], x4[MR];                                                  \
           for (int r = 0; r < (MR); ++r) {                                         \
             const int8_t* codes = c->codes + r * c->chunk + (b - c->k0);           \
-            const __m256i x01 = code_pair(codes, t), x23 = code_pair(codes, t + 2); \
-            for (int p = 0; p < (NP); ++p) {                                       \
-              acc[r][2 * p] = _mm256_add_epi16(acc[r][2 * p],                      \
-                                               _mm256_maddubs_epi16(wv[2 * p], x01)); \
-              acc[r][2 * p + 1] = _mm256_add_epi16(                                \
-                  acc[r][2 * p + 1], _mm256_maddubs_epi16(wv[2 * p + 1], x23));    \
-            }                                                                      \
+            x0[r] = code_quad(codes, t);                                           \
+            x4[r] = code_quad(codes, t + 4);                                       \
+          }                                                                        \
+          for (int h = 0; h < H; ++h) {                                            \
+            const __m256i v = _mm256_loadu_si256(                                  \
+                (const __m256i*)(w[h / 2] + ((b + t) / 2) * PANEL + (h % 2) * 32)); \
+            const __m256i first = _mm256_and_si256(v, low);                        \
+            const __m256i second = _mm256_and_si256(_mm256_srli_epi16(v, 4), low); \
+            for (int r = 0; r < (MR); ++r)                                         \
+              acc[r][h] = _mm256_add_epi16(                                        \
+                  _mm256_add_epi16(acc[r][h], _mm256_maddubs_epi16(first, x0[r])), \
+                  _mm256_maddubs_epi16(second, x4[r]));                            \
           }                                                                        \
         }                                                                          \
         for (int r = 0; r < (MR); ++r) {                                           \
           const size_t at = r * (c->chunk / 32) + (b - c->k0) / 32;                \
           const __m256 row_scale = _mm256_set1_ps(c->scale[at]);                   \
           const __m256i offset = _mm256_set1_epi32(c->offset[at]);                 \
-          for (int p = 0; p < (NP); ++p) {                                         \
-            const __m256i e = acc[r][2 * p], o = acc[r][2 * p + 1];                \
-            const __m128i e1 = _mm256_extracti128_si256(e, 1);                     \
-            const __m128i o1 = _mm256_extracti128_si256(o, 1);                     \
-            const __m256i cols[2] = {                                              \
-                _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(e)),  \
-                                 _mm256_cvtepi16_epi32(_mm256_castsi256_si128(o))), \
-                _mm256_add_epi32(_mm256_cvtepi16_epi32(e1), _mm256_cvtepi16_epi32(o1))}; \
-            for (int h = 0; h < 2; ++h)                                            \
-              sums[r][2 * p + h] = _mm256_fmadd_ps(                                \
-                  _mm256_cvtepi32_ps(_mm256_sub_epi32(cols[h], offset)), row_scale,  \
-                  sums[r][2 * p + h]);                                             \
-          }                                                                        \
+          for (int h = 0; h < H; ++h)                                              \
+            sums[r][h] = _mm256_fmadd_ps(                                          \
+                _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_madd_epi16(acc[r][h], ones), \
+                                                    offset)),                      \
+                row_scale, sums[r][h]);                                            \
         }                                                                          \
       }                                                                            \
       for (int h = 0; h < H; ++h) {                                                \
@@ -639,6 +630,171 @@ DEFINE_INTEGER_Q4(1, 1) DEFINE_INTEGER_Q4(2, 1)
 DEFINE_INTEGER_Q8(1, 2) DEFINE_INTEGER_Q8(2, 2) DEFINE_INTEGER_Q8(3, 1) DEFINE_INTEGER_Q8(4, 1)
 DEFINE_INTEGER_Q8(1, 1) DEFINE_INTEGER_Q8(2, 1)
 
+#if ANYSHAPE_MAX_ISA >= ISA_AVX512_VNNI
+// The integer tiles with AVX-512 VNNI: a panel's 16 columns in one register,
+// and one instruction multiplying and summing a column's four k (vpdpbusd:
+// int4's codes, unsigned, by the rows' int8 codes) or two (vpdpwssd: int8's
+// codes, sign-extended, by the rows' int16 codes) into its 32-bit sum. The
+// integer sums are INTEGER_Q4's and INTEGER_Q8's, exact, and every float
+// operation after them is theirs in their order (a product and a sum where
+// they round twice), so an artifact computes the same on AVX2 and AVX-512
+// hosts, to the bit (test_quantized_weights.py).
+#define VNNI_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
+
+// The sums of row r by the 16 columns at col before c->k0: zero, or those y holds.
+#define RESUMED512(c, a, row, r, col, mask)                                           \
+  ((c)->resume ? _mm512_maskz_loadu_ps((mask), (a)->y + ((row) + (r)) * (a)->n + (col)) \
+               : _mm512_setzero_ps())
+
+VNNI_FN static inline void store512(const quantized_t* a, size_t row, size_t col, __m512 sum,
+                                    __mmask16 mask) {
+  const __m512 bias = a->bias ? _mm512_maskz_loadu_ps(mask, a->bias + col) : _mm512_setzero_ps();
+  _mm512_mask_storeu_ps(a->y + row * a->n + col, mask, _mm512_add_ps(sum, bias));
+}
+
+VNNI_FN static inline __m512i code_quad512(const int8_t* codes, int t) {
+  int32_t quad;
+  __builtin_memcpy(&quad, codes + t, sizeof quad);
+  return _mm512_set1_epi32(quad);
+}
+
+#define DEFINE_INTEGER_Q4_VNNI(MR, NP)                                             \
+  VNNI_FN static void integer_q4_vnni_##MR##x##NP(const quantized_t* a, size_t row,  \
+                                                  size_t panel, const rounded_t* c) { \
+    const size_t k = a->k, group = a->group, groups = k / group;                   \
+    const uint8_t* w[NP];                                                          \
+    const uint16_t* scales[NP];                                                    \
+    for (int p = 0; p < (NP); ++p) {                                               \
+      w[p] = a->q + (panel + p) * (k / 2) * PANEL;                                 \
+      scales[p] = (const uint16_t*)a->scales + (panel + p) * groups * PANEL;       \
+    }                                                                              \
+    const __m512i low = _mm512_set1_epi8(15);                                      \
+    __m512 totals[MR][NP];                                                         \
+    for (int r = 0; r < (MR); ++r)                                                 \
+      for (int p = 0; p < (NP); ++p) totals[r][p] = _mm512_setzero_ps();           \
+    for (size_t g = c->k0 / group; g < c->k1 / group; ++g) {                       \
+      __m512 sums[MR][NP];                                                         \
+      for (int r = 0; r < (MR); ++r)                                               \
+        for (int p = 0; p < (NP); ++p) sums[r][p] = _mm512_setzero_ps();           \
+      for (size_t b = g * group; b < (g + 1) * group; b += 32) {                   \
+        __m512i acc[MR][NP];                                                       \
+        for (int r = 0; r < (MR); ++r)                                             \
+          for (int p = 0; p < (NP); ++p) acc[r][p] = _mm512_setzero_si512();       \
+        for (int t = 0; t < 32; t += 8)                                            \
+          for (int p = 0; p < (NP); ++p) {                                         \
+            _mm_prefetch((const char*)(w[p] + ((b + t) / 2) * PANEL + DIRECT_AHEAD), \
+                         _MM_HINT_T0);                                             \
+            const __m512i v =                                                      \
+                _mm512_loadu_si512((const void*)(w[p] + ((b + t) / 2) * PANEL));   \
+            const __m512i first = _mm512_and_si512(v, low);                        \
+            const __m512i second = _mm512_and_si512(_mm512_srli_epi16(v, 4), low); \
+            for (int r = 0; r < (MR); ++r) {                                       \
+              const int8_t* codes = c->codes + r * c->chunk + (b - c->k0);         \
+              acc[r][p] = _mm512_dpbusd_epi32(acc[r][p], first, code_quad512(codes, t)); \
+              acc[r][p] =                                                          \
+                  _mm512_dpbusd_epi32(acc[r][p], second, code_quad512(codes, t + 4)); \
+            }                                                                      \
+          }                                                                        \
+        for (int r = 0; r < (MR); ++r) {                                           \
+          const size_t at = r * (c->chunk / 32) + (b - c->k0) / 32;                \
+          const __m512 row_scale = _mm512_set1_ps(c->scale[at]);                   \
+          const __m512i offset = _mm512_set1_epi32(c->offset[at]);                 \
+          for (int p = 0; p < (NP); ++p)                                           \
+            sums[r][p] = _mm512_fmadd_ps(                                          \
+                _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][p], offset)), row_scale, \
+                sums[r][p]);                                                       \
+        }                                                                          \
+      }                                                                            \
+      for (int p = 0; p < (NP); ++p) {                                             \
+        const __m512 scale = _mm512_cvtph_ps(                                      \
+            _mm256_loadu_si256((const __m256i*)(scales[p] + g * PANEL)));          \
+        for (int r = 0; r < (MR); ++r)                                             \
+          totals[r][p] = _mm512_fmadd_ps(sums[r][p], scale, totals[r][p]);         \
+      }                                                                            \
+    }                                                                              \
+    for (int p = 0; p < (NP); ++p) {                                               \
+      const size_t col = (panel + p) * PANEL;                                      \
+      const __mmask16 mask = mask16(a->n - col);                                   \
+      for (int r = 0; r < (MR); ++r) {                                             \
+        const __m512 sum = _mm512_add_ps(totals[r][p], RESUMED512(c, a, row, r, col, mask)); \
+        if (c->finish)                                                             \
+          store512(a, row + r, col, sum, mask);                                    \
+        else                                                                       \
+          _mm512_mask_storeu_ps(a->y + (row + r) * a->n + col, mask, sum);         \
+      }                                                                            \
+    }                                                                              \
+  }
+
+#define DEFINE_INTEGER_Q8_VNNI(MR, NP)                                             \
+  VNNI_FN static void integer_q8_vnni_##MR##x##NP(const quantized_t* a, size_t row,  \
+                                                  size_t panel, const rounded_t* c) { \
+    const size_t k = a->k;                                                         \
+    const int8_t* w[NP];                                                           \
+    for (int p = 0; p < (NP); ++p) w[p] = (const int8_t*)a->q + (panel + p) * k * PANEL; \
+    const int16_t* codes = (const int16_t*)c->codes;                               \
+    /* words [k: 16 columns][k + 1: 16 columns] to [column: k, k + 1] */           \
+    const __m512i interleave = _mm512_set_epi32(                                   \
+        31 << 16 | 15, 30 << 16 | 14, 29 << 16 | 13, 28 << 16 | 12, 27 << 16 | 11, \
+        26 << 16 | 10, 25 << 16 | 9, 24 << 16 | 8, 23 << 16 | 7, 22 << 16 | 6,    \
+        21 << 16 | 5, 20 << 16 | 4, 19 << 16 | 3, 18 << 16 | 2, 17 << 16 | 1, 16 << 16 | 0); \
+    __m512 sums[MR][NP];                                                           \
+    for (int r = 0; r < (MR); ++r)                                                 \
+      for (int p = 0; p < (NP); ++p) sums[r][p] = _mm512_setzero_ps();             \
+    for (size_t b = c->k0; b < c->k1; b += 32) {                                   \
+      const size_t block = (b - c->k0) / 32;                                       \
+      __m512i acc[MR][NP];                                                         \
+      for (int r = 0; r < (MR); ++r)                                               \
+        for (int p = 0; p < (NP); ++p) acc[r][p] = _mm512_setzero_si512();         \
+      for (int t = 0; t < 32; t += 2) {                                            \
+        if (t % 4 == 0)                                                            \
+          for (int p = 0; p < (NP); ++p)                                           \
+            _mm_prefetch((const char*)(w[p] + (b + t) * PANEL + DIRECT_AHEAD), _MM_HINT_T0); \
+        for (int p = 0; p < (NP); ++p) {                                           \
+          const __m512i wv = _mm512_permutexvar_epi16(                             \
+              interleave,                                                          \
+              _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(w[p] + (b + t) * PANEL)))); \
+          for (int r = 0; r < (MR); ++r) {                                         \
+            int32_t pair;                                                          \
+            __builtin_memcpy(&pair, codes + r * c->chunk + (b - c->k0) + t, sizeof pair); \
+            acc[r][p] = _mm512_dpwssd_epi32(acc[r][p], wv, _mm512_set1_epi32(pair)); \
+          }                                                                        \
+        }                                                                          \
+      }                                                                            \
+      for (int r = 0; r < (MR); ++r) {                                             \
+        const __m512 row_scale = _mm512_set1_ps(c->scale[r * (c->chunk / 32) + block]); \
+        for (int p = 0; p < (NP); ++p)                                             \
+          sums[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][p]), row_scale, sums[r][p]); \
+      }                                                                            \
+    }                                                                              \
+    if (c->finish)                                                                 \
+      for (size_t b = c->k1; b < k; ++b) /* k past the last whole block: in float32 */ \
+        for (int p = 0; p < (NP); ++p) {                                           \
+          const __m512 wf = _mm512_cvtepi32_ps(                                    \
+              _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(w[p] + b * PANEL)))); \
+          for (int r = 0; r < (MR); ++r)                                           \
+            sums[r][p] = _mm512_fmadd_ps(_mm512_set1_ps(a->x[(row + r) * k + b]), wf, \
+                                         sums[r][p]);                              \
+        }                                                                          \
+    for (int p = 0; p < (NP); ++p) {                                               \
+      const size_t col = (panel + p) * PANEL;                                      \
+      const __mmask16 mask = mask16(a->n - col);                                   \
+      const __m512 scale = _mm512_loadu_ps((const float*)a->scales + col);         \
+      for (int r = 0; r < (MR); ++r) {                                             \
+        const __m512 sum = _mm512_add_ps(sums[r][p], RESUMED512(c, a, row, r, col, mask)); \
+        if (c->finish)                                                             \
+          store512(a, row + r, col, _mm512_mul_ps(sum, scale), mask);              \
+        else                                                                       \
+          _mm512_mask_storeu_ps(a->y + (row + r) * a->n + col, mask, sum);         \
+      }                                                                            \
+    }                                                                              \
+  }
+
+DEFINE_INTEGER_Q4_VNNI(1, 2) DEFINE_INTEGER_Q4_VNNI(2, 2) DEFINE_INTEGER_Q4_VNNI(3, 1)
+DEFINE_INTEGER_Q4_VNNI(4, 1) DEFINE_INTEGER_Q4_VNNI(1, 1) DEFINE_INTEGER_Q4_VNNI(2, 1)
+DEFINE_INTEGER_Q8_VNNI(1, 2) DEFINE_INTEGER_Q8_VNNI(2, 2) DEFINE_INTEGER_Q8_VNNI(3, 1)
+DEFINE_INTEGER_Q8_VNNI(4, 1) DEFINE_INTEGER_Q8_VNNI(1, 1) DEFINE_INTEGER_Q8_VNNI(2, 1)
+#endif  // ANYSHAPE_MAX_ISA >= ISA_AVX512_VNNI
+
 // Rows [row0, row0 + rows) of k in [c->k0, c->k1) rounded into c: int4's
 // to int8 (with 8 x each block's sum of codes), int8's to int16.
 AVX2_F16C_FN static void round_rows(const quantized_t* a, size_t row0, size_t rows,
@@ -668,6 +824,14 @@ NOINLINE AVX2_F16C_FN static void direct_rows(const quantized_t* a, size_t row0,
                                               size_t rows, size_t panel0, size_t panel1) {
   const int int4 = a->group != 0;
   const int integer = a->m <= a->integer;
+#if ANYSHAPE_MAX_ISA >= ISA_AVX512_VNNI
+  const int vnni = isa() == ISA_AVX512_VNNI;
+#define INTEGER_VNNI(MR, NP) \
+  (int4 ? integer_q4_vnni_##MR##x##NP(a, row0, panel, &c) : integer_q8_vnni_##MR##x##NP(a, row0, panel, &c))
+#else
+  const int vnni = 0;
+#define INTEGER_VNNI(MR, NP) __builtin_trap()
+#endif
   rounded_t c;
   // int4's k is whole groups; int8's k past the last whole block stays float32
   const size_t whole = int4 ? a->k : a->k / 32 * 32;
@@ -680,8 +844,9 @@ NOINLINE AVX2_F16C_FN static void direct_rows(const quantized_t* a, size_t row0,
     for (size_t panel = panel0; panel < panel1;) {
       const int two = rows <= 2 && panel1 - panel >= 2;
 #define DIRECT(MR, NP)                                                   \
-  (integer ? (int4 ? integer_q4_##MR##x##NP(a, row0, panel, &c)         \
-                   : integer_q8_##MR##x##NP(a, row0, panel, &c))         \
+  (integer ? (vnni ? INTEGER_VNNI(MR, NP)                                \
+              : int4 ? integer_q4_##MR##x##NP(a, row0, panel, &c)        \
+                     : integer_q8_##MR##x##NP(a, row0, panel, &c))       \
    : int4 ? direct_q4_##MR##x##NP(a, row0, panel) : direct_q8_##MR##x##NP(a, row0, panel))
       switch (rows) {
         case 1: if (two) DIRECT(1, 2); else DIRECT(1, 1); break;
@@ -695,6 +860,7 @@ NOINLINE AVX2_F16C_FN static void direct_rows(const quantized_t* a, size_t row0,
     }
     if (c.finish) break;
   }
+#undef INTEGER_VNNI
 }
 #endif  // ANYSHAPE_MAX_ISA >= ISA_AVX2
 
@@ -752,10 +918,10 @@ NOINLINE static void dequantized_block(const quantized_t* a, size_t row0, size_t
 static void quantized_block(const quantized_t* a, size_t row0, size_t row1, size_t panel0,
                             size_t panel1) {
 #if ANYSHAPE_MAX_ISA >= ISA_AVX2
-  // DIRECT_Q4 reads int4 weights in the first layout only: pairs of k that
+  // DIRECT_Q4 reads int4 weights in the first layout only: fours of k that
   // a product too long for integers gives a workgroup few rows of take blocks
   if (row1 - row0 <= DIRECT_ROWS && a->k > 0 && isa() >= ISA_AVX2 &&
-      !(nibble_pairs(a) && a->m > a->integer)) {
+      !(nibble_quads(a) && a->m > a->integer)) {
     direct_rows(a, row0, row1 - row0, panel0, panel1);
     return;
   }

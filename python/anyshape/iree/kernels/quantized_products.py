@@ -16,7 +16,7 @@ import numpy as np
 
 from anyshape.iree.constant_values import attribute_resource_key, resource_key
 from anyshape.iree.quantized_weights import (PANEL, WeightFormat, check_shape, exact_codes,
-                                             nibble_pairs, packed)
+                                             nibble_quads, packed)
 
 class QuantizedBlobs:
     """The blobs of quantized weights a rewrite makes, in IREE's bindings
@@ -107,8 +107,8 @@ def quantized_function_text(executable: str, name: str, rows, k: int, n: int, fm
         q_type, s_type = f"tensor<{panels}x{k}x{PANEL}xi8>", f"tensor<{panels * PANEL}xf32>"
         entry = "linear_rows_q8i16" if fmt == "int8i16" else "linear_rows_q8"
     else:
-        # int4i8's weights come in pairs of k (quantized_weights.nibble_pairs)
-        q_sizes = f"{k // 4}x{PANEL}x2" if fmt == "int4i8" else f"{k // 2}x{PANEL}"
+        # int4i8's weights come in fours of k (quantized_weights.nibble_quads)
+        q_sizes = f"{k // 8}x{PANEL}x4" if fmt == "int4i8" else f"{k // 2}x{PANEL}"
         q_type, s_type = f"tensor<{panels}x{q_sizes}xi8>", \
             f"tensor<{panels}x{k // group}x{PANEL}xf16>"
         entry = "linear_rows_q4i8" if fmt == "int4i8" else "linear_rows_q4"
@@ -136,10 +136,10 @@ func.func private @{name}(%x: {x_type}, %q: {q_type}, %s: {s_type}{bias_arg}) ->
 
 
 def _embedding_text(name: str, ids_sizes: list, ids_element: str, vocab: int, dim: int,
-                    fmt: str, group: int | None, pairs: bool) -> str:
+                    fmt: str, group: int | None, quads: bool) -> str:
     """The helper function ``name``: the rows ``ids`` of a table [vocab, dim]
     stored as the packed weight of a product (an LM head's layout, so a tied
-    one is stored once; ``pairs``: int4 in pairs of k, ``nibble_pairs``),
+    one is stored once; ``quads``: int4 in fours of k, ``nibble_quads``),
     dequantized. Ids are clamped into the table, as a read must stay in it
     (the runtime's bounds checks refuse them first)."""
     panels = -(-vocab // PANEL)
@@ -156,12 +156,12 @@ def _embedding_text(name: str, ids_sizes: list, ids_element: str, vocab: int, di
       %scale = tensor.extract %s[%i] : {s_type}"""
     else:
         s_type = f"tensor<{panels}x{dim // group}x{PANEL}xf16>"
-        if pairs:  # byte [p, d / 4, j, d % 2] holds d (d % 4 < 2: low bits) and d + 2
-            q_type = f"tensor<{panels}x{dim // 4}x{PANEL}x2xi8>"
-            byte = f"""%step = arith.divui %d, %c4 : index
-      %in_step = arith.remui %d, %c4 : index
-      %byte_of = arith.remui %in_step, %c2 : index
-      %high = arith.divui %in_step, %c2 : index
+        if quads:  # byte [p, d / 8, j, d % 4] holds d (d % 8 < 4: low bits) and d + 4
+            q_type = f"tensor<{panels}x{dim // 8}x{PANEL}x4xi8>"
+            byte = f"""%step = arith.divui %d, %c8 : index
+      %in_step = arith.remui %d, %c8 : index
+      %byte_of = arith.remui %in_step, %c4 : index
+      %high = arith.divui %in_step, %c4 : index
       %b = tensor.extract %q[%p, %step, %j, %byte_of] : {q_type}"""
         else:  # byte [p, d / 2, j] holds d (d even: low bits)
             q_type = f"tensor<{panels}x{dim // 2}x{PANEL}xi8>"
@@ -199,6 +199,7 @@ func.func private @{name}(%ids: {ids_type}, %q: {q_type}, %s: {s_type}) -> {out_
     ^bb0(%id: {ids_element}, %out: f32):
       %c2 = arith.constant 2 : index
       %c4 = arith.constant 4 : index
+      %c8 = arith.constant 8 : index
       %c16 = arith.constant {PANEL} : index
       %c_group = arith.constant {group or 1} : index
       %c15_i32 = arith.constant 15 : i32
@@ -257,7 +258,7 @@ def route_embeddings(ir, module, blobs: QuantizedBlobs, functions: dict) -> int:
         ids_sizes, ids_dtype = vtensor_shape(ids.type)
         element = {"si64": "i64", "si32": "i32"}[ids_dtype]
         key = ("embedding", tuple(ids_sizes), element, vocab, dim, fmt.name, fmt.group_size,
-               nibble_pairs(fmt))
+               nibble_quads(fmt))
         name = functions.setdefault(key, f"anyshape_embedding_{fmt.name}_{vocab}x{dim}_"
                                          f"{len(functions)}")
         with ir.InsertionPoint(op), op.location:
@@ -273,5 +274,5 @@ def route_embeddings(ir, module, blobs: QuantizedBlobs, functions: dict) -> int:
 
 
 def embedding_function_text(name: str, key: tuple) -> str:
-    _, ids_sizes, element, vocab, dim, fmt, group, pairs = key
-    return _embedding_text(name, list(ids_sizes), element, vocab, dim, fmt, group, pairs)
+    _, ids_sizes, element, vocab, dim, fmt, group, quads = key
+    return _embedding_text(name, list(ids_sizes), element, vocab, dim, fmt, group, quads)
