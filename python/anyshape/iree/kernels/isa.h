@@ -12,6 +12,8 @@
 #include <stdint.h>
 
 // Macros, not an enum: the kernels compare ANYSHAPE_MAX_ISA with them in #if.
+// Each level has every instruction of the levels below it: code for a level
+// is chosen with >=, so that a level added above it still runs it.
 #define ISA_UNKNOWN 0
 #define ISA_PORTABLE 1
 #define ISA_AVX2 2

@@ -17,7 +17,7 @@
 //   and sums, with no unpacking. DIRECT_Q4's float32 tiles read the first
 //   layout: this one takes them more instructions.
 //
-// A workgroup dequantizes QUANT_K k of a panel at a time into a float32
+// A workgroup dequantizes a block of QUANT_FLOATS weights at a time into a float32
 // block on its stack (scales applied), where it stays in L1, and runs the
 // float32 tiles over it as a part of the product (linear_rows_t's strides and
 // `resume`): the weights are read from memory at their own size, once per run
@@ -26,14 +26,18 @@
 #ifndef ANYSHAPE_KERNELS_QUANTIZED_PANELS_H_
 #define ANYSHAPE_KERNELS_QUANTIZED_PANELS_H_
 
-// k dequantized at a time, of one panel: 16 KiB of the worker's stack,
-// beside the float32 tiles' own frames (FRAME_BUDGET in build.py is per
-// function; a worker's 48 KiB holds both). A multiple of every group size,
-// so that a block holds whole groups. One panel of 256 k rather than two of
-// 128 (the same 16 KiB): each tile of rows stores and resumes its sums half
-// as often (docs/quantized-weights.md, "The kernel alone").
-#define QUANT_K 256
-#define QUANT_PANELS 1
+// Weights dequantized at a time: 16 KiB of the worker's stack, beside the
+// float32 tiles' own frames (FRAME_BUDGET in build.py is per function; a
+// worker's 48 KiB holds both). With AVX2, one panel of 256 k rather than two
+// of 128: each tile of rows stores and resumes its sums half as often
+// (docs/quantized-weights.md, "The kernel alone"). Each a multiple of every
+// group size, so that a block holds whole groups.
+#define QUANT_FLOATS (256 * PANEL)
+// AVX-512's float32 tiles take two panels at a time (pass512; one panel
+// alone takes the narrow tiles of an odd last panel), so its blocks hold two
+// panels of 128 k: 1.0-1.1x faster from 17 to 65 rows on Zen 4 than one of
+// 256; four of 64 and eight of 32 were slower past 17 rows.
+#define QUANT_PANELS_512 2
 
 // Up to DIRECT_ROWS rows (a decode step's) are computed from the weights in
 // registers (the DIRECT_ and INTEGER_ tiles below).
@@ -870,7 +874,7 @@ static void dequantize(const quantized_t* a, size_t panel, size_t np, size_t k0,
   const int found = isa();
 #endif
 #if ANYSHAPE_MAX_ISA >= ISA_AVX512
-  if (found == ISA_AVX512) {
+  if (found >= ISA_AVX512) {
     dequantize512(a, panel, np, k0, steps, block);
     return;
   }
@@ -884,14 +888,20 @@ static void dequantize(const quantized_t* a, size_t panel, size_t np, size_t k0,
   dequantize_portable(a, panel, np, k0, steps, block);
 }
 
-// Rows [row0, row1) by panels [panel0, panel1): for each QUANT_PANELS, each
-// block of QUANT_K k dequantized and taken by the float32 tiles as a part of
-// the product, whose sums the next block resumes.
+// Rows [row0, row1) by panels [panel0, panel1): for each run of one panel
+// (two with AVX-512), each block of its k dequantized and taken by the
+// float32 tiles as a part of the product, whose sums the next block resumes.
 NOINLINE static void dequantized_block(const quantized_t* a, size_t row0, size_t row1,
                                        size_t panel0, size_t panel1) {
-  __attribute__((aligned(64))) float block_of_weights[QUANT_PANELS * QUANT_K * PANEL];
-  for (size_t panel = panel0; panel < panel1; panel += QUANT_PANELS) {
-    const size_t np = panel1 - panel < QUANT_PANELS ? panel1 - panel : QUANT_PANELS;
+  __attribute__((aligned(64))) float block_of_weights[QUANT_FLOATS];
+#if ANYSHAPE_MAX_ISA >= ISA_AVX512
+  const size_t panels = isa() >= ISA_AVX512 ? QUANT_PANELS_512 : 1;
+#else
+  const size_t panels = 1;
+#endif
+  const size_t quant_k = QUANT_FLOATS / PANEL / panels;
+  for (size_t panel = panel0; panel < panel1; panel += panels) {
+    const size_t np = panel1 - panel < panels ? panel1 - panel : panels;
     const size_t col = panel * PANEL;
     const size_t cols = a->n - col < np * PANEL ? a->n - col : np * PANEL;
     if (a->k == 0) {
@@ -900,8 +910,8 @@ NOINLINE static void dequantized_block(const quantized_t* a, size_t row0, size_t
       block(&part, row0, row1, 0, np);
       continue;
     }
-    for (size_t k0 = 0; k0 < a->k; k0 += QUANT_K) {
-      const size_t steps = a->k - k0 < QUANT_K ? a->k - k0 : QUANT_K;
+    for (size_t k0 = 0; k0 < a->k; k0 += quant_k) {
+      const size_t steps = a->k - k0 < quant_k ? a->k - k0 : quant_k;
       dequantize(a, panel, np, k0, steps, block_of_weights);
       const int last = k0 + steps == a->k;
       linear_rows_t part = {a->x + k0, block_of_weights,
