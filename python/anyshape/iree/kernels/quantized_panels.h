@@ -662,6 +662,16 @@ VNNI_FN static inline __m512i code_quad512(const int8_t* codes, int t) {
   return _mm512_set1_epi32(quad);
 }
 
+// The offset from a panel's weights DIRECT_AHEAD bytes past `at` in the
+// order the tiles read them: the panels of a tile of NP are read side by
+// side, so a prefetch past the end of its panel asks for the same offset in
+// the next tile's (the panels are contiguous: panel_bytes apart). Panels are
+// a few KiB (k = 896: 7 KiB of int4), too short for the hardware's streams.
+static inline size_t ahead(size_t at, size_t panel_bytes, size_t np) {
+  const size_t to = at + DIRECT_AHEAD;
+  return to < panel_bytes ? to : to + (np - 1) * panel_bytes;
+}
+
 #define DEFINE_INTEGER_Q4_VNNI(MR, NP)                                             \
   VNNI_FN static void integer_q4_vnni_##MR##x##NP(const quantized_t* a, size_t row,  \
                                                   size_t panel, const rounded_t* c) { \
@@ -686,7 +696,7 @@ VNNI_FN static inline __m512i code_quad512(const int8_t* codes, int t) {
           for (int p = 0; p < (NP); ++p) acc[r][p] = _mm512_setzero_si512();       \
         for (int t = 0; t < 32; t += 8)                                            \
           for (int p = 0; p < (NP); ++p) {                                         \
-            _mm_prefetch((const char*)(w[p] + ((b + t) / 2) * PANEL + DIRECT_AHEAD), \
+            _mm_prefetch((const char*)(w[p] + ahead(((b + t) / 2) * PANEL, k / 2 * PANEL, NP)), \
                          _MM_HINT_T0);                                             \
             const __m512i v =                                                      \
                 _mm512_loadu_si512((const void*)(w[p] + ((b + t) / 2) * PANEL));   \
@@ -752,7 +762,8 @@ VNNI_FN static inline __m512i code_quad512(const int8_t* codes, int t) {
       for (int t = 0; t < 32; t += 2) {                                            \
         if (t % 4 == 0)                                                            \
           for (int p = 0; p < (NP); ++p)                                           \
-            _mm_prefetch((const char*)(w[p] + (b + t) * PANEL + DIRECT_AHEAD), _MM_HINT_T0); \
+            _mm_prefetch((const char*)(w[p] + ahead((b + t) * PANEL, k * PANEL, NP)),  \
+                         _MM_HINT_T0);                                             \
         for (int p = 0; p < (NP); ++p) {                                           \
           const __m512i wv = _mm512_permutexvar_epi16(                             \
               interleave,                                                          \
