@@ -18,7 +18,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from anyshape.iree.cpu import host_flags
 from anyshape.iree.kernels import build, linear_rows
 
 ISAS = {"portable": build.ISA_PORTABLE, "avx2": build.ISA_AVX2, "avx512": build.ISA_AVX512,
@@ -49,10 +48,7 @@ def main(argv=None) -> int:
         harness = Path(tmp) / "products"
         subprocess.run([build.compiler(), "-O2", "-std=c11", "-pthread", str(HERE / "products.c"),
                         str(built), "-o", str(harness)], check=True)
-        flags = host_flags() or set()
-        host = "avx512vnni" if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags \
-            else "avx512" if "avx512f" in flags else "avx2" if {"avx2", "fma"} <= flags \
-            else "portable"
+        host = {isa: name for name, isa in ISAS.items()}[build.isa_for_cpu()]
         runs = min(args.isa, host, key=ISAS.get)
         print(f"{linear_rows.SOURCE.name} ({built.name}), --isa {args.isa}: the {runs} code "
               f"runs, {args.layers} layers of roberta-base's products", flush=True)

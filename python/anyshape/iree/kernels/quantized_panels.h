@@ -249,6 +249,15 @@ AVX2_F16C_FN static inline void store256(const quantized_t* a, size_t row, size_
   _mm256_maskstore_ps(a->y + row * a->n + col, mask, _mm256_add_ps(sum, bias));
 }
 
+// The int4 codes and scales of panels [panel, panel + np).
+static inline void int4_panels(const quantized_t* a, size_t panel, int np, const uint8_t** w,
+                               const uint16_t** scales) {
+  for (int p = 0; p < np; ++p) {
+    w[p] = a->q + (panel + p) * (a->k / 2) * PANEL;
+    scales[p] = (const uint16_t*)a->scales + (panel + p) * (a->k / a->group) * PANEL;
+  }
+}
+
 // The masks of the eight-column halves of panels [panel, panel + np).
 AVX2_F16C_FN static inline void direct_masks(const quantized_t* a, size_t panel, int np,
                                              __m256i* mask) {
@@ -320,10 +329,7 @@ AVX2_F16C_FN static inline void direct_masks(const quantized_t* a, size_t panel,
     const size_t k = a->k, group = a->group, groups = k / group;                  \
     const uint8_t* w[NP];                                                         \
     const uint16_t* scales[NP];                                                   \
-    for (int p = 0; p < (NP); ++p) {                                              \
-      w[p] = a->q + (panel + p) * (k / 2) * PANEL;                                \
-      scales[p] = (const uint16_t*)a->scales + (panel + p) * groups * PANEL;      \
-    }                                                                             \
+    int4_panels(a, panel, NP, w, scales);                                         \
     const __m256i low = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);     \
     __m256 totals[MR][H];                                                         \
     for (int r = 0; r < (MR); ++r)                                                \
@@ -454,13 +460,10 @@ AVX2_F16C_FN static inline __m256i code_quad(const int8_t* codes, int t) {
   AVX2_F16C_FN static void integer_q4_##MR##x##NP(const quantized_t* a, size_t row, \
                                                   size_t panel, const rounded_t* c) { \
     enum { H = 2 * (NP) };                                                         \
-    const size_t k = a->k, group = a->group, groups = k / group;                   \
+    const size_t group = a->group;                                                  \
     const uint8_t* w[NP];                                                          \
     const uint16_t* scales[NP];                                                    \
-    for (int p = 0; p < (NP); ++p) {                                               \
-      w[p] = a->q + (panel + p) * (k / 2) * PANEL;                                 \
-      scales[p] = (const uint16_t*)a->scales + (panel + p) * groups * PANEL;       \
-    }                                                                              \
+    int4_panels(a, panel, NP, w, scales);                                          \
     const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);         \
     __m256 totals[MR][H];                                                          \
     for (int r = 0; r < (MR); ++r)                                                 \
@@ -675,13 +678,10 @@ static inline size_t ahead(size_t at, size_t panel_bytes, size_t np) {
 #define DEFINE_INTEGER_Q4_VNNI(MR, NP)                                             \
   VNNI_FN static void integer_q4_vnni_##MR##x##NP(const quantized_t* a, size_t row,  \
                                                   size_t panel, const rounded_t* c) { \
-    const size_t k = a->k, group = a->group, groups = k / group;                   \
+    const size_t group = a->group;                                                  \
     const uint8_t* w[NP];                                                          \
     const uint16_t* scales[NP];                                                    \
-    for (int p = 0; p < (NP); ++p) {                                               \
-      w[p] = a->q + (panel + p) * (k / 2) * PANEL;                                 \
-      scales[p] = (const uint16_t*)a->scales + (panel + p) * groups * PANEL;       \
-    }                                                                              \
+    int4_panels(a, panel, NP, w, scales);                                          \
     const __m512i low = _mm512_set1_epi8(15);                                      \
     __m512 totals[MR][NP];                                                         \
     for (int r = 0; r < (MR); ++r)                                                 \
@@ -696,7 +696,7 @@ static inline size_t ahead(size_t at, size_t panel_bytes, size_t np) {
           for (int p = 0; p < (NP); ++p) acc[r][p] = _mm512_setzero_si512();       \
         for (int t = 0; t < 32; t += 8)                                            \
           for (int p = 0; p < (NP); ++p) {                                         \
-            _mm_prefetch((const char*)(w[p] + ahead(((b + t) / 2) * PANEL, k / 2 * PANEL, NP)), \
+            _mm_prefetch((const char*)(w[p] + ahead(((b + t) / 2) * PANEL, a->k / 2 * PANEL, NP)), \
                          _MM_HINT_T0);                                             \
             const __m512i v =                                                      \
                 _mm512_loadu_si512((const void*)(w[p] + ((b + t) / 2) * PANEL));   \
