@@ -80,11 +80,12 @@ def test_t5_greedy_is_hf_generate_on_the_dequantized_model(tmp_path):
                          [("llama", "int8", "int16"), ("gpt2", "int4", "int8")])
 def test_integer_rows_generate_near_hf_and_survive_save_and_load(model_type, weights,
                                                                  activations, tmp_path):
-    """A decode step's rows rounded to int16 (int8 weights) move the logits
-    by about 1e-5 of their size: the greedy tokens stay HF's on the
-    dequantized copy, token for token. Rounded to int8 (int4 weights), by
-    about 1e-2: most tokens stay (the share is the assertion's floor, not a
-    promise). The option is kept through save and load."""
+    """Every row (the prefill's and each decode step's) rounded to int16
+    (int8 weights) moves the logits by about 1e-5 of their size: the greedy
+    tokens stay HF's on the dequantized copy, token for token. Rounded to
+    int8 (int4 weights), by about 1e-2: most tokens stay (the share is the
+    assertion's floor, not a promise). The option is kept through save and
+    load."""
     model = small_causal_lm(model_type, initializer_range=0.3)
     generator = anyshape.compile_generator(
         model, backend=anyshape.BackendOptions(weights=weights, activations=activations))

@@ -180,15 +180,15 @@ def _integer_product(x, w, fmt):
 
 @pytest.mark.parametrize("isa", ["avx512vnni", "avx512", "avx2", "portable"])
 def test_integer_rows_compute_what_their_rounding_gives(tmp_path, isa):
-    """The _q4i8 entry points: up to 4 rows (a decode step) with AVX2,
-    rounded to int8 per block of 32 k, against float64 on the same codes
-    (the integer parts exact, the scaling within float32 rounding); more
-    rows, and the portable code, as the _q4 entry points (float32 rows). In
+    """The _q4i8 entry points: every row count with AVX2 (a decode step's
+    and a prefill's), rounded to int8 per block of 32 k, against float64 on
+    the same codes (the integer parts exact, the scaling within float32
+    rounding); the portable code as the _q4 entry points (float32 rows). In
     each group size, a partial last panel, over one workgroup and 3 x 2, with
-    and without a bias, and k over more than one chunk of rounded rows
-    (4224: 4 rows round 4096 k at a time; 16512: 1 row, 16384). The
-    rounding's own error: within half a step of each block's rows, times
-    the weights'."""
+    and without a bias, rows over more than one set of 12 rounded at a time
+    (30), and k over more than one chunk of rounded rows (4224: 4 rows round
+    4096 k at a time; 16512: 1 row, 16384). The rounding's own error: within
+    half a step of each block's rows, times the weights'."""
     kernel = _host_library(tmp_path, isa)
     integer_isa = isa != "portable"
     rng = np.random.default_rng(3)
@@ -200,10 +200,10 @@ def test_integer_rows_compute_what_their_rounding_gives(tmp_path, isa):
             data, scales = qw.packed(w, fmt)
             deq = qw.dequantized(w, fmt).astype(np.float64)
             # 13 over 2 workgroups of rows: 12 and 1, a run of a longer product's rows
-            for m in [1, 2, 3, 4, 5, 13, 17]:
+            for m in [1, 2, 3, 4, 5, 13, 17, 30]:
                 x = rng.standard_normal((m, k)).astype(np.float32)
                 x[0, :32] *= 30  # a block with an outlier row value
-                integer = integer_isa and m <= 4
+                integer = integer_isa
                 want = _integer_product(x, w, fmt) if integer else x @ deq.T
                 magnitude = np.abs(x) @ np.abs(deq).T + np.abs(bias)
                 bound = 2 * (k + 1) * 2.0 ** -24 * magnitude
@@ -222,13 +222,13 @@ def test_integer_rows_compute_what_their_rounding_gives(tmp_path, isa):
 
 @pytest.mark.parametrize("isa", ["avx512vnni", "avx512", "avx2", "portable"])
 def test_int16_rows_of_int8_weights_compute_what_their_rounding_gives(tmp_path, isa):
-    """The _q8i16 entry points: up to 2 rows with AVX2, rounded to int16 per
-    block of 32 k, the k past the last whole block in float32, against
-    float64 on the same codes; more rows, and the portable code, as the _q8
-    entry points (3 and 4 rows too: integers gain nothing there). k of whole
-    blocks and with a rest of 17, over more than one chunk of rounded rows
-    (8209: 1 row rounds 8192 k at a time, 2 rows 4096), a partial last
-    panel, over one workgroup and 3 x 2, with and without a bias. The
+    """The _q8i16 entry points: every row count with AVX2, rounded to int16
+    per block of 32 k, the k past the last whole block in float32, against
+    float64 on the same codes; the portable code as the _q8 entry points. k
+    of whole blocks and with a rest of 17, over more than one chunk of
+    rounded rows (8209: 1 row rounds 8192 k at a time, 2 rows 4096), rows
+    over more than one set of 12 (30), a partial last panel, over one
+    workgroup and 3 x 2, with and without a bias. The
     rounding's own error: within half a step of each block's rows (1/65534
     of its largest magnitude), times the weights'."""
     kernel = _host_library(tmp_path, isa)
@@ -239,10 +239,10 @@ def test_int16_rows_of_int8_weights_compute_what_their_rounding_gives(tmp_path, 
         bias = rng.standard_normal(n).astype(np.float32)
         data, scales = qw.packed(w, INT8)
         deq = qw.dequantized(w, INT8).astype(np.float64)
-        for m in [1, 2, 3, 4, 5, 17]:
+        for m in [1, 2, 3, 4, 5, 17, 30]:
             x = rng.standard_normal((m, k)).astype(np.float32)
             x[0, :32] *= 30  # a block with an outlier row value
-            integer = integer_isa and m <= 2
+            integer = integer_isa
             want = _integer_product(x, w, INT8) if integer else x @ deq.T
             magnitude = np.abs(x) @ np.abs(deq).T + np.abs(bias)
             bound = 2 * (k + 1) * 2.0 ** -24 * magnitude
@@ -264,19 +264,20 @@ def test_vnni_integer_tiles_compute_the_avx2_tiles_floats_to_the_bit(tmp_path):
     """/// An artifact runs the AVX2 tiles on an AVX2 host and the VNNI ones on
     an AVX-512 VNNI host: both take the same exact integer sums and the same
     float operations after them, so their outputs are equal to the bit. int4
-    with int8 rows (1 to 4 rows) and int8 with int16 rows (1 and 2 rows),
-    each group size, k over several chunks of rounded rows, a partial last
-    panel, with and without a bias, over one workgroup and 3 x 2."""
+    with int8 rows and int8 with int16 rows, 1 to 5, 13 and 30 rows (VNNI's
+    tiles of 3 and 4 rows take two panels, AVX2's one), each group size, k
+    over several chunks of rounded rows, a partial last panel, with and
+    without a bias, over one workgroup and 3 x 2."""
     vnni, avx2 = _host_library(tmp_path, "avx512vnni"), _host_library(tmp_path, "avx2")
     rng = np.random.default_rng(5)
-    cases = [(dataclasses.replace(fmt, activations="int8"), "q4i8", 4) for fmt in FORMATS[1:]]
-    cases.append((INT8, "q8i16", 2))
-    for fmt, name, rows in cases:
+    cases = [(dataclasses.replace(fmt, activations="int8"), "q4i8") for fmt in FORMATS[1:]]
+    cases.append((INT8, "q8i16"))
+    for fmt, name in cases:
         for k, n in [(384, 37), (4224, 19), (8209 if fmt.name == "int8" else 16512, 19)]:
             w = _weights(rng, n, k)
             bias = rng.standard_normal(n).astype(np.float32)
             data, scales = qw.packed(w, fmt)
-            for m in range(1, rows + 1):
+            for m in [1, 2, 3, 4, 5, 13, 30]:
                 x = rng.standard_normal((m, k)).astype(np.float32)
                 x[0, :32] *= 30
                 for (nx, with_bias, y), (_, _, _, y2) in zip(
@@ -286,6 +287,40 @@ def test_vnni_integer_tiles_compute_the_avx2_tiles_floats_to_the_bit(tmp_path):
                     assert np.isfinite(y).all()
                     np.testing.assert_array_equal(y.view(np.int32), y2.view(np.int32),
                                                   err_msg=str((name, fmt, k, m, nx, with_bias)))
+
+
+@pytest.mark.parametrize("isa", ["avx512vnni", "avx2"])
+def test_an_integer_rows_floats_do_not_depend_on_the_rows_beside_it(tmp_path, isa):
+    """/// A request's output must not change with what is batched beside it:
+    each row of a product of 2 to 30 rows (a decode step at batch 2, a
+    prefill), computed in integers, equals that row's product alone to the
+    bit, over one workgroup and 3 x 2, with k over several chunks of rounded
+    rows (whose size goes with the row count). int4 with int8 rows and int8
+    with int16 rows."""
+    kernel = _host_library(tmp_path, isa)
+    rng = np.random.default_rng(6)
+    for fmt, name, k in [(dataclasses.replace(INT4, activations="int8"), "q4i8", 4224),
+                         (INT8, "q8i16", 8209)]:
+        n = 37
+        w = _weights(rng, n, k)
+        bias = rng.standard_normal(n).astype(np.float32)
+        data, scales = qw.packed(w, fmt)
+        x = rng.standard_normal((30, k)).astype(np.float32)
+        alone = {with_bias: np.concatenate([
+            _product(kernel, fmt, x[i:i + 1], data, scales, bias if with_bias else None, n, name)
+            for i in range(30)]) for with_bias in (True, False)}
+        for m in [2, 3, 5, 13, 30]:
+            for nx, ny, with_bias, y in _over_workgroups(kernel, fmt, x[:m], data, scales,
+                                                         bias, n, name=name):
+                np.testing.assert_array_equal(y.view(np.int32),
+                                              alone[with_bias][:m].view(np.int32),
+                                              err_msg=str((name, m, nx, ny, with_bias)))
+
+
+def _product(kernel, fmt, x, data, scales, bias, n, name):
+    y = np.full((x.shape[0], n), np.nan, np.float32)
+    _call(kernel, fmt, x, data, scales, bias, y, 0, 1, 0, 1, name=name)
+    return y
 
 
 def _over_workgroups(kernel, fmt, x, data, scales, bias, n, name=None):
@@ -453,29 +488,24 @@ def test_quantized_weights_without_data_tiling():
 
 @needs_kernel
 @pytest.mark.builds_after_export
-def test_int8_activations_round_the_rows_of_decode_sized_products_only():
-    """activations="int8": products of up to 4 rows call the _q4i8 entry
-    points, whose rounding of the rows moves the outputs off eager on the
+def test_int8_activations_round_every_row():
+    """activations="int8": every product calls the _q4i8 entry points,
+    whose rounding of the rows moves the outputs off eager on the
     dequantized copy by a bounded amount (a few tenths of a percent of the
-    output's magnitude here); products of 5 rows and more are the int4
-    ones, within float32 rounding of it."""
+    output's magnitude here), a decode step's rows and a prefill's alike."""
     for rows, error in _integer_row_errors(INT4, "int8", "q4i8"):
-        if rows <= 4:
-            assert 1e-4 < error < 3e-2, (rows, error)
-        else:
-            assert error <= 2e-5, (rows, error)
+        assert 1e-4 < error < 3e-2, (rows, error)
 
 
 @needs_kernel
 @pytest.mark.builds_after_export
-def test_int16_activations_round_the_rows_of_decode_sized_products_only():
-    """activations="int16" with int8 weights: products call the _q8i16 entry
-    points, whose rounding of the rows of products of 1 or 2 rows (1/65534 of
-    a block's largest magnitude) keeps the outputs near eager on the
-    dequantized copy; products of 3 rows and more are the int8 ones, within
-    float32 rounding."""
+def test_int16_activations_round_every_row():
+    """activations="int16" with int8 weights: every product calls the _q8i16
+    entry points, whose rounding of the rows (1/65534 of a block's largest
+    magnitude) keeps the outputs near eager on the dequantized copy, but
+    off float32 rounding of it."""
     for rows, error in _integer_row_errors(INT8, "int16", "q8i16"):
-        assert error <= (3e-4 if rows <= 2 else 2e-5), (rows, error)
+        assert 2e-7 < error <= 3e-4, (rows, error)
 
 
 def _integer_row_errors(fmt, activations, entry):

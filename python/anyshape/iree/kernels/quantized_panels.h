@@ -42,11 +42,6 @@
 // Up to DIRECT_ROWS rows (a decode step's) are computed from the weights in
 // registers (the DIRECT_ and INTEGER_ tiles below).
 #define DIRECT_ROWS 4
-// int8 weights' integer tiles take products of up to 2 rows only: at 3 and 4
-// the 16-bit products and their sums cost more than the FMAs they replace
-// (Zen 1 runs vpmaddwd at half the FMA's rate), and DIRECT_Q8's tiles take
-// them (docs/quantized-weights.md).
-#define INTEGER_Q8_ROWS 2
 
 typedef struct {
   const float* x;          // rows of x, k floats apart
@@ -55,10 +50,11 @@ typedef struct {
   const float* bias;       // n floats, or null
   float* y;                // rows of y, n floats apart
   size_t m, n, k, group;   // group: int4's (0 for int8)
-  // Products of up to this many rows in all (0: none) computed in integers:
+  // Whether the rows are computed in integers (on AVX2 and AVX-512 hosts):
   // int4 weights with the rows rounded to int8 per block of 32 k (INTEGER_Q4
-  // below; the ``_q4i8`` entry points: up to DIRECT_ROWS), int8 weights with
-  // them rounded to int16 (INTEGER_Q8; ``_q8i16``: up to INTEGER_Q8_ROWS)
+  // below; the ``_q4i8`` entry points), int8 weights with them rounded to
+  // int16 (INTEGER_Q8; ``_q8i16``). Every row alike, whatever the product's
+  // row count: a row's floats are the same in a decode step and a prefill.
   size_t integer;
 } quantized_t;
 
@@ -400,11 +396,18 @@ AVX2_F16C_FN static inline float largest_lane(__m256 v) {
 
 // The rows of an integer product rounded once for all of a workgroup's panels
 // (not again for each pair of panels): ROUND_BYTES of codes hold `chunk` k of
-// each row, and the tiles take the k in chunks, resuming the sums a chunk
-// before stored in y. 16 KiB: with the scales, the largest frame on a
-// decode step's path (quantized_block's float block is on the other).
+// each of up to ROUND_ROWS rows, and the tiles take the k in chunks, resuming
+// the sums a chunk before stored in y (the sums continue from them, so a
+// row's floats do not depend on the chunks, nor on the rows beside it).
+// 16 KiB: with the scales, the largest frame on a decode step's path
+// (quantized_block's float block is on the other).
 #define ROUND_BYTES 16384
+// A workgroup's rows are rounded this many at a time, and each chunk's
+// panels taken by tiles of up to 4 of them: TILE512_ROWS, so that a
+// workgroup's run of rows has no remainder.
+#define ROUND_ROWS 12
 typedef struct {
+  size_t row0;         // the first row rounded: codes[0] and scale[0]'s
   size_t k0, k1;       // the chunk's k: whole blocks of 32 (int4: whole groups)
   size_t chunk;        // the codes' row stride (k), a multiple of 128
   int resume, finish;  // resume: y holds the sums of the k before k0; finish:
@@ -413,6 +416,9 @@ typedef struct {
   float scale[ROUND_BYTES / 32];                           // [row][block]
   int32_t offset[ROUND_BYTES / 32];                        // int4: 8 x the block's sum of codes
 } rounded_t;
+
+// Row `row + r`'s place among c's rows.
+#define ROUNDED(c, row, r) ((row) - (c)->row0 + (r))
 
 // The 32 floats at x rounded to int8 codes (in order), by one scale.
 AVX2_F16C_FN static inline __m256i round_block32(const float* x, float* scale, int32_t* sum) {
@@ -465,9 +471,12 @@ AVX2_F16C_FN static inline __m256i code_quad(const int8_t* codes, int t) {
     const uint16_t* scales[NP];                                                    \
     int4_panels(a, panel, NP, w, scales);                                          \
     const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);         \
+    __m256i mask[H];                                                               \
+    direct_masks(a, panel, NP, mask);                                              \
     __m256 totals[MR][H];                                                          \
     for (int r = 0; r < (MR); ++r)                                                 \
-      for (int h = 0; h < H; ++h) totals[r][h] = _mm256_setzero_ps();              \
+      for (int h = 0; h < H; ++h)                                                  \
+        totals[r][h] = RESUMED(c, a, row, r, panel * PANEL + h * 8, mask[h]);      \
     for (size_t g = c->k0 / group; g < c->k1 / group; ++g) {                       \
       __m256 sums[MR][H];                                                          \
       for (int r = 0; r < (MR); ++r)                                               \
@@ -483,7 +492,7 @@ AVX2_F16C_FN static inline __m256i code_quad(const int8_t* codes, int t) {
                          _MM_HINT_T0);                                             \
           __m256i x0[MR], x4[MR];                                                  \
           for (int r = 0; r < (MR); ++r) {                                         \
-            const int8_t* codes = c->codes + r * c->chunk + (b - c->k0);           \
+            const int8_t* codes = c->codes + ROUNDED(c, row, r) * c->chunk + (b - c->k0); \
             x0[r] = code_quad(codes, t);                                           \
             x4[r] = code_quad(codes, t + 4);                                       \
           }                                                                        \
@@ -499,7 +508,7 @@ AVX2_F16C_FN static inline __m256i code_quad(const int8_t* codes, int t) {
           }                                                                        \
         }                                                                          \
         for (int r = 0; r < (MR); ++r) {                                           \
-          const size_t at = r * (c->chunk / 32) + (b - c->k0) / 32;                \
+          const size_t at = ROUNDED(c, row, r) * (c->chunk / 32) + (b - c->k0) / 32; \
           const __m256 row_scale = _mm256_set1_ps(c->scale[at]);                   \
           const __m256i offset = _mm256_set1_epi32(c->offset[at]);                 \
           for (int h = 0; h < H; ++h)                                              \
@@ -516,22 +525,18 @@ AVX2_F16C_FN static inline __m256i code_quad(const int8_t* codes, int t) {
           totals[r][h] = _mm256_fmadd_ps(sums[r][h], scale, totals[r][h]);         \
       }                                                                            \
     }                                                                              \
-    __m256i mask[H];                                                               \
-    direct_masks(a, panel, NP, mask);                                              \
     for (int h = 0; h < H; ++h) {                                                  \
       const size_t col = panel * PANEL + h * 8;                                    \
       for (int r = 0; r < (MR); ++r) {                                             \
-        const __m256 sum = _mm256_add_ps(totals[r][h], RESUMED(c, a, row, r, col, mask[h])); \
         if (c->finish)                                                             \
-          store256(a, row + r, col, sum, mask[h]);                                 \
+          store256(a, row + r, col, totals[r][h], mask[h]);                        \
         else                                                                       \
-          _mm256_maskstore_ps(a->y + (row + r) * a->n + col, mask[h], sum);        \
+          _mm256_maskstore_ps(a->y + (row + r) * a->n + col, mask[h], totals[r][h]); \
       }                                                                            \
     }                                                                              \
   }
 
-// int8 weights times rows rounded to int16 (the ``_q8i16`` entry points),
-// products of 1 or 2 rows only (INTEGER_Q8_ROWS):
+// int8 weights times rows rounded to int16 (the ``_q8i16`` entry points):
 // each row's block of 32 k gets one scale, its largest magnitude to 32767,
 // and AVX2's 16-bit products (vpmaddwd) multiply pairs of k of the weights,
 // sign-extended, by pairs of the rows' codes into 32-bit sums (at most 32
@@ -571,9 +576,12 @@ AVX2_F16C_FN static inline float round_block32_i16(const float* x, int16_t* code
     const int8_t* w[NP];                                                           \
     for (int p = 0; p < (NP); ++p) w[p] = (const int8_t*)a->q + (panel + p) * k * PANEL; \
     const int16_t* codes = (const int16_t*)c->codes;                               \
+    __m256i mask[H];                                                               \
+    direct_masks(a, panel, NP, mask);                                              \
     __m256 sums[MR][H];                                                            \
     for (int r = 0; r < (MR); ++r)                                                 \
-      for (int h = 0; h < H; ++h) sums[r][h] = _mm256_setzero_ps();                \
+      for (int h = 0; h < H; ++h)                                                  \
+        sums[r][h] = RESUMED(c, a, row, r, panel * PANEL + h * 8, mask[h]);        \
     for (size_t b = c->k0; b < c->k1; b += 32) {                                   \
       const size_t block = (b - c->k0) / 32;                                       \
       __m256i acc[MR][H];                                                          \
@@ -592,14 +600,16 @@ AVX2_F16C_FN static inline float round_block32_i16(const float* x, int16_t* code
         }                                                                          \
         for (int r = 0; r < (MR); ++r) {                                           \
           int32_t pair;                                                            \
-          __builtin_memcpy(&pair, codes + r * c->chunk + (b - c->k0) + t, sizeof pair); \
+          __builtin_memcpy(&pair, codes + ROUNDED(c, row, r) * c->chunk + (b - c->k0) + t, \
+                           sizeof pair);                                           \
           const __m256i xv = _mm256_set1_epi32(pair);                              \
           for (int h = 0; h < H; ++h)                                              \
             acc[r][h] = _mm256_add_epi32(acc[r][h], _mm256_madd_epi16(wv[h], xv)); \
         }                                                                          \
       }                                                                            \
       for (int r = 0; r < (MR); ++r) {                                             \
-        const __m256 row_scale = _mm256_set1_ps(c->scale[r * (c->chunk / 32) + block]); \
+        const __m256 row_scale =                                                   \
+            _mm256_set1_ps(c->scale[ROUNDED(c, row, r) * (c->chunk / 32) + block]); \
         for (int h = 0; h < H; ++h)                                                \
           sums[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), row_scale, sums[r][h]); \
       }                                                                            \
@@ -613,17 +623,14 @@ AVX2_F16C_FN static inline float round_block32_i16(const float* x, int16_t* code
             sums[r][h] = _mm256_fmadd_ps(_mm256_set1_ps(a->x[(row + r) * k + b]), wf, \
                                          sums[r][h]);                              \
         }                                                                          \
-    __m256i mask[H];                                                               \
-    direct_masks(a, panel, NP, mask);                                              \
     for (int h = 0; h < H; ++h) {                                                  \
       const size_t col = panel * PANEL + h * 8;                                    \
       const __m256 scale = _mm256_loadu_ps((const float*)a->scales + col);         \
       for (int r = 0; r < (MR); ++r) {                                             \
-        const __m256 sum = _mm256_add_ps(sums[r][h], RESUMED(c, a, row, r, col, mask[h])); \
         if (c->finish)                                                             \
-          store256(a, row + r, col, _mm256_mul_ps(sum, scale), mask[h]);           \
+          store256(a, row + r, col, _mm256_mul_ps(sums[r][h], scale), mask[h]);    \
         else                                                                       \
-          _mm256_maskstore_ps(a->y + (row + r) * a->n + col, mask[h], sum);        \
+          _mm256_maskstore_ps(a->y + (row + r) * a->n + col, mask[h], sums[r][h]); \
       }                                                                            \
     }                                                                              \
   }
@@ -683,9 +690,12 @@ static inline size_t ahead(size_t at, size_t panel_bytes, size_t np) {
     const uint16_t* scales[NP];                                                    \
     int4_panels(a, panel, NP, w, scales);                                          \
     const __m512i low = _mm512_set1_epi8(15);                                      \
+    __mmask16 mask[NP];                                                            \
+    for (int p = 0; p < (NP); ++p) mask[p] = mask16(a->n - (panel + p) * PANEL);   \
     __m512 totals[MR][NP];                                                         \
     for (int r = 0; r < (MR); ++r)                                                 \
-      for (int p = 0; p < (NP); ++p) totals[r][p] = _mm512_setzero_ps();           \
+      for (int p = 0; p < (NP); ++p)                                               \
+        totals[r][p] = RESUMED512(c, a, row, r, (panel + p) * PANEL, mask[p]);     \
     for (size_t g = c->k0 / group; g < c->k1 / group; ++g) {                       \
       __m512 sums[MR][NP];                                                         \
       for (int r = 0; r < (MR); ++r)                                               \
@@ -703,14 +713,14 @@ static inline size_t ahead(size_t at, size_t panel_bytes, size_t np) {
             const __m512i first = _mm512_and_si512(v, low);                        \
             const __m512i second = _mm512_and_si512(_mm512_srli_epi16(v, 4), low); \
             for (int r = 0; r < (MR); ++r) {                                       \
-              const int8_t* codes = c->codes + r * c->chunk + (b - c->k0);         \
+              const int8_t* codes = c->codes + ROUNDED(c, row, r) * c->chunk + (b - c->k0); \
               acc[r][p] = _mm512_dpbusd_epi32(acc[r][p], first, code_quad512(codes, t)); \
               acc[r][p] =                                                          \
                   _mm512_dpbusd_epi32(acc[r][p], second, code_quad512(codes, t + 4)); \
             }                                                                      \
           }                                                                        \
         for (int r = 0; r < (MR); ++r) {                                           \
-          const size_t at = r * (c->chunk / 32) + (b - c->k0) / 32;                \
+          const size_t at = ROUNDED(c, row, r) * (c->chunk / 32) + (b - c->k0) / 32; \
           const __m512 row_scale = _mm512_set1_ps(c->scale[at]);                   \
           const __m512i offset = _mm512_set1_epi32(c->offset[at]);                 \
           for (int p = 0; p < (NP); ++p)                                           \
@@ -728,13 +738,11 @@ static inline size_t ahead(size_t at, size_t panel_bytes, size_t np) {
     }                                                                              \
     for (int p = 0; p < (NP); ++p) {                                               \
       const size_t col = (panel + p) * PANEL;                                      \
-      const __mmask16 mask = mask16(a->n - col);                                   \
       for (int r = 0; r < (MR); ++r) {                                             \
-        const __m512 sum = _mm512_add_ps(totals[r][p], RESUMED512(c, a, row, r, col, mask)); \
         if (c->finish)                                                             \
-          store512(a, row + r, col, sum, mask);                                    \
+          store512(a, row + r, col, totals[r][p], mask[p]);                        \
         else                                                                       \
-          _mm512_mask_storeu_ps(a->y + (row + r) * a->n + col, mask, sum);         \
+          _mm512_mask_storeu_ps(a->y + (row + r) * a->n + col, mask[p], totals[r][p]); \
       }                                                                            \
     }                                                                              \
   }
@@ -751,9 +759,12 @@ static inline size_t ahead(size_t at, size_t panel_bytes, size_t np) {
         31 << 16 | 15, 30 << 16 | 14, 29 << 16 | 13, 28 << 16 | 12, 27 << 16 | 11, \
         26 << 16 | 10, 25 << 16 | 9, 24 << 16 | 8, 23 << 16 | 7, 22 << 16 | 6,    \
         21 << 16 | 5, 20 << 16 | 4, 19 << 16 | 3, 18 << 16 | 2, 17 << 16 | 1, 16 << 16 | 0); \
+    __mmask16 mask[NP];                                                            \
+    for (int p = 0; p < (NP); ++p) mask[p] = mask16(a->n - (panel + p) * PANEL);   \
     __m512 sums[MR][NP];                                                           \
     for (int r = 0; r < (MR); ++r)                                                 \
-      for (int p = 0; p < (NP); ++p) sums[r][p] = _mm512_setzero_ps();             \
+      for (int p = 0; p < (NP); ++p)                                               \
+        sums[r][p] = RESUMED512(c, a, row, r, (panel + p) * PANEL, mask[p]);       \
     for (size_t b = c->k0; b < c->k1; b += 32) {                                   \
       const size_t block = (b - c->k0) / 32;                                       \
       __m512i acc[MR][NP];                                                         \
@@ -770,13 +781,15 @@ static inline size_t ahead(size_t at, size_t panel_bytes, size_t np) {
               _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(w[p] + (b + t) * PANEL)))); \
           for (int r = 0; r < (MR); ++r) {                                         \
             int32_t pair;                                                          \
-            __builtin_memcpy(&pair, codes + r * c->chunk + (b - c->k0) + t, sizeof pair); \
+            __builtin_memcpy(&pair, codes + ROUNDED(c, row, r) * c->chunk + (b - c->k0) + t, \
+                             sizeof pair);                                         \
             acc[r][p] = _mm512_dpwssd_epi32(acc[r][p], wv, _mm512_set1_epi32(pair)); \
           }                                                                        \
         }                                                                          \
       }                                                                            \
       for (int r = 0; r < (MR); ++r) {                                             \
-        const __m512 row_scale = _mm512_set1_ps(c->scale[r * (c->chunk / 32) + block]); \
+        const __m512 row_scale =                                                   \
+            _mm512_set1_ps(c->scale[ROUNDED(c, row, r) * (c->chunk / 32) + block]); \
         for (int p = 0; p < (NP); ++p)                                             \
           sums[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][p]), row_scale, sums[r][p]); \
       }                                                                            \
@@ -792,22 +805,22 @@ static inline size_t ahead(size_t at, size_t panel_bytes, size_t np) {
         }                                                                          \
     for (int p = 0; p < (NP); ++p) {                                               \
       const size_t col = (panel + p) * PANEL;                                      \
-      const __mmask16 mask = mask16(a->n - col);                                   \
       const __m512 scale = _mm512_loadu_ps((const float*)a->scales + col);         \
       for (int r = 0; r < (MR); ++r) {                                             \
-        const __m512 sum = _mm512_add_ps(sums[r][p], RESUMED512(c, a, row, r, col, mask)); \
         if (c->finish)                                                             \
-          store512(a, row + r, col, _mm512_mul_ps(sum, scale), mask);              \
+          store512(a, row + r, col, _mm512_mul_ps(sums[r][p], scale), mask[p]);    \
         else                                                                       \
-          _mm512_mask_storeu_ps(a->y + (row + r) * a->n + col, mask, sum);         \
+          _mm512_mask_storeu_ps(a->y + (row + r) * a->n + col, mask[p], sums[r][p]); \
       }                                                                            \
     }                                                                              \
   }
 
-DEFINE_INTEGER_Q4_VNNI(1, 2) DEFINE_INTEGER_Q4_VNNI(2, 2) DEFINE_INTEGER_Q4_VNNI(3, 1)
-DEFINE_INTEGER_Q4_VNNI(4, 1) DEFINE_INTEGER_Q4_VNNI(1, 1) DEFINE_INTEGER_Q4_VNNI(2, 1)
-DEFINE_INTEGER_Q8_VNNI(1, 2) DEFINE_INTEGER_Q8_VNNI(2, 2) DEFINE_INTEGER_Q8_VNNI(3, 1)
-DEFINE_INTEGER_Q8_VNNI(4, 1) DEFINE_INTEGER_Q8_VNNI(1, 1) DEFINE_INTEGER_Q8_VNNI(2, 1)
+DEFINE_INTEGER_Q4_VNNI(1, 2) DEFINE_INTEGER_Q4_VNNI(2, 2) DEFINE_INTEGER_Q4_VNNI(3, 2)
+DEFINE_INTEGER_Q4_VNNI(4, 2) DEFINE_INTEGER_Q4_VNNI(1, 1) DEFINE_INTEGER_Q4_VNNI(2, 1)
+DEFINE_INTEGER_Q4_VNNI(3, 1) DEFINE_INTEGER_Q4_VNNI(4, 1)
+DEFINE_INTEGER_Q8_VNNI(1, 2) DEFINE_INTEGER_Q8_VNNI(2, 2) DEFINE_INTEGER_Q8_VNNI(3, 2)
+DEFINE_INTEGER_Q8_VNNI(4, 2) DEFINE_INTEGER_Q8_VNNI(1, 1) DEFINE_INTEGER_Q8_VNNI(2, 1)
+DEFINE_INTEGER_Q8_VNNI(3, 1) DEFINE_INTEGER_Q8_VNNI(4, 1)
 #endif  // ANYSHAPE_MAX_ISA >= ISA_AVX512_VNNI
 
 // Rows [row0, row0 + rows) of k in [c->k0, c->k1) rounded into c: int4's
@@ -830,51 +843,77 @@ AVX2_F16C_FN static void round_rows(const quantized_t* a, size_t row0, size_t ro
     }
 }
 
-// Rows [row0, row0 + rows) (at most DIRECT_ROWS) by panels [panel0, panel1):
-// one or two rows by two panels at a time, three or four by one. A product
-// of up to a->integer rows in all (a decode step's; not a run of that many
-// of a longer product's rows) is computed in integers, its rows rounded a
-// chunk of k at a time for all the panels (rounded_t).
+// Rows [row0, row0 + rows) (at most DIRECT_ROWS) of float32 activations by
+// panels [panel0, panel1): one or two rows by two panels at a time, three or
+// four by one.
 NOINLINE AVX2_F16C_FN static void direct_rows(const quantized_t* a, size_t row0,
                                               size_t rows, size_t panel0, size_t panel1) {
   const int int4 = a->group != 0;
-  const int integer = a->m <= a->integer;
+  for (size_t panel = panel0; panel < panel1;) {
+    const int two = rows <= 2 && panel1 - panel >= 2;
+#define DIRECT(MR, NP) \
+  (int4 ? direct_q4_##MR##x##NP(a, row0, panel) : direct_q8_##MR##x##NP(a, row0, panel))
+    switch (rows) {
+      case 1: if (two) DIRECT(1, 2); else DIRECT(1, 1); break;
+      case 2: if (two) DIRECT(2, 2); else DIRECT(2, 1); break;
+      case 3: DIRECT(3, 1); break;
+      case 4: DIRECT(4, 1); break;
+      default: __builtin_trap();  // callers take at most DIRECT_ROWS
+    }
+#undef DIRECT
+    panel += two ? 2 : 1;
+  }
+}
+
+// Rows [row0, row1) by panels [panel0, panel1) in integers (the _q4i8 and
+// _q8i16 entry points), every row count alike: ROUND_ROWS rows at a time,
+// rounded a chunk of k at a time for all the panels (rounded_t), and taken
+// by tiles of up to 4 rows (AVX2: two panels at a time for one or two rows,
+// one for more; VNNI: two panels where two remain).
+NOINLINE AVX2_F16C_FN static void integer_rows(const quantized_t* a, size_t row0,
+                                               size_t row1, size_t panel0, size_t panel1) {
+  const int int4 = a->group != 0;
 #if ANYSHAPE_MAX_ISA >= ISA_AVX512_VNNI
-  const int vnni = isa() == ISA_AVX512_VNNI;
-#define INTEGER_VNNI(MR, NP) \
-  (int4 ? integer_q4_vnni_##MR##x##NP(a, row0, panel, &c) : integer_q8_vnni_##MR##x##NP(a, row0, panel, &c))
+  const int vnni = isa() >= ISA_AVX512_VNNI;
+#define INTEGER_VNNI(MR, NP)                                           \
+  (int4 ? integer_q4_vnni_##MR##x##NP(a, row, panel, &c)               \
+        : integer_q8_vnni_##MR##x##NP(a, row, panel, &c))
 #else
   const int vnni = 0;
 #define INTEGER_VNNI(MR, NP) __builtin_trap()
 #endif
+#define INTEGER(MR, NP)                                                \
+  (vnni ? INTEGER_VNNI(MR, NP)                                         \
+        : int4 ? integer_q4_##MR##x##NP(a, row, panel, &c)             \
+               : integer_q8_##MR##x##NP(a, row, panel, &c))
   rounded_t c;
   // int4's k is whole groups; int8's k past the last whole block stays float32
   const size_t whole = int4 ? a->k : a->k / 32 * 32;
-  c.chunk = ROUND_BYTES / (rows * (int4 ? 1 : 2)) / 128 * 128;
-  for (c.k0 = 0;; c.k0 = c.k1) {
-    c.k1 = integer && whole - c.k0 > c.chunk ? c.k0 + c.chunk : whole;
-    c.resume = c.k0 > 0;
-    c.finish = c.k1 == whole;
-    if (integer) round_rows(a, row0, rows, &c);
-    for (size_t panel = panel0; panel < panel1;) {
-      const int two = rows <= 2 && panel1 - panel >= 2;
-#define DIRECT(MR, NP)                                                   \
-  (integer ? (vnni ? INTEGER_VNNI(MR, NP)                                \
-              : int4 ? integer_q4_##MR##x##NP(a, row0, panel, &c)        \
-                     : integer_q8_##MR##x##NP(a, row0, panel, &c))       \
-   : int4 ? direct_q4_##MR##x##NP(a, row0, panel) : direct_q8_##MR##x##NP(a, row0, panel))
-      switch (rows) {
-        case 1: if (two) DIRECT(1, 2); else DIRECT(1, 1); break;
-        case 2: if (two) DIRECT(2, 2); else DIRECT(2, 1); break;
-        case 3: DIRECT(3, 1); break;
-        case 4: DIRECT(4, 1); break;
-        default: __builtin_trap();  // callers take at most DIRECT_ROWS
+  for (c.row0 = row0; c.row0 < row1; c.row0 += ROUND_ROWS) {
+    const size_t rows = row1 - c.row0 < ROUND_ROWS ? row1 - c.row0 : ROUND_ROWS;
+    c.chunk = ROUND_BYTES / (rows * (int4 ? 1 : 2)) / 128 * 128;
+    for (c.k0 = 0;; c.k0 = c.k1) {
+      c.k1 = whole - c.k0 > c.chunk ? c.k0 + c.chunk : whole;
+      c.resume = c.k0 > 0;
+      c.finish = c.k1 == whole;
+      round_rows(a, c.row0, rows, &c);
+      for (size_t panel = panel0; panel < panel1;) {
+        const int two = panel1 - panel >= 2 && (vnni || rows <= 2);
+        for (size_t row = c.row0; row < c.row0 + rows; row += 4) {
+          const size_t tile = c.row0 + rows - row < 4 ? c.row0 + rows - row : 4;
+          switch (tile) {
+            case 1: if (two) INTEGER(1, 2); else INTEGER(1, 1); break;
+            case 2: if (two) INTEGER(2, 2); else INTEGER(2, 1); break;
+            case 3: if (two) INTEGER_VNNI(3, 2); else INTEGER(3, 1); break;
+            case 4: if (two) INTEGER_VNNI(4, 2); else INTEGER(4, 1); break;
+          }
+        }
+        panel += two ? 2 : 1;
       }
-#undef DIRECT
-      panel += two ? 2 : 1;
+      if (c.finish) break;
     }
-    if (c.finish) break;
   }
+#undef INTEGER
 #undef INTEGER_VNNI
 }
 #endif  // ANYSHAPE_MAX_ISA >= ISA_AVX2
@@ -939,12 +978,15 @@ NOINLINE static void dequantized_block(const quantized_t* a, size_t row0, size_t
 static void quantized_block(const quantized_t* a, size_t row0, size_t row1, size_t panel0,
                             size_t panel1) {
 #if ANYSHAPE_MAX_ISA >= ISA_AVX2
-  // DIRECT_Q4 reads int4 weights in the first layout only: fours of k that
-  // a product too long for integers gives a workgroup few rows of take blocks
-  if (row1 - row0 <= DIRECT_ROWS && a->k > 0 && isa() >= ISA_AVX2 &&
-      !(nibble_quads(a) && a->m > a->integer)) {
-    direct_rows(a, row0, row1 - row0, panel0, panel1);
-    return;
+  if (a->k > 0 && isa() >= ISA_AVX2) {
+    if (a->integer) {
+      integer_rows(a, row0, row1, panel0, panel1);
+      return;
+    }
+    if (row1 - row0 <= DIRECT_ROWS) {
+      direct_rows(a, row0, row1 - row0, panel0, panel1);
+      return;
+    }
   }
 #endif
   dequantized_block(a, row0, row1, panel0, panel1);
@@ -998,16 +1040,15 @@ void anyshape_linear_rows_q4_no_bias(const float* x, size_t x_offset, const floa
   quantized_workgroup(&a, gx, nx, gy, ny);
 }
 
-// int8 weights, the rows of a decode step (up to INTEGER_Q8_ROWS, on AVX2 and
-// AVX-512 hosts) computed in integers (INTEGER_Q8); more rows, and hosts
-// without AVX2, as the _q8 entry points compute them.
+// int8 weights, every row computed in integers on AVX2 and AVX-512 hosts
+// (INTEGER_Q8); hosts without AVX2 compute as the _q8 entry points do.
 void anyshape_linear_rows_q8i16(const float* x, size_t x_offset, const float* q,
                                 size_t q_offset, const float* scales, size_t scales_offset,
                                 const float* bias, size_t bias_offset, float* y,
                                 size_t y_offset, size_t m, size_t n, size_t k, size_t gx,
                                 size_t nx, size_t gy, size_t ny) {
   quantized_t a = {x + x_offset, (const uint8_t*)(q + q_offset), scales + scales_offset,
-                   bias + bias_offset, y + y_offset, m, n, k, 0, INTEGER_Q8_ROWS};
+                   bias + bias_offset, y + y_offset, m, n, k, 0, 1};
   quantized_workgroup(&a, gx, nx, gy, ny);
 }
 
@@ -1017,20 +1058,19 @@ void anyshape_linear_rows_q8i16_no_bias(const float* x, size_t x_offset, const f
                                         size_t m, size_t n, size_t k, size_t gx, size_t nx,
                                         size_t gy, size_t ny) {
   quantized_t a = {x + x_offset, (const uint8_t*)(q + q_offset), scales + scales_offset, 0,
-                   y + y_offset, m, n, k, 0, INTEGER_Q8_ROWS};
+                   y + y_offset, m, n, k, 0, 1};
   quantized_workgroup(&a, gx, nx, gy, ny);
 }
 
-// int4 weights, the rows of a decode step (up to DIRECT_ROWS, on AVX2 and
-// AVX-512 hosts) computed in integers (INTEGER_Q4); more rows, and hosts
-// without AVX2, as the _q4 entry points compute them.
+// int4 weights, every row computed in integers on AVX2 and AVX-512 hosts
+// (INTEGER_Q4); hosts without AVX2 compute as the _q4 entry points do.
 void anyshape_linear_rows_q4i8(const float* x, size_t x_offset, const float* q,
                                size_t q_offset, const float* scales, size_t scales_offset,
                                const float* bias, size_t bias_offset, float* y,
                                size_t y_offset, size_t m, size_t n, size_t k, size_t group,
                                size_t gx, size_t nx, size_t gy, size_t ny) {
   quantized_t a = {x + x_offset, (const uint8_t*)(q + q_offset), scales + scales_offset,
-                   bias + bias_offset, y + y_offset, m, n, k, group, DIRECT_ROWS};
+                   bias + bias_offset, y + y_offset, m, n, k, group, 1};
   quantized_workgroup(&a, gx, nx, gy, ny);
 }
 
@@ -1040,7 +1080,7 @@ void anyshape_linear_rows_q4i8_no_bias(const float* x, size_t x_offset, const fl
                                        size_t m, size_t n, size_t k, size_t group, size_t gx,
                                        size_t nx, size_t gy, size_t ny) {
   quantized_t a = {x + x_offset, (const uint8_t*)(q + q_offset), scales + scales_offset, 0,
-                   y + y_offset, m, n, k, group, DIRECT_ROWS};
+                   y + y_offset, m, n, k, group, 1};
   quantized_workgroup(&a, gx, nx, gy, ny);
 }
 
