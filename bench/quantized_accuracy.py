@@ -17,9 +17,11 @@
    relative to their largest magnitude, and how often the top-1 token agrees
    with float32's.
 
-The first two come from modules compiled by ``anyshape.compile``; the third
-from eager on the dequantized copy, which such a module matches within
-float32 rounding (``random_models``).
+The first two come from modules compiled by ``anyshape.compile``, with
+float32 rows and with the integer rows' options too (``activations``: int8
+weights with int16 rows, int4 with int8 rows); the third from eager on the
+dequantized copy, which a module with float32 rows matches within float32
+rounding (``random_models``).
 
     python bench/quantized_accuracy.py [--parts minilm,trained,random] [--out bench/results/quantized]
 """
@@ -44,17 +46,24 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from family_sweep import host_cpu  # noqa: E402
 
-FORMATS = (("int8", None), ("int4", 32), ("int4", 128))
+# (weights, group size, activations)
+FORMATS = (("int8", None, "float32"), ("int4", 32, "float32"), ("int4", 128, "float32"))
+# The integer rows' options: their rounding of the rows is the kernel's, so
+# only compiled modules (parts 1 and 2) show it, not eager on the dequantized
+# copy (part 3).
+INTEGER_ROWS = (("int8", None, "int16"), ("int4", 32, "int8"))
 
 
-def _backend(weights, group_size):
+def _backend(weights, group_size, activations="float32"):
     import anyshape
 
-    return anyshape.BackendOptions(weights=weights, group_size=group_size)
+    return anyshape.BackendOptions(weights=weights, group_size=group_size,
+                                   activations=activations)
 
 
-def _label(weights, group_size) -> str:
-    return weights if group_size is None else f"{weights} (groups of {group_size})"
+def _label(weights, group_size, activations="float32") -> str:
+    label = weights if group_size is None else f"{weights} (groups of {group_size})"
+    return label if activations == "float32" else f"{label}, {activations} rows"
 
 
 # -- real weights: MiniLM sentence embeddings ---------------------------------------------
@@ -116,13 +125,13 @@ def minilm(report: dict, calibration_count: int) -> None:
         base = embeddings(anyshape.compile(model, (encoded["input_ids"],
                                                    encoded["attention_mask"]),
                                            dynamic_shapes=dims))
-        for weights, group in FORMATS:
+        for fmt in FORMATS + INTEGER_ROWS:
             module = anyshape.compile(model, (encoded["input_ids"], encoded["attention_mask"]),
-                                      dynamic_shapes=dims, backend=_backend(weights, group))
+                                      dynamic_shapes=dims, backend=_backend(*fmt))
             cosine = (embeddings(module) * base).sum(-1)
-            result[_label(weights, group)] = {"mean_cosine": cosine.mean().item(),
-                                              "min_cosine": cosine.min().item()}
-            print("minilm", _label(weights, group), result[_label(weights, group)], flush=True)
+            result[_label(*fmt)] = {"mean_cosine": cosine.mean().item(),
+                                    "min_cosine": cosine.min().item()}
+            print("minilm", _label(*fmt), result[_label(*fmt)], flush=True)
         samples = [tokenizer(held_apart[start:start + 32], padding=True, return_tensors="pt")
                    for start in range(0, len(held_apart), 32)]
         started = time.monotonic()
@@ -204,13 +213,13 @@ def trained(report: dict, steps: int) -> None:
         base = perplexity_of(anyshape.compile(model, (windows[:2],), dynamic_shapes=dims),
                              windows)
         result["float32"] = {"perplexity": base}
-        for weights, group in FORMATS:
+        for fmt in FORMATS + INTEGER_ROWS:
             module = anyshape.compile(model, (windows[:2],), dynamic_shapes=dims,
-                                      backend=_backend(weights, group))
+                                      backend=_backend(*fmt))
             value = perplexity_of(module, windows)
-            result[_label(weights, group)] = {"perplexity": value,
-                                              "vs_float32_percent": 100 * (value / base - 1)}
-            print("trained", _label(weights, group), result[_label(weights, group)], flush=True)
+            result[_label(*fmt)] = {"perplexity": value,
+                                    "vs_float32_percent": 100 * (value / base - 1)}
+            print("trained", _label(*fmt), result[_label(*fmt)], flush=True)
     report["trained_gpt2"] = result
 
 
@@ -233,7 +242,7 @@ def random_models(report: dict) -> None:
         with torch.no_grad():
             base = model(ids).logits.numpy()
         result[name] = {}
-        for weights, group in FORMATS:
+        for weights, group, _ in FORMATS:
             reference = reference_model(model, weight_format(weights, group))
             with torch.no_grad():
                 logits = reference(ids).logits.numpy()
