@@ -97,9 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--activations", choices=["float32", "int8", "int16"],
                         default="float32",
                         help="int8 with --weights int4, int16 with --weights int8: rounds "
-                             "the rows of products of up to 4 rows (a decode step's) per "
-                             "block of 32 inputs and multiplies in integers, faster, less "
-                             "exact (docs/api.md)")
+                             "every row (a prefill's and each decode step's) per block of "
+                             "32 inputs and multiplies in integers, faster, less exact "
+                             "(docs/api.md)")
     parser.add_argument("--calibrate", metavar="TEXT_FILE", default=None,
                         help="with --weights int8 or int4: round the weights by GPTQ against "
                              "the inputs each layer sees on these texts, one sample per "

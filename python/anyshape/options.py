@@ -69,11 +69,11 @@ class BackendOptions:
     (32, the default; 64 or 128) inputs of each output channel. CPU targets
     only; their accuracy and speed: docs/quantized-weights.md.
     ``activations``: "float32" (default), "int8" with int4 weights, or
-    "int16" with int8 weights: products of up to 4 rows (a decode step's)
-    round each row so per block of 32 inputs (int8: llama.cpp's Q8_0) and
-    multiply in integers (AVX2 byte or 16-bit products), which is faster and
-    adds the rows' rounding to the error; more rows, and CPUs without AVX2,
-    compute in float32 (docs/quantized-weights.md).
+    "int16" with int8 weights: every product (a prefill's and each decode
+    step's) rounds each row so per block of 32 inputs (int8: llama.cpp's
+    Q8_0) and multiplies in integers (AVX2 byte or 16-bit products, AVX-512
+    VNNI dot products), which is faster and adds the rows' rounding to the
+    error; CPUs without AVX2 compute in float32 (docs/quantized-weights.md).
     ``weights_from``: "gptq" or "bitsandbytes" for a pre-quantized checkpoint,
     set by ``compile`` and ``compile_generator`` from the model's
     ``quantization_config``: its own codes are stored, and the weights it kept

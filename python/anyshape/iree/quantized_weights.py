@@ -45,9 +45,8 @@ class WeightFormat:
     name: str = "float32"
     group_size: int | None = None
     checkpoint: str | None = None
-    # "int8" (int4 weights) or "int16" (int8 weights): a decode step's products
-    # (int4: up to 4 rows, int8: up to 2) round the rows so and multiply in
-    # integers (BackendOptions.activations)
+    # "int8" (int4 weights) or "int16" (int8 weights): every product rounds
+    # its rows so and multiplies in integers (BackendOptions.activations)
     activations: str = "float32"
 
     @property

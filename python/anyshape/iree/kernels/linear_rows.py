@@ -51,8 +51,8 @@ EXECUTABLE = "anyshape_row_products"
 ENTRY_POINTS = {"linear_rows": True, "linear_rows_no_bias": False}
 # A quantized format's entry points: these suffixes after "linear_rows"
 # (quantized_panels.h), each with a bias and without ("_no_bias").
-# "int4i8": int4 weights, a decode step's rows rounded to int8; "int8i16": int8
-# weights, the rows rounded to int16 (WeightFormat.entry).
+# "int4i8": int4 weights, the rows rounded to int8; "int8i16": int8 weights,
+# the rows rounded to int16 (WeightFormat.entry).
 QUANTIZED_ENTRY = {"float32": "", "int8": "_q8", "int4": "_q4", "int4i8": "_q4i8",
                    "int8i16": "_q8i16"}
 PANEL = 16

@@ -972,9 +972,10 @@ NOINLINE static void dequantized_block(const quantized_t* a, size_t row0, size_t
   }
 }
 
-// Rows [row0, row1) by panels [panel0, panel1): a decode step's rows from the
-// weights in registers (direct_rows), longer runs of rows through blocks of
-// dequantized weights. Each has its own frame: only one is on the stack.
+// Rows [row0, row1) by panels [panel0, panel1): the integer options' every
+// row (integer_rows); float32 rows, a decode step's from the weights in
+// registers (direct_rows), longer runs through blocks of dequantized weights.
+// Each has its own frame: only one is on the stack.
 static void quantized_block(const quantized_t* a, size_t row0, size_t row1, size_t panel0,
                             size_t panel1) {
 #if ANYSHAPE_MAX_ISA >= ISA_AVX2
