@@ -403,9 +403,9 @@ AVX2_F16C_FN static inline float largest_lane(__m256 v) {
 // (quantized_block's float block is on the other).
 #define ROUND_BYTES 16384
 // A workgroup's rows are rounded this many at a time, and each chunk's
-// panels taken by tiles of up to 4 of them: TILE512_ROWS, so that a
-// workgroup's run of rows has no remainder.
-#define ROUND_ROWS 12
+// panels taken by tiles of up to 4 of them: a workgroup's run of rows is a
+// multiple of TILE512_ROWS (but the last), so it leaves no remainder.
+#define ROUND_ROWS TILE512_ROWS
 typedef struct {
   size_t row0;         // the first row rounded: codes[0] and scale[0]'s
   size_t k0, k1;       // the chunk's k: whole blocks of 32 (int4: whole groups)
