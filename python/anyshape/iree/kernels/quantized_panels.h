@@ -39,8 +39,8 @@
 // 256; four of 64 and eight of 32 were slower past 17 rows.
 #define QUANT_PANELS_512 2
 
-// Up to DIRECT_ROWS rows (a decode step's) are computed from the weights in
-// registers (the DIRECT_ and INTEGER_ tiles below).
+// Up to DIRECT_ROWS rows of float32 activations (a decode step's) are
+// computed from the weights in registers (the DIRECT_ tiles below).
 #define DIRECT_ROWS 4
 
 typedef struct {
