@@ -22,7 +22,10 @@ row). Then:
 What a padded position holds after that is not what eager computes there:
 ``padding_safety.py`` proves that no real token and no per-sequence output
 reads it (attention's additive mask and softmax zero it), and fails with
-the op that would otherwise. Outputs laid out per token get 0 at padded
+the op that would otherwise. A value whose padded entries eager knows (a
+product with the mask: 0; a ``masked_fill`` of the padding: the fill) goes
+back with those entries instead, so masked pooling (a sum or a max over
+positions) reads eager's values. Outputs laid out per token get 0 at padded
 positions. The function gets the attribute ``anyshape.padding``: ``mask``,
 ``per_token`` (results zeroed at padding) and ``per_row``
 (``"result:axis:c"``: results exact for the sequences, along ``axis``, whose
@@ -43,7 +46,9 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir, torch_ops
 from anyshape.passes import ModulePass, PassFailure, register
-from anyshape.passes.eliminate_padding.padding_safety import PaddingSafety, Poison, is_taint
+from anyshape.passes.eliminate_padding.padding_safety import (BIG_NEGATIVE, PaddingSafety, Poison,
+                                                              held_number, is_taint)
+from anyshape.passes.eliminate_padding.padding_safety import tainted as tainted_roles
 from anyshape.passes.torch_ir.constants import (constant_int, int_constant, int_list_construct,
                                                 list_items)
 from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, RESHAPES,
@@ -57,6 +62,7 @@ from anyshape.passes.torch_ir.values import (IDENTITY, defining_op, functions,
 PADDING_ATTR = "anyshape.padding"
 _OLD, _NEW = "anyshape.padded_rows", "anyshape.token_rows"  # marks, while the pass runs
 _UNBOUNDED = 2**63 - 1
+_FLOATS = {"f32", "f16", "bf16", "f64"}
 _MATMULS = {"torch.aten.linear", "torch.aten.matmul", "torch.aten.mm", "torch.aten.addmm"}
 # Ops that only move or select feature entries: a region does not start with them. (It may
 # end with them: a projection's head split stays next to it, where
@@ -273,6 +279,7 @@ class _Packer:
         # ops are marked by attributes instead (removed below).
         for op in region:
             op.attributes[_OLD] = ir.UnitAttr.get()
+        eager = self._eager_facts()
         self._add_arguments()
         packed: dict[ir.Value, ir.Value] = {}
         gathered: dict[ir.Value, ir.Value] = {}
@@ -296,22 +303,27 @@ class _Packer:
                 new_results = self._recreate(op, operands)
             for old, new in zip(op.results, new_results):
                 packed[old] = new
-        unpacked = {}
+        unpacked, filled = {}, {}
         for old, new in packed.items():
             outside = [u for u in users(old) if _OLD not in u.attributes]
             if not outside:
                 continue
             first = next(o.operation for o in self.block.operations
                          if any(o.operation == u for u in outside))
+            padded = self._padded_entries(old, eager)
             with ir.InsertionPoint(first), first.location:
                 unpacked[old] = self._unpack(new, old.type, self.layout(old))
+                if padded is not None:
+                    fill, facts = padded
+                    unpacked[old] = self._where_real(unpacked[old], fill(), "BL")
+                    filled[old] = facts
         for old in packed:
             for user in [u.owner for u in old.uses]:
                 if is_a(user, torch_ops.BindSymbolicShapeOp):
                     user.erase()
         for old, value in unpacked.items():
             old.replace_all_uses_with(value)
-        self._prove(unpacked, gathered, broadcast)
+        self._prove(unpacked, filled, gathered, broadcast)
         for op in reversed([o.operation for o in self.block.operations]):
             if _OLD in op.attributes:
                 op.erase()
@@ -462,14 +474,88 @@ class _Packer:
                             int_constant(0))
         return rows
 
+    # -- eager's padded entries ---------------------------------------------------
+    def _eager_facts(self) -> PaddingSafety:
+        """What eager holds at padded positions, from the mask alone (before the
+        rewrite: no value is tainted yet)."""
+        eager = PaddingSafety(self.analysis, self.batch, self.length)
+        eager.seed(self.mask, [frozenset({"B"}), frozenset({"keep"})])
+        eager.run(self.block)
+        return eager
+
+    def _padded_entries(self, old: ir.Value, eager: PaddingSafety):
+        """(a builder of the scalar, the facts) where eager's ``old`` holds one
+        known value at every padded position: ``x * mask`` (0, mean pooling's
+        masked sum), a mask itself, ``x.masked_fill(mask == 0, v)`` (``v``, max
+        pooling's fill: a ``where`` whose padded positions take a branch that is
+        not token rows); else None. Unpacked with it, rather than with copies of
+        real rows, ``old`` is eager's exactly, and reductions over positions may
+        read it. Floating ``[B, L, ...]`` values only."""
+        shape = vtensor_shape(old.type)
+        if self.layout(old) != "BL" or shape[1] not in _FLOATS:
+            return None
+        roles = eager.of(old)
+        if isinstance(roles, Poison) or roles is None or tainted_roles(roles):
+            roles = None
+        at_padding = roles[1] & {"zero", "keep", "pad"} if roles is not None else frozenset()
+        if at_padding & {"zero", "keep"}:
+            return (lambda: int_constant(0)), frozenset({"zero"})
+        if at_padding == {"pad"}:
+            return (lambda: int_constant(1)), frozenset({"pad"})
+        op = defining_op(old)
+        if op is None or not is_a(op, torch_ops.AtenWhereSelfOp):  # masked_fill, decomposed
+            return None
+        condition = eager.of(op.operands[0])
+        if isinstance(condition, Poison) or condition is None or tainted_roles(condition):
+            return None
+        axis = len(condition) - len(shape[0]) + 1  # the condition broadcasts from the right
+        marks = condition[axis] & {"pad", "keep"} if axis >= 0 else frozenset()
+        if len(marks) != 1:
+            return None
+        chosen = op.operands[1 if marks == {"pad"} else 2]  # the padded positions' branch
+        if self.layout(chosen) is not None or vtensor_shape(chosen.type) is None:
+            return None  # token rows, not a value eager fills in
+        number = held_number(chosen)
+        facts = {"zero"} if number == 0 else \
+            {"add"} if number is not None and number <= BIG_NEGATIVE else set()
+        return (lambda: chosen), frozenset(facts)
+
+    def _where_real(self, value: ir.Value, other: ir.Value, layout: str,
+                    real: dict | None = None) -> ir.Value:
+        """``value`` at real tokens, ``other`` (a scalar, or a tensor that
+        broadcasts to it) at padded positions."""
+        if real is None or layout not in real:
+            keep = torch_ops.AtenNeScalarOp(
+                vtensor_type(vtensor_shape(self.mask.type)[0], "i1"), self.mask,
+                int_constant(0)).result
+            if layout == "F":
+                keep = torch_ops.AtenFlattenUsingIntsOp(
+                    vtensor_type([None], "i1"), keep, int_constant(0), int_constant(1)).result
+            if real is not None:
+                real[layout] = keep
+        condition = real[layout] if real is not None else keep
+        rank = len(vtensor_shape(value.type)[0])
+        sizes = vtensor_shape(condition.type)[0]
+        while len(sizes) < rank:
+            sizes = [*sizes, 1]
+            condition = torch_ops.AtenUnsqueezeOp(vtensor_type(sizes, "i1"), condition,
+                                                  int_constant(len(sizes) - 1)).result
+        if vtensor_shape(other.type) is not None:
+            return torch_ops.AtenWhereSelfOp(value.type, condition, value, other).result
+        return torch_ops.AtenWhereScalarOtherOp(value.type, condition, value, other).result
+
     # -- the proof ----------------------------------------------------------------
-    def _prove(self, unpacked, gathered, broadcast) -> None:
+    def _prove(self, unpacked, filled, gathered, broadcast) -> None:
         safety = PaddingSafety(self.analysis, self.batch, self.length)
         safety.seed(self.mask, [frozenset({"B"}), frozenset({"keep"})])
         for old, value in unpacked.items():
             rank = len(vtensor_shape(value.type)[0])
-            lead = [frozenset({"B"}), frozenset({"L"})] if self.layout(old) == "BL" \
-                else [frozenset({"BL"})]
+            if old in filled:  # eager's own values at padded positions: nothing tainted
+                lead = [frozenset({"B"}), filled[old]]
+            elif self.layout(old) == "BL":
+                lead = [frozenset({"B"}), frozenset({"L"})]
+            else:
+                lead = [frozenset({"BL"})]
             safety.seed(value, lead + [frozenset()] * (rank - len(lead)))
         safety.run(self.block, skip=(_OLD, _NEW))
         for value in gathered:
@@ -493,7 +579,7 @@ class _Packer:
     def _zero_outputs(self, safety: PaddingSafety) -> None:
         ret = self.block.operations[len(self.block.operations) - 1].operation
         per_token, per_row = [], []
-        keep = None
+        real: dict = {}  # one comparison with the mask for every result
         for position, value in enumerate(ret.operands):
             roles = safety.of(value)
             if roles is None:
@@ -521,23 +607,7 @@ class _Packer:
                                   f"{positional} (roles {_show(roles)}), which no mask zeroes",
                                   ret.location)
             with ir.InsertionPoint(ret), ret.location:
-                if keep is None:
-                    keep = torch_ops.AtenNeScalarOp(
-                        vtensor_type(vtensor_shape(self.mask.type)[0], "i1"), self.mask,
-                        int_constant(0)).result
-                condition = keep
-                if layout == "F":
-                    condition = torch_ops.AtenFlattenUsingIntsOp(
-                        vtensor_type([None], "i1"), keep, int_constant(0), int_constant(1)).result
-                rank = len(vtensor_shape(value.type)[0])
-                sizes = vtensor_shape(condition.type)[0]
-                while len(sizes) < rank:
-                    sizes = [*sizes, 1]
-                    condition = torch_ops.AtenUnsqueezeOp(vtensor_type(sizes, "i1"), condition,
-                                                          int_constant(len(sizes) - 1)).result
-                zeroed = torch_ops.AtenWhereScalarOtherOp(value.type, condition, value,
-                                                          int_constant(0)).result
-            ret.operands[position] = zeroed
+                ret.operands[position] = self._where_real(value, int_constant(0), layout, real)
             per_token.append(position)
         text = (f'{{mask = {self.mask_position} : i64, per_token = [{", ".join(map(str, per_token))}], '
                 f'per_row = [{", ".join(chr(34) + r + chr(34) for r in per_row)}]}}')

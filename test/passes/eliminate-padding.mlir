@@ -171,3 +171,65 @@ func.func @negative_sum_over_every_dim(%x: !torch.vtensor<[?,?,4],f32>, %mask: !
   %1 = torch.aten.sum.dim_IntList %0, %dims, %false, %none : !torch.vtensor<[?,?,4],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[],f32>
   return %1 : !torch.vtensor<[],f32>
 }
+
+// -----
+
+/// Mean pooling's masked sum reads every position, but eager's product there
+/// is 0 (a finite row times the mask's 0): the product is scattered back with
+/// 0 at padding, not copies of real rows, and the sum over positions is exact.
+// CHECK-LABEL: func.func @masked_sum_over_positions
+// CHECK-SAME: (%{{.*}}: !torch.vtensor<[?,?,4],f32>, %[[MASK:[^:]*]]: !torch.vtensor<[?,?],si64>
+// CHECK: %[[PRODUCT:.*]] = torch.aten.mul.Tensor %{{.*}} : !torch.vtensor<[1,?,4],f32>
+// CHECK: %[[FLAT:.*]] = torch.aten.flatten.using_ints %[[PRODUCT]]
+// CHECK: %[[GRID:.*]] = torch.aten.index_select %[[FLAT]]
+// CHECK: %[[BACK:.*]] = torch.aten.unflatten.int %[[GRID]]
+// CHECK: %[[REAL:.*]] = torch.aten.ne.Scalar %[[MASK]]
+// CHECK: %[[REAL3:.*]] = torch.aten.unsqueeze %[[REAL]]
+// CHECK: %[[ZEROED:.*]] = torch.aten.where.ScalarOther %[[REAL3]], %[[BACK]]
+// CHECK: %[[SUM:.*]] = torch.aten.sum.dim_IntList %[[ZEROED]]
+// CHECK: return %[[SUM]]
+func.func @masked_sum_over_positions(%x: !torch.vtensor<[?,?,4],f32>, %mask: !torch.vtensor<[?,?],si64>, %w: !torch.vtensor<[4,4],f32>) -> !torch.vtensor<[?,4],f32> {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %x, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1, 4)> : !torch.vtensor<[?,?,4],f32>
+  torch.bind_symbolic_shape %mask, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],si64>
+  %none = torch.constant.none
+  %false = torch.constant.bool false
+  %int1 = torch.constant.int 1
+  %int6 = torch.constant.int 6
+  %int-1 = torch.constant.int -1
+  %0 = torch.aten.linear %x, %w, %none : !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[4,4],f32>, !torch.none -> !torch.vtensor<[?,?,4],f32>
+  %1 = torch.aten.unsqueeze %mask, %int-1 : !torch.vtensor<[?,?],si64>, !torch.int -> !torch.vtensor<[?,?,1],si64>
+  torch.bind_symbolic_shape %1, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1, 1)> : !torch.vtensor<[?,?,1],si64>
+  %2 = torch.prims.convert_element_type %1, %int6 : !torch.vtensor<[?,?,1],si64>, !torch.int -> !torch.vtensor<[?,?,1],f32>
+  torch.bind_symbolic_shape %2, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1, 1)> : !torch.vtensor<[?,?,1],f32>
+  %3 = torch.aten.mul.Tensor %0, %2 : !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,1],f32> -> !torch.vtensor<[?,?,4],f32>
+  %dims = torch.prim.ListConstruct %int1 : (!torch.int) -> !torch.list<int>
+  %4 = torch.aten.sum.dim_IntList %3, %dims, %false, %none : !torch.vtensor<[?,?,4],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[?,4],f32>
+  return %4 : !torch.vtensor<[?,4],f32>
+}
+
+// -----
+
+/// Weights of 1 at padding (mask + 1) leave the padded rows in the sum: eager's
+/// product there is a row of the padded input, which no token computes.
+func.func @negative_sum_weighted_by_more_than_the_mask(%x: !torch.vtensor<[?,?,4],f32>, %mask: !torch.vtensor<[?,?],si64>, %w: !torch.vtensor<[4,4],f32>) -> !torch.vtensor<[?,4],f32> {
+  %s0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %s1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %x, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1, 4)> : !torch.vtensor<[?,?,4],f32>
+  torch.bind_symbolic_shape %mask, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],si64>
+  %none = torch.constant.none
+  %false = torch.constant.bool false
+  %int1 = torch.constant.int 1
+  %int-1 = torch.constant.int -1
+  %0 = torch.aten.linear %x, %w, %none : !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[4,4],f32>, !torch.none -> !torch.vtensor<[?,?,4],f32>
+  %1 = torch.aten.add.Scalar %mask, %int1, %int1 : !torch.vtensor<[?,?],si64>, !torch.int, !torch.int -> !torch.vtensor<[?,?],si64>
+  torch.bind_symbolic_shape %1, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1)> : !torch.vtensor<[?,?],si64>
+  %2 = torch.aten.unsqueeze %1, %int-1 : !torch.vtensor<[?,?],si64>, !torch.int -> !torch.vtensor<[?,?,1],si64>
+  torch.bind_symbolic_shape %2, [%s0, %s1], affine_map<()[s0, s1] -> (s0, s1, 1)> : !torch.vtensor<[?,?,1],si64>
+  %3 = torch.aten.mul.Tensor %0, %2 : !torch.vtensor<[?,?,4],f32>, !torch.vtensor<[?,?,1],si64> -> !torch.vtensor<[?,?,4],f32>
+  %dims = torch.prim.ListConstruct %int1 : (!torch.int) -> !torch.list<int>
+  // expected-error@+1 {{'torch.aten.sum.dim_IntList' reads across positions (a reduction sums over padded positions)}}
+  %4 = torch.aten.sum.dim_IntList %3, %dims, %false, %none : !torch.vtensor<[?,?,4],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[?,4],f32>
+  return %4 : !torch.vtensor<[?,4],f32>
+}

@@ -137,6 +137,78 @@ def test_a_running_sum_over_positions_is_refused_naming_it():
                          padding="eliminate")
 
 
+class _Pooled(torch.nn.Module):
+    """A sentence embedding over an encoder's token states: sentence-transformers'
+    mean pooling, or max pooling with the padding filled."""
+
+    def __init__(self, encoder, pooling):
+        super().__init__()
+        self.encoder, self.pooling = encoder, pooling
+
+    def forward(self, input_ids, attention_mask):
+        states = self.encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
+        if self.pooling == "mean":
+            weights = attention_mask.unsqueeze(-1).expand(states.size()).float()
+            return (states * weights).sum(1) / torch.clamp(weights.sum(1), min=1e-9)
+        if self.pooling == "max":
+            return states.masked_fill(attention_mask.unsqueeze(-1) == 0, -1e9).max(1).values
+        # Not masked: the padding's 1s weigh in.
+        return (states * (attention_mask + 1).unsqueeze(-1)).sum(1)
+
+
+@pytest.mark.builds_after_export
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+def test_masked_pooling_is_exact_with_padding_eliminated(pooling):
+    """/// The masked sum and the filled max read every position, padded ones
+    included, but eager's values there are known (0 and the fill): unpacked
+    with them, the pooled rows are eager's."""
+    model = _Pooled(_bert_base(), pooling).eval()
+    compiled = _compile(model)
+    generator = torch.Generator().manual_seed(2)
+    for batch, length in [(1, 1), (1, 7), (3, 17), (2, 33), (4, 65)]:
+        ids = torch.randint(3, 100, (batch, length), generator=generator)
+        for kind, mask in _masks(batch, length, generator).items():
+            with torch.no_grad():
+                want = model(ids, mask)
+            got = compiled(input_ids=ids, attention_mask=mask)
+            torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4,
+                                       msg=f"{pooling} batch {batch} L {length} {kind} mask")
+
+
+def test_negative_a_sum_weighted_by_more_than_the_mask_is_refused():
+    with pytest.raises(CompileError, match="'torch.aten.sum.dim_IntList' reads across positions"):
+        _compile(_Pooled(_bert_base(), "unmasked").eval())
+
+
+@pytest.mark.builds_after_export
+def test_minilm_sentence_embeddings_with_padding_eliminated_are_eagers():
+    """The real all-MiniLM-L6-v2 checkpoint with its mean pooling, on a batch of
+    real sentences of mixed lengths: padding="eliminate" compiles it, and each
+    sentence's embedding is eager's."""
+    all_minilm_l6_v2 = pytest.importorskip("all_minilm_l6_v2")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = all_minilm_l6_v2.extract_model(directory)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+        encoder = transformers.AutoModel.from_pretrained(path).eval()
+    model = _Pooled(encoder, "mean").eval()
+    sentences = ["A man is eating food.", "Compilers turn programs into machine code.", "Hi!",
+                 "The quick brown fox jumps over the lazy dog, twice, to be sure of it.",
+                 "Two padded rows and one long one."]
+    example = tokenizer(sentences[:2], padding=True, return_tensors="pt")
+    dims = {0: Dim("batch"), 1: Dim("seq")}
+    compiled = anyshape.compile(model, (example["input_ids"], example["attention_mask"]),
+                                dynamic_shapes=(dims, dims), padding="eliminate")
+    batch = tokenizer(sentences, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        want = model(batch["input_ids"], batch["attention_mask"])
+    got = compiled(batch["input_ids"], batch["attention_mask"])
+    cosine = torch.nn.functional.cosine_similarity(got, want, dim=1)
+    assert cosine.min() >= 0.99999, cosine
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+
+
 def test_the_mask_input_survives_save_and_load(tmp_path):
     model = transformers.AutoModel.from_config(_config("distilbert")).eval()
     compiled = _compile(model)
