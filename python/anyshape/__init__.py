@@ -9,7 +9,7 @@ tools start without importing torch.
 from anyshape.errors import CompileError, DataTilingFallback, DimBoundedByConfig, RunError
 
 __all__ = ["compile", "compile_generator", "calibrated", "import_torch", "load", "write_parameters",
-           "BackendOptions", "CompiledModule", "Generator", "CompileError", "CudaArchSubstituted", "DataTilingFallback",
+           "BackendOptions", "CompiledModule", "Generator", "Scheduler", "CompileError", "CudaArchSubstituted", "DataTilingFallback",
            "DimBoundedByConfig", "RunError"]
 __version__ = "0.1.0"
 
@@ -18,6 +18,7 @@ _LAZY = {
     "compile_generator": ("anyshape.generation.causal_lm", "compile_generator"),
     "calibrated": ("anyshape.frontend.calibration", "calibrated"),
     "Generator": ("anyshape.runtime.generator", "Generator"),
+    "Scheduler": ("anyshape.runtime.scheduler", "Scheduler"),
     "import_torch": ("anyshape.frontend.importer", "import_torch"),
     "load": ("anyshape.runtime.compiled_module", "load"),
     "write_parameters": ("anyshape.runtime.compiled_module", "write_parameters"),

@@ -241,6 +241,39 @@ class CompiledModule:
                                block * target.shape[2] * width * item, slots * width * item))
         self._copy_on_device([copies])
 
+    def copy_slot_runs(self, arrays: Sequence, targets: Sequence,
+                       runs: Sequence[tuple[int, int, int, int, int]]) -> None:
+        """For each ``(row, slot, target_row, target_slot, count)`` in ``runs``,
+        slots ``slot`` to ``slot + count`` (dim 2) of ``row`` of each of the
+        device ``arrays`` ([rows, heads, slots, width]) into ``target_slot``
+        onward of ``target_row`` of the matching array of ``targets`` (same
+        heads and width; an array may be its own target where the runs do not
+        overlap), every head's: copies by the device itself. A request's
+        prompt, computed alone, into its row of a batch's cache."""
+        copies = []
+        for array, target in zip(arrays, targets, strict=True):
+            rows, heads, capacity, width = array.shape
+            target_rows, target_heads, target_capacity, target_width = target.shape
+            if (heads, width) != (target_heads, target_width):
+                raise ValueError(f"copy_slot_runs: slots of {tuple(array.shape)} do not fit "
+                                 f"{tuple(target.shape)}")
+            item = _byte_length(array) // (rows * heads * capacity * width)
+            source, destination = _buffer(array), _buffer(target)
+            for row, slot, target_row, target_slot, count in runs:
+                if not (0 <= row < rows and 0 <= target_row < target_rows and count >= 0
+                        and 0 <= slot and slot + count <= capacity
+                        and 0 <= target_slot and target_slot + count <= target_capacity):
+                    raise ValueError(f"copy_slot_runs: {count} slots from row {row} slot {slot} "
+                                     f"of {tuple(array.shape)} to row {target_row} slot "
+                                     f"{target_slot} of {tuple(target.shape)} fall outside them")
+                for head in range(heads if count else 0):
+                    copies.append((source, destination,
+                                   ((row * heads + head) * capacity + slot) * width * item,
+                                   ((target_row * heads + head) * target_capacity + target_slot)
+                                   * width * item, count * width * item))
+        if copies:
+            self._copy_on_device([copies])
+
     def _copy_on_device(self, stages: Sequence[Sequence[tuple]]) -> None:
         """Each stage's ``(source, target, source_offset, target_offset,
         length)`` buffer copies, as one command buffer that starts when the
