@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 PYTEST_WORKERS ?= auto
 XDIST := -n $(PYTEST_WORKERS) --maxprocesses=4 --dist loadscope
 
-.PHONY: test check check-pytest check-fuzz lit pytest docs demo gpu-check bench bench-quantized bench-kernels bench-sweep bench-steps bench-served bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
+.PHONY: test check check-pytest check-fuzz lit pytest docs demo gpu-check bench bench-quantized bench-kernels bench-sweep bench-steps bench-served bench-continuous-batching bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
 
 # PIP_CONSTRAINT, not only -c: it also pins what pip installs to build anyshape
 # itself (setuptools, in pip's isolated build environment).
@@ -166,6 +166,14 @@ bench-steps: $(BENCH_STAMP)
 SERVED_ARGS ?=
 bench-served: $(BENCH_STAMP)
 	$(PY) bench/served.py $(SERVED_ARGS)
+
+# Not a test: generation requests arriving in real time (Poisson, 1, 2 and 4 per second)
+# on GPT-2 small, served by anyshape.Scheduler, by static batches of 8 and one at a time:
+# tokens/s, time to first token, time between tokens (about 10 minutes).
+# Writes bench/results/continuous-batching/.
+CONTINUOUS_ARGS ?=
+bench-continuous-batching: $(STAMP)
+	$(PY) bench/continuous_batching.py $(CONTINUOUS_ARGS)
 
 # Not a test: every HuggingFace family at its default size, compiled once (dynamic
 # batch and sequence), max error and latency against eager at L = 128 (tens of
