@@ -289,6 +289,29 @@ def test_vnni_integer_tiles_compute_the_avx2_tiles_floats_to_the_bit(tmp_path):
                                                   err_msg=str((name, fmt, k, m, nx, with_bias)))
 
 
+def test_avx512_direct_tiles_compute_the_avx2_tiles_floats_to_the_bit(tmp_path):
+    """/// The float32 rows of a decode step (1 to 4) on int8 and int4 weights:
+    AVX-512's direct tiles take each lane's operations in the AVX2 tiles'
+    order, so an artifact computes the same floats on either host. Each group size, k
+    not a multiple of the unrolled steps (int8), a partial last panel and an
+    odd panel count, with and without a bias, over one workgroup and 3 x 2."""
+    wide, avx2 = _host_library(tmp_path, "avx512"), _host_library(tmp_path, "avx2")
+    rng = np.random.default_rng(6)
+    for fmt in FORMATS:
+        for k, n in [(384, 37), (1152, 40), (258 if fmt.name == "int8" else 256, 19)]:
+            w = _weights(rng, n, k)
+            bias = rng.standard_normal(n).astype(np.float32)
+            data, scales = qw.packed(w, fmt)
+            for m in [1, 2, 3, 4]:
+                x = rng.standard_normal((m, k)).astype(np.float32)
+                for (nx, _, with_bias, y), (_, _, _, y2) in zip(
+                        _over_workgroups(wide, fmt, x, data, scales, bias, n),
+                        _over_workgroups(avx2, fmt, x, data, scales, bias, n)):
+                    assert np.isfinite(y).all()
+                    np.testing.assert_array_equal(y.view(np.int32), y2.view(np.int32),
+                                                  err_msg=str((fmt, k, n, m, nx, with_bias)))
+
+
 @pytest.mark.parametrize("isa", ["avx512vnni", "avx2"])
 def test_an_integer_rows_floats_do_not_depend_on_the_rows_beside_it(tmp_path, isa):
     """/// A request's output must not change with what is batched beside it:

@@ -231,8 +231,8 @@ AVX2_F16C_FN static void dequantize256(const quantized_t* a, size_t panel, size_
 // Up to DIRECT_ROWS rows (a decode step's) skip the block on the stack: each
 // tile dequantizes its panels' weights in registers as it reads them, and
 // scales its sums once (int8: at the end; int4: at the end of each group,
-// where they are added into totals). AVX-512 hosts run
-// this code too (their 512-bit version is not written yet). The 8 of q + 8
+// where they are added into totals). AVX-512 hosts run their 512-bit
+// version (DIRECT512_, below), which computes the same floats. The 8 of q + 8
 // comes off each value as an integer, before any rounding: taken off the
 // sums (through the sum of x) it cancelled digits, 4x float32's error.
 // One cache line of int8 weights holds 4 steps of k of a panel: the loops
@@ -644,6 +644,151 @@ DEFINE_INTEGER_Q4(1, 1) DEFINE_INTEGER_Q4(2, 1)
 DEFINE_INTEGER_Q8(1, 2) DEFINE_INTEGER_Q8(2, 2) DEFINE_INTEGER_Q8(3, 1) DEFINE_INTEGER_Q8(4, 1)
 DEFINE_INTEGER_Q8(1, 1) DEFINE_INTEGER_Q8(2, 1)
 
+#if ANYSHAPE_MAX_ISA >= ISA_AVX512
+// DIRECT_Q8 and DIRECT_Q4 with AVX-512: a panel's 16 columns in one register,
+// half the instructions a weight. Each lane takes the AVX2 tile's operations
+// in its order (the same conversions, the same FMAs on the same sums, SETS as
+// the AVX2 tile of those rows and panels has), so a host computes the same
+// floats with either, to the bit (test_quantized_weights.py). Tiles of 3 and
+// 4 rows take one panel, as AVX2's do: with two, int4's 4 rows ran no faster
+// than AVX2's and int8's 12-16 % slower on Zen 4, which splits each 512-bit
+// operation in two (docs/quantized-weights.md).
+#define DIRECT512_FN __attribute__((target("avx512f,fma")))
+
+DIRECT512_FN static inline void direct_store512(const quantized_t* a, size_t row, size_t col,
+                                                __m512 sum, __mmask16 mask) {
+  const __m512 bias = a->bias ? _mm512_maskz_loadu_ps(mask, a->bias + col) : _mm512_setzero_ps();
+  _mm512_mask_storeu_ps(a->y + row * a->n + col, mask, _mm512_add_ps(sum, bias));
+}
+
+#define DEFINE_DIRECT512_Q8(MR, NP, SETS)                                         \
+  DIRECT512_FN static void direct512_q8_##MR##x##NP##s##SETS(                     \
+      const quantized_t* a, size_t row, size_t panel) {                           \
+    const size_t k = a->k;                                                        \
+    const int8_t* w[NP];                                                          \
+    for (int p = 0; p < (NP); ++p)                                                \
+      w[p] = (const int8_t*)a->q + (panel + p) * k * PANEL;                       \
+    __m512 acc[SETS][MR][NP];                                                     \
+    for (int s = 0; s < (SETS); ++s)                                              \
+      for (int r = 0; r < (MR); ++r)                                              \
+        for (int p = 0; p < (NP); ++p) acc[s][r][p] = _mm512_setzero_ps();        \
+    size_t i = 0;                                                                 \
+    for (; i + 4 <= k; i += 4) {                                                  \
+      for (int p = 0; p < (NP); ++p)                                              \
+        _mm_prefetch((const char*)(w[p] + i * PANEL + DIRECT_AHEAD), _MM_HINT_T0); \
+      for (int t = 0; t < 4; ++t) {                                               \
+        const int s = t % (SETS);                                                 \
+        __m512 b[NP];                                                             \
+        for (int p = 0; p < (NP); ++p)                                            \
+          b[p] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(                         \
+              _mm_loadu_si128((const __m128i*)(w[p] + (i + t) * PANEL))));        \
+        for (int r = 0; r < (MR); ++r) {                                          \
+          __m512 xv = _mm512_set1_ps(a->x[(row + r) * k + i + t]);                \
+          for (int p = 0; p < (NP); ++p)                                          \
+            acc[s][r][p] = _mm512_fmadd_ps(xv, b[p], acc[s][r][p]);               \
+        }                                                                         \
+      }                                                                           \
+    }                                                                             \
+    for (; i < k; ++i)                                                            \
+      for (int p = 0; p < (NP); ++p) {                                            \
+        __m512 b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(                       \
+            _mm_loadu_si128((const __m128i*)(w[p] + i * PANEL))));                \
+        for (int r = 0; r < (MR); ++r)                                            \
+          acc[0][r][p] = _mm512_fmadd_ps(_mm512_set1_ps(a->x[(row + r) * k + i]), \
+                                         b, acc[0][r][p]);                        \
+      }                                                                           \
+    for (int p = 0; p < (NP); ++p) {                                              \
+      const size_t col = (panel + p) * PANEL;                                     \
+      const __mmask16 mask = mask16(a->n - col);                                  \
+      const __m512 scale = _mm512_maskz_loadu_ps(mask, (const float*)a->scales + col); \
+      for (int r = 0; r < (MR); ++r) {                                            \
+        __m512 sum = acc[0][r][p];                                                \
+        if ((SETS) == 2) sum = _mm512_add_ps(sum, acc[(SETS) - 1][r][p]);         \
+        direct_store512(a, row + r, col, _mm512_mul_ps(sum, scale), mask);        \
+      }                                                                           \
+    }                                                                             \
+  }
+
+#define DEFINE_DIRECT512_Q4(MR, NP)                                               \
+  DIRECT512_FN static void direct512_q4_##MR##x##NP(const quantized_t* a, size_t row, \
+                                                    size_t panel) {               \
+    const size_t k = a->k, group = a->group, groups = k / group;                  \
+    const uint8_t* w[NP];                                                         \
+    const uint16_t* scales[NP];                                                   \
+    int4_panels(a, panel, NP, w, scales);                                         \
+    const __m512i low = _mm512_set1_epi32(15), eight = _mm512_set1_epi32(8);     \
+    __m512 totals[MR][NP];                                                        \
+    for (int r = 0; r < (MR); ++r)                                                \
+      for (int p = 0; p < (NP); ++p) totals[r][p] = _mm512_setzero_ps();          \
+    for (size_t g = 0; g < groups; ++g) {                                         \
+      __m512 acc[MR][NP];                                                         \
+      for (int r = 0; r < (MR); ++r)                                              \
+        for (int p = 0; p < (NP); ++p) acc[r][p] = _mm512_setzero_ps();           \
+      for (size_t i = g * group; i < (g + 1) * group; i += 8) {                   \
+        for (int p = 0; p < (NP); ++p)                                            \
+          _mm_prefetch((const char*)(w[p] + (i / 2) * PANEL + DIRECT_AHEAD),      \
+                       _MM_HINT_T0);                                              \
+        for (int t = 0; t < 8; t += 2) {                                          \
+          __m512 even[NP], odd[NP];                                               \
+          for (int p = 0; p < (NP); ++p) {                                        \
+            __m512i v = _mm512_cvtepu8_epi32(                                     \
+                _mm_loadu_si128((const __m128i*)(w[p] + ((i + t) / 2) * PANEL))); \
+            even[p] = _mm512_cvtepi32_ps(                                         \
+                _mm512_sub_epi32(_mm512_and_si512(v, low), eight));               \
+            odd[p] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(v, 4), eight)); \
+          }                                                                       \
+          for (int r = 0; r < (MR); ++r) {                                        \
+            const float* x = a->x + (row + r) * k + i + t;                        \
+            __m512 x0 = _mm512_set1_ps(x[0]), x1 = _mm512_set1_ps(x[1]);         \
+            for (int p = 0; p < (NP); ++p)                                        \
+              acc[r][p] = _mm512_fmadd_ps(x1, odd[p],                             \
+                                          _mm512_fmadd_ps(x0, even[p], acc[r][p])); \
+          }                                                                       \
+        }                                                                         \
+      }                                                                           \
+      for (int p = 0; p < (NP); ++p) {                                            \
+        const __m512 scale = _mm512_cvtph_ps(                                     \
+            _mm256_loadu_si256((const __m256i*)(scales[p] + g * PANEL)));         \
+        for (int r = 0; r < (MR); ++r)                                            \
+          totals[r][p] = _mm512_fmadd_ps(acc[r][p], scale, totals[r][p]);         \
+      }                                                                           \
+    }                                                                             \
+    for (int p = 0; p < (NP); ++p) {                                              \
+      const size_t col = (panel + p) * PANEL;                                     \
+      for (int r = 0; r < (MR); ++r)                                              \
+        direct_store512(a, row + r, col, totals[r][p], mask16(a->n - col));       \
+    }                                                                             \
+  }
+
+// SETS as AVX2's tile of those rows and panels: two where it has at most two
+// rows by panels.
+DEFINE_DIRECT512_Q8(1, 2, 2) DEFINE_DIRECT512_Q8(1, 1, 2) DEFINE_DIRECT512_Q8(2, 2, 1)
+DEFINE_DIRECT512_Q8(2, 1, 2) DEFINE_DIRECT512_Q8(3, 1, 1) DEFINE_DIRECT512_Q8(4, 1, 1)
+DEFINE_DIRECT512_Q4(1, 2) DEFINE_DIRECT512_Q4(1, 1) DEFINE_DIRECT512_Q4(2, 2)
+DEFINE_DIRECT512_Q4(2, 1) DEFINE_DIRECT512_Q4(3, 1) DEFINE_DIRECT512_Q4(4, 1)
+
+// direct_rows with AVX-512: as AVX2's, one or two rows by two panels at a
+// time, three or four by one.
+NOINLINE DIRECT512_FN static void direct_rows512(const quantized_t* a, size_t row0,
+                                                 size_t rows, size_t panel0, size_t panel1) {
+  const int int4 = a->group != 0;
+  for (size_t panel = panel0; panel < panel1;) {
+    const int two = rows <= 2 && panel1 - panel >= 2;
+#define DIRECT512(MR, NP, SETS) \
+  (int4 ? direct512_q4_##MR##x##NP(a, row0, panel) : direct512_q8_##MR##x##NP##s##SETS(a, row0, panel))
+    switch (rows) {
+      case 1: if (two) DIRECT512(1, 2, 2); else DIRECT512(1, 1, 2); break;
+      case 2: if (two) DIRECT512(2, 2, 1); else DIRECT512(2, 1, 2); break;
+      case 3: DIRECT512(3, 1, 1); break;
+      case 4: DIRECT512(4, 1, 1); break;
+      default: __builtin_trap();  // callers take at most DIRECT_ROWS
+    }
+#undef DIRECT512
+    panel += two ? 2 : 1;
+  }
+}
+#endif  // ANYSHAPE_MAX_ISA >= ISA_AVX512
+
 #if ANYSHAPE_MAX_ISA >= ISA_AVX512_VNNI
 // The integer tiles with AVX-512 VNNI: a panel's 16 columns in one register,
 // and one instruction multiplying and summing a column's four k (vpdpbusd:
@@ -848,6 +993,12 @@ AVX2_F16C_FN static void round_rows(const quantized_t* a, size_t row0, size_t ro
 // four by one.
 NOINLINE AVX2_F16C_FN static void direct_rows(const quantized_t* a, size_t row0,
                                               size_t rows, size_t panel0, size_t panel1) {
+#if ANYSHAPE_MAX_ISA >= ISA_AVX512
+  if (isa() >= ISA_AVX512) {
+    direct_rows512(a, row0, rows, panel0, panel1);
+    return;
+  }
+#endif
   const int int4 = a->group != 0;
   for (size_t panel = panel0; panel < panel1;) {
     const int two = rows <= 2 && panel1 - panel >= 2;
