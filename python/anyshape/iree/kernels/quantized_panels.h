@@ -716,7 +716,9 @@ DIRECT512_FN static inline void direct_store512(const quantized_t* a, size_t row
     const uint8_t* w[NP];                                                         \
     const uint16_t* scales[NP];                                                   \
     int4_panels(a, panel, NP, w, scales);                                         \
-    const __m512i low = _mm512_set1_epi32(15), eight = _mm512_set1_epi32(8);     \
+    /* q - 8 for each code q, looked up: vpermps reads an index's low 4 bits */ \
+    const __m512 values = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1,          \
+                                         0, 1, 2, 3, 4, 5, 6, 7);                  \
     __m512 totals[MR][NP];                                                        \
     for (int r = 0; r < (MR); ++r)                                                \
       for (int p = 0; p < (NP); ++p) totals[r][p] = _mm512_setzero_ps();          \
@@ -733,9 +735,8 @@ DIRECT512_FN static inline void direct_store512(const quantized_t* a, size_t row
           for (int p = 0; p < (NP); ++p) {                                        \
             __m512i v = _mm512_cvtepu8_epi32(                                     \
                 _mm_loadu_si128((const __m128i*)(w[p] + ((i + t) / 2) * PANEL))); \
-            even[p] = _mm512_cvtepi32_ps(                                         \
-                _mm512_sub_epi32(_mm512_and_si512(v, low), eight));               \
-            odd[p] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(v, 4), eight)); \
+            even[p] = _mm512_permutexvar_ps(v, values);                           \
+            odd[p] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), values);      \
           }                                                                       \
           for (int r = 0; r < (MR); ++r) {                                        \
             const float* x = a->x + (row + r) * k + i + t;                        \
