@@ -121,26 +121,26 @@ def test_a_bounded_cache_makes_requests_wait_and_gives_the_same_tokens():
         assert handles[number].tokens == alone, f"request {number}"
 
 
+def _sampled(generator, prompt, seeds, **sampling) -> list[list[int]]:
+    """Each seed's 24 sampled tokens, a scheduler for each."""
+    runs = []
+    for seed in seeds:
+        scheduler = anyshape.Scheduler(generator)
+        request = scheduler.submit(prompt, max_new_tokens=24, eos_token_id=[], do_sample=True,
+                                   seed=seed, **sampling)
+        scheduler.run()
+        runs.append(request.tokens)
+    return runs
+
+
 @pytest.mark.builds_after_export
 def test_sampling_with_a_seed_repeats_and_stays_in_the_top_k():
     generator = _generator("gpt2")
     prompt = torch.randint(3, VOCAB, (9,), generator=torch.Generator().manual_seed(5))
-    runs = []
-    for seed in (7, 7, 8):
-        scheduler = anyshape.Scheduler(generator)
-        request = scheduler.submit(prompt, max_new_tokens=24, eos_token_id=[], do_sample=True,
-                                   temperature=0.9, top_k=1, seed=seed)
-        scheduler.run()
-        runs.append(request.tokens)
+    runs = _sampled(generator, prompt, (7, 7, 8), temperature=0.9, top_k=1)
     # top_k=1 is greedy whatever the seed.
     assert runs[0] == runs[1] == runs[2] == _alone(generator, prompt, 24, [])
-    drawn = []
-    for seed in (7, 7, 8):
-        scheduler = anyshape.Scheduler(generator)
-        request = scheduler.submit(prompt, max_new_tokens=24, eos_token_id=[], do_sample=True,
-                                   temperature=1.5, top_p=0.95, seed=seed)
-        scheduler.run()
-        drawn.append(request.tokens)
+    drawn = _sampled(generator, prompt, (7, 7, 8), temperature=1.5, top_p=0.95)
     assert drawn[0] == drawn[1] and drawn[0] != drawn[2]
 
 
