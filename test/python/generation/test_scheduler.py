@@ -56,19 +56,20 @@ def _requests(generator, count: int, seed: int):
 
 
 def _serve(scheduler, requests):
-    """Each request submitted at its step; the handles once all have finished."""
+    """Each request submitted at its step; the handles once all have finished,
+    and after each step how many ran, waited, and the buffers' slots."""
     handles, step, order = {}, 0, sorted(range(len(requests)), key=lambda i: requests[i][3])
-    most_running = 0
+    seen = []
     while order or scheduler.running or scheduler.waiting:
         while order and requests[order[0]][3] <= step:
             number = order.pop(0)
             prompt, new, eos, _, _ = requests[number]
             handles[number] = scheduler.submit(prompt, max_new_tokens=new, eos_token_id=eos)
         scheduler.step()
-        most_running = max(most_running, scheduler.running)
+        seen.append((scheduler.running, scheduler.waiting, scheduler._capacity))
         step += 1
         assert step < 2000, "the requests did not finish"
-    return handles, most_running
+    return handles, seen
 
 
 @pytest.mark.builds_after_export
@@ -77,8 +78,9 @@ def test_requests_joining_at_random_steps_get_their_tokens_alone(model_type):
     generator = _generator(model_type)
     requests = _requests(generator, 18, seed=1)
     scheduler = anyshape.Scheduler(generator)
-    handles, most_running = _serve(scheduler, requests)
-    assert most_running > 1, "no two requests ran together: the test says nothing"
+    handles, seen = _serve(scheduler, requests)
+    assert max(running for running, _, _ in seen) > 1, \
+        "no two requests ran together: the test says nothing"
     for number, (prompt, new, eos, at, alone) in enumerate(requests):
         request = handles[number]
         assert request.tokens == alone, \
@@ -103,20 +105,10 @@ def test_a_bounded_cache_makes_requests_wait_and_gives_the_same_tokens():
     slot_bytes = anyshape.Scheduler(generator)._slot_bytes
     scheduler = anyshape.Scheduler(generator, cache_bytes=140 * slot_bytes)
     assert scheduler.max_slots == 140
-    waited, capacity = [], 0
-    handles, step, order = {}, 0, list(range(len(requests)))
-    while order or scheduler.running or scheduler.waiting:
-        while order and requests[order[0]][3] <= step:
-            number = order.pop(0)
-            prompt, new, eos, _, _ = requests[number]
-            handles[number] = scheduler.submit(prompt, max_new_tokens=new, eos_token_id=eos)
-        scheduler.step()
-        waited.append(scheduler.waiting)
-        capacity = max(capacity, scheduler._capacity)
-        step += 1
-        assert step < 2000
+    handles, seen = _serve(scheduler, requests)
+    waited = [waiting for _, waiting, _ in seen]
     assert waited[30] == 1 and waited[40] == 3, waited[25:70]
-    assert capacity <= scheduler.max_slots
+    assert max(slots for _, _, slots in seen) <= scheduler.max_slots
     for number, (prompt, new, eos, at, alone) in enumerate(requests):
         assert handles[number].tokens == alone, f"request {number}"
 
