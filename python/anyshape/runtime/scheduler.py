@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from anyshape.runtime.generator import Generator, _token_ids, _torch_on_one_thread
+from anyshape.runtime.host_arrays import numpy_dtype
 
 # Slots new buffers keep free past the timeline (at least; a quarter more for
 # longer ones), so that the next steps do not each copy the cache over.
@@ -86,7 +87,7 @@ class Scheduler:
         self.rows = rows
         self._slot_bytes = rows * sum(heads * dim for layer in generator.spec["cache"]
                                       for heads, dim in layer) * \
-            np.dtype(_numpy_dtype(generator.spec["cache_dtype"])).itemsize
+            np.dtype(numpy_dtype(generator.spec["cache_dtype"])).itemsize
         if cache_bytes is not None and (isinstance(cache_bytes, bool) or
                                         not isinstance(cache_bytes, int) or
                                         cache_bytes < 2 * self._slot_bytes):
@@ -329,8 +330,3 @@ def _choose(request: Request, logits: torch.Tensor) -> int:
     probabilities = torch.softmax(scores, dim=-1)
     return int(torch.multinomial(probabilities, 1, generator=request._random))
 
-
-def _numpy_dtype(name: str):
-    from anyshape.runtime.host_arrays import numpy_dtype
-
-    return numpy_dtype(name)
