@@ -655,8 +655,9 @@ DEFINE_INTEGER_Q8(1, 1) DEFINE_INTEGER_Q8(2, 1)
 // operation in two (docs/quantized-weights.md).
 #define DIRECT512_FN __attribute__((target("avx512f,fma")))
 
-DIRECT512_FN static inline void direct_store512(const quantized_t* a, size_t row, size_t col,
-                                                __m512 sum, __mmask16 mask) {
+// y's row `row`, the 16 columns at col (those of `mask`): sum plus the bias.
+DIRECT512_FN static inline void store512(const quantized_t* a, size_t row, size_t col,
+                                         __m512 sum, __mmask16 mask) {
   const __m512 bias = a->bias ? _mm512_maskz_loadu_ps(mask, a->bias + col) : _mm512_setzero_ps();
   _mm512_mask_storeu_ps(a->y + row * a->n + col, mask, _mm512_add_ps(sum, bias));
 }
@@ -704,7 +705,7 @@ DIRECT512_FN static inline void direct_store512(const quantized_t* a, size_t row
       for (int r = 0; r < (MR); ++r) {                                            \
         __m512 sum = acc[0][r][p];                                                \
         if ((SETS) == 2) sum = _mm512_add_ps(sum, acc[(SETS) - 1][r][p]);         \
-        direct_store512(a, row + r, col, _mm512_mul_ps(sum, scale), mask);        \
+        store512(a, row + r, col, _mm512_mul_ps(sum, scale), mask);        \
       }                                                                           \
     }                                                                             \
   }
@@ -757,7 +758,7 @@ DIRECT512_FN static inline void direct_store512(const quantized_t* a, size_t row
     for (int p = 0; p < (NP); ++p) {                                              \
       const size_t col = (panel + p) * PANEL;                                     \
       for (int r = 0; r < (MR); ++r)                                              \
-        direct_store512(a, row + r, col, totals[r][p], mask16(a->n - col));       \
+        store512(a, row + r, col, totals[r][p], mask16(a->n - col));       \
     }                                                                             \
   }
 
@@ -805,12 +806,6 @@ NOINLINE DIRECT512_FN static void direct_rows512(const quantized_t* a, size_t ro
 #define RESUMED512(c, a, row, r, col, mask)                                           \
   ((c)->resume ? _mm512_maskz_loadu_ps((mask), (a)->y + ((row) + (r)) * (a)->n + (col)) \
                : _mm512_setzero_ps())
-
-VNNI_FN static inline void store512(const quantized_t* a, size_t row, size_t col, __m512 sum,
-                                    __mmask16 mask) {
-  const __m512 bias = a->bias ? _mm512_maskz_loadu_ps(mask, a->bias + col) : _mm512_setzero_ps();
-  _mm512_mask_storeu_ps(a->y + row * a->n + col, mask, _mm512_add_ps(sum, bias));
-}
 
 VNNI_FN static inline __m512i code_quad512(const int8_t* codes, int t) {
   int32_t quad;
