@@ -14,10 +14,13 @@
 // rows rounded to int8 and multiplied in integers (the _q4i8 entry points),
 // q8i16 int8 with them rounded to int16 (_q8i16).
 //
-// usage: products <f32|q8|q4|q4i8|q8i16> <threads> <layers> <rounds> <rows>...
+// usage: products <f32|q8|q4|q4i8|q8i16> <threads> <layers> <rounds> <rows>... [-- K:N...]
 // prints, per row count: format, rows, threads, the median and the fastest round in ms.
+// After "--", a layer's products are the (k, n) given (a model other than
+// roberta-base; a "K:N" prefixed with "1x" is taken once, after the layers,
+// as an LM head is).
 
-#define _POSIX_C_SOURCE 200809L  // pthread barriers, clock_gettime
+#define _POSIX_C_SOURCE 200809L  // clock_gettime
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -52,8 +55,10 @@ void anyshape_linear_rows_q8i16(const float* x, size_t x_offset, const float* q,
                                 size_t y_offset, size_t m, size_t n, size_t k, size_t gx,
                                 size_t nx, size_t gy, size_t ny);
 
-// linear_rows.py's PANEL, ROWS_PER_WORKGROUP, PANELS_PER_WORKGROUP, TILE_ROWS.
-enum { PANEL = 16, ROWS_PER_WG = 192, PANELS_PER_WG = 8, TILE_ROWS = 12, GROUP = 32 };
+// linear_rows.py's PANEL, ROWS_PER_WORKGROUP, PANELS_PER_WORKGROUP,
+// BALANCE_WORKGROUPS, TILE_ROWS.
+enum { PANEL = 16, ROWS_PER_WG = 192, PANELS_PER_WG = 8, BALANCE_WGS = 4, TILE_ROWS = 12,
+       GROUP = 32 };
 enum format { F32, Q8, Q4, Q4I8, Q8I16, FORMATS };
 static const char* const names[] = {"f32", "q8", "q4", "q4i8", "q8i16"};
 
@@ -68,14 +73,30 @@ static product_t* products;
 static size_t count, rows, threads;
 static float *x, *y;  // rows x 3072 at most, each product's input and output
 static atomic_size_t* next;  // per product: its next workgroup
-static pthread_barrier_t barrier;
+// The workers meet after each product as IREE's workers do between two
+// dispatches: spinning, not asleep (a futex barrier costs tens of us a
+// product, as much as a small product's weights take to stream).
+static atomic_size_t arrived, generation;
+
+static void barrier_wait(void) {
+  const size_t seen = atomic_load(&generation);
+  if (atomic_fetch_add(&arrived, 1) + 1 == threads) {
+    atomic_store(&arrived, 0);
+    atomic_fetch_add(&generation, 1);
+    return;
+  }
+  while (atomic_load(&generation) == seen) __builtin_ia32_pause();
+}
 
 static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
 // The dispatch's workgroup count (x: runs of panels, y: runs of rows).
 static void grid(const product_t* p, size_t* nx, size_t* ny) {
-  *nx = ceil_div(ceil_div(p->n, PANEL), PANELS_PER_WG);
+  const size_t panels = ceil_div(p->n, PANEL), balanced = BALANCE_WGS * threads;
   size_t runs = ceil_div(rows, ROWS_PER_WG), tiles = ceil_div(rows, TILE_ROWS);
+  *nx = ceil_div(panels, PANELS_PER_WG);
+  if (tiles <= 1 && *nx < (panels < balanced ? panels : balanced))
+    *nx = panels < balanced ? panels : balanced;
   size_t for_workers = ceil_div(threads, *nx > 0 ? *nx : 1);
   size_t spread = tiles < for_workers ? tiles : for_workers;
   *ny = runs > spread ? runs : spread;
@@ -103,7 +124,7 @@ static void* worker(void* arg) {
       else
         anyshape_linear_rows(x, 0, p->packed, 0, p->bias, 0, y, 0, rows, p->n, p->k, g % nx,
                              nx, g / nx, ny);
-    pthread_barrier_wait(&barrier);  // as the module's dispatches, one after the other
+    barrier_wait();  // as the module's dispatches, one after the other
   }
   return NULL;
 }
@@ -152,14 +173,31 @@ int main(int argc, char** argv) {
   --argc;
   threads = strtoul(argv[1], 0, 10);
   size_t layers = strtoul(argv[2], 0, 10), rounds = strtoul(argv[3], 0, 10);
-  const size_t shapes[6][2] = {{768, 768}, {768, 768}, {768, 768}, {768, 768},
-                               {768, 3072}, {3072, 768}};  // (k, n)
-  count = layers * 6;
+  size_t shapes[64][2] = {{768, 768}, {768, 768}, {768, 768}, {768, 768},
+                          {768, 3072}, {3072, 768}};  // (k, n)
+  size_t per_layer = 6, once = 0, widest = 3072;
+  int last_rows = argc;
+  for (int a = 4; a < argc; ++a)
+    if (!strcmp(argv[a], "--")) {
+      last_rows = a;
+      per_layer = 0;
+      for (int s = a + 1; s < argc && per_layer + once < 64; ++s) {
+        const int head = !strncmp(argv[s], "1x", 2);
+        size_t* shape = shapes[head ? 63 - once++ : per_layer++];
+        if (sscanf(argv[s] + 2 * head, "%zu:%zu", &shape[0], &shape[1]) != 2) return 2;
+        widest = shape[0] > widest ? shape[0] : widest;
+        widest = shape[1] > widest ? shape[1] : widest;
+      }
+      break;
+    }
+  count = layers * per_layer + once;
   products = calloc(count, sizeof(product_t));
   for (size_t i = 0; i < count; ++i) {
     product_t* p = &products[i];
-    p->k = shapes[i % 6][0];
-    p->n = shapes[i % 6][1];
+    const size_t* shape = i < layers * per_layer ? shapes[i % per_layer]
+                                                 : shapes[63 - (i - layers * per_layer)];
+    p->k = shape[0];
+    p->n = shape[1];
     const size_t columns = ceil_div(p->n, PANEL) * PANEL;
     if (format == Q8 || format == Q8I16) {
       p->packed = bytes(columns * p->k);
@@ -175,19 +213,17 @@ int main(int argc, char** argv) {
   next = calloc(count, sizeof(atomic_size_t));
   double* times = calloc(rounds, sizeof(double));
   pthread_t* pool = calloc(threads, sizeof(pthread_t));
-  for (int a = 4; a < argc; ++a) {
+  for (int a = 4; a < last_rows; ++a) {
     rows = strtoul(argv[a], 0, 10);
-    x = filled(rows * 3072);
-    y = filled(rows * 3072);
+    x = filled(rows * widest);
+    y = filled(rows * widest);
     for (size_t r = 0; r <= rounds; ++r) {  // round 0 warms up
       for (size_t i = 0; i < count; ++i) atomic_store(&next[i], 0);
-      pthread_barrier_init(&barrier, NULL, (unsigned)threads);
       double start = now_ms();
       for (size_t t = 1; t < threads; ++t) pthread_create(&pool[t], NULL, worker, NULL);
       worker(NULL);
       for (size_t t = 1; t < threads; ++t) pthread_join(pool[t], NULL);
       if (r > 0) times[r - 1] = now_ms() - start;
-      pthread_barrier_destroy(&barrier);
     }
     qsort(times, rounds, sizeof(double), by_value);
     printf("%s rows %zu threads %zu: %.2f ms median, %.2f fastest (%zu rounds of %zu products)\n",

@@ -39,6 +39,11 @@ def main(argv=None) -> int:
                         help="the weights' format: float32, or int8 / int4 (groups of 32) "
                              "through the quantized entry points; q4i8 / q8i16: int4 / int8 "
                              "with up to 4 rows in integers")
+    parser.add_argument("--shapes", nargs="+", metavar="K:N",
+                        help="a layer's products (k, n) in place of roberta-base's; "
+                             "1xK:N: once after the layers (an LM head). Qwen2-0.5B: "
+                             "896:896 896:128 896:128 896:896 896:4864 896:4864 4864:896 "
+                             "1x896:151936 with --layers 24")
     args = parser.parse_args(argv)
     built, why = build.kernel_object(linear_rows.SOURCE, ISAS[args.isa])
     if built is None:
@@ -51,11 +56,14 @@ def main(argv=None) -> int:
         host = {isa: name for name, isa in ISAS.items()}[build.isa_for_cpu()]
         runs = min(args.isa, host, key=ISAS.get)
         print(f"{linear_rows.SOURCE.name} ({built.name}), --isa {args.isa}: the {runs} code "
-              f"runs, {args.layers} layers of roberta-base's products", flush=True)
+              f"runs, {args.layers} layers of "
+              f"{'products ' + ' '.join(args.shapes) if args.shapes else 'roberta-base products'}",
+              flush=True)
         for threads in args.threads:
             for fmt in args.formats:
                 subprocess.run([str(harness), fmt, str(threads), str(args.layers),
-                                str(args.rounds), *map(str, args.rows)], check=True)
+                                str(args.rounds), *map(str, args.rows),
+                                *(["--", *args.shapes] if args.shapes else [])], check=True)
     return 0
 
 
