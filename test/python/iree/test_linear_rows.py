@@ -297,15 +297,17 @@ def _compile_flags_and_target():
     return [flag for flag in flags if not flag.startswith("--iree-input-type")], target
 
 
-# (workers, n) -> {m: the runs of rows the dispatch is given}. Up to 192 rows
-# are one run, each run reading the weights once; where there are fewer runs
-# of 8 panels than workers, the rows are spread over more runs, up to one per
-# tile of 12, so that no worker waits.
+# (workers, n) -> {m: (the runs of panels, the runs of rows) the dispatch is
+# given}. Up to 192 rows are one run, each run reading the weights once; where
+# there are fewer runs of 8 panels than workers, the rows are spread over more
+# runs, up to one per tile of 12, so that no worker waits. Rows of one tile
+# (a decode step's) take runs of fewer panels instead: 4 per worker, where
+# there are as many panels.
 _ROW_RUNS = {
-    (1, 37): {13: 1, 192: 1, 193: 2},
-    (5, 37): {1: 1, 13: 2, 49: 5, 100: 5},       # one run of panels
-    (5, 301): {13: 2, 49: 2},                    # 3 runs of panels: 2 of rows fill 5
-    (16, 768): {12: 1, 25: 3, 128: 3, 400: 3},   # roberta-base's 768 columns on 16 cores
+    (1, 37): {1: (3, 1), 13: (1, 1), 192: (1, 1), 193: (1, 2)},
+    (5, 37): {1: (3, 1), 13: (1, 2), 49: (1, 5), 100: (1, 5)},  # one run of 8 panels
+    (5, 301): {1: (19, 1), 13: (3, 2), 49: (3, 2)},  # 3 runs of 8: 2 of rows fill 5
+    (16, 768): {12: (48, 1), 25: (6, 3), 128: (6, 3), 400: (6, 3)},  # roberta-base, 16 cores
 }
 
 
@@ -313,7 +315,8 @@ _ROW_RUNS = {
 @pytest.mark.parametrize("workers, n", list(_ROW_RUNS))
 def test_rows_are_split_for_the_workers(tmp_path, workers, n):
     """The dispatch's workgroup count, as IREE's profiler records it, splits
-    the rows as the module's worker count asks, and every row is computed."""
+    the rows (a decode step's panels) as the module's worker count asks, and
+    every row is computed."""
     flags, target = _compile_flags_and_target()
     function = linear_rows._function_text("f", None, 32, n, "nk", True).replace(
         "func.func private @f", "func.func @f")
@@ -328,8 +331,7 @@ def test_rows_are_split_for_the_workers(tmp_path, workers, n):
     bias = rng.standard_normal(n).astype(np.float32)
     np.save(tmp_path / "w.npy", weight)
     np.save(tmp_path / "b.npy", bias)
-    panel_runs = {37: 1, 301: 3, 768: 6}[n]  # runs of 8 panels of 16 columns
-    for m, row_runs in _ROW_RUNS[(workers, n)].items():
+    for m, (panel_runs, row_runs) in _ROW_RUNS[(workers, n)].items():
         x = rng.standard_normal((m, 32)).astype(np.float32)
         np.save(tmp_path / "x.npy", x)
         profile = tmp_path / f"{m}.ireeprof"

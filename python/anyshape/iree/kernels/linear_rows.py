@@ -66,8 +66,12 @@ PANEL = 16
 # idle (up to 192 rows a product of 768 columns has 6 workgroups), so the rows
 # are split further where there are fewer runs of panels than workers: into
 # as many runs as gives each worker one, in whole tiles (executable_text).
+# Rows of one tile (a decode step's) cannot be split: their panels are, into
+# runs enough for BALANCE_WORKGROUPS a worker, so that the last workgroups do
+# not leave a worker idle (896 columns were 7 runs for 2 workers).
 ROWS_PER_WORKGROUP = 192
 PANELS_PER_WORKGROUP = 8
+BALANCE_WORKGROUPS = 4
 TILE_ROWS = 12  # linear_rows.c's TILE512_ROWS: a workgroup's run of rows is a multiple of it
 # A static row count up to this many rows (a decode function's batch of 1, 4
 # or 8) gets IREE tiles of its own size, which waste no rows: those products
@@ -109,7 +113,9 @@ def executable_text(object_path: Path, target: str, workers: int = 1,
     bias,] y (m x n); constants m, n, k [, int4's group]. Workgroups (the
     workload: rows, panels): runs of PANELS_PER_WORKGROUP panels by runs of
     up to ROWS_PER_WORKGROUP rows, and more runs of rows, up to one per
-    tile, where there are fewer runs of panels than ``workers``."""
+    tile, where there are fewer runs of panels than ``workers``; rows of one
+    tile take runs of fewer panels, at least BALANCE_WORKGROUPS per worker
+    where there are as many panels."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: expected a positive int, got {workers!r}")
     exports, functions = [], []
@@ -130,9 +136,14 @@ def executable_text(object_path: Path, target: str, workers: int = 1,
     hal.executable.export public @{name} ordinal({ordinal}) layout({layout})
         count(%device: !hal.device, %rows: index, %panels: index) -> (index, index, index) {{
       %c1 = arith.constant 1 : index
-      %x = affine.apply affine_map<()[s0] -> (s0 ceildiv {PANELS_PER_WORKGROUP})>()[%panels]
+      %x_runs = affine.apply affine_map<()[s0] -> (s0 ceildiv {PANELS_PER_WORKGROUP})>()[%panels]
       %runs = affine.apply affine_map<()[s0] -> (s0 ceildiv {ROWS_PER_WORKGROUP})>()[%rows]
       %tiles = affine.apply affine_map<()[s0] -> (s0 ceildiv {TILE_ROWS})>()[%rows]
+      %balanced = arith.constant {BALANCE_WORKGROUPS * workers} : index
+      %x_balanced = arith.minui %panels, %balanced : index
+      %x_more = arith.maxui %x_runs, %x_balanced : index
+      %one_tile = arith.cmpi ule, %tiles, %c1 : index
+      %x = arith.select %one_tile, %x_more, %x_runs : index
       %workers = arith.constant {workers} : index
       %x_at_least_1 = arith.maxui %x, %c1 : index
       %runs_for_workers = arith.ceildivui %workers, %x_at_least_1 : index

@@ -635,14 +635,10 @@ AVX2_F16C_FN static inline float round_block32_i16(const float* x, int16_t* code
     }                                                                              \
   }
 
-DEFINE_DIRECT_Q8(1, 2) DEFINE_DIRECT_Q8(2, 2) DEFINE_DIRECT_Q8(3, 1) DEFINE_DIRECT_Q8(4, 1)
-DEFINE_DIRECT_Q8(1, 1) DEFINE_DIRECT_Q8(2, 1)
-DEFINE_DIRECT_Q4(1, 2) DEFINE_DIRECT_Q4(2, 2) DEFINE_DIRECT_Q4(3, 1) DEFINE_DIRECT_Q4(4, 1)
-DEFINE_DIRECT_Q4(1, 1) DEFINE_DIRECT_Q4(2, 1)
-DEFINE_INTEGER_Q4(1, 2) DEFINE_INTEGER_Q4(2, 2) DEFINE_INTEGER_Q4(3, 1) DEFINE_INTEGER_Q4(4, 1)
-DEFINE_INTEGER_Q4(1, 1) DEFINE_INTEGER_Q4(2, 1)
-DEFINE_INTEGER_Q8(1, 2) DEFINE_INTEGER_Q8(2, 2) DEFINE_INTEGER_Q8(3, 1) DEFINE_INTEGER_Q8(4, 1)
-DEFINE_INTEGER_Q8(1, 1) DEFINE_INTEGER_Q8(2, 1)
+DEFINE_DIRECT_Q8(1, 1) DEFINE_DIRECT_Q8(2, 1) DEFINE_DIRECT_Q8(3, 1) DEFINE_DIRECT_Q8(4, 1)
+DEFINE_DIRECT_Q4(1, 1) DEFINE_DIRECT_Q4(2, 1) DEFINE_DIRECT_Q4(3, 1) DEFINE_DIRECT_Q4(4, 1)
+DEFINE_INTEGER_Q4(1, 1) DEFINE_INTEGER_Q4(2, 1) DEFINE_INTEGER_Q4(3, 1) DEFINE_INTEGER_Q4(4, 1)
+DEFINE_INTEGER_Q8(1, 1) DEFINE_INTEGER_Q8(2, 1) DEFINE_INTEGER_Q8(3, 1) DEFINE_INTEGER_Q8(4, 1)
 
 #if ANYSHAPE_MAX_ISA >= ISA_AVX512
 // DIRECT_Q8 and DIRECT_Q4 with AVX-512: a panel's 16 columns in one register,
@@ -764,29 +760,26 @@ DIRECT512_FN static inline void store512(const quantized_t* a, size_t row, size_
 
 // SETS as AVX2's tile of those rows and panels: two where it has at most two
 // rows by panels.
-DEFINE_DIRECT512_Q8(1, 2, 2) DEFINE_DIRECT512_Q8(1, 1, 2) DEFINE_DIRECT512_Q8(2, 2, 1)
-DEFINE_DIRECT512_Q8(2, 1, 2) DEFINE_DIRECT512_Q8(3, 1, 1) DEFINE_DIRECT512_Q8(4, 1, 1)
-DEFINE_DIRECT512_Q4(1, 2) DEFINE_DIRECT512_Q4(1, 1) DEFINE_DIRECT512_Q4(2, 2)
-DEFINE_DIRECT512_Q4(2, 1) DEFINE_DIRECT512_Q4(3, 1) DEFINE_DIRECT512_Q4(4, 1)
+DEFINE_DIRECT512_Q8(1, 1, 2) DEFINE_DIRECT512_Q8(2, 1, 2) DEFINE_DIRECT512_Q8(3, 1, 1)
+DEFINE_DIRECT512_Q8(4, 1, 1)
+DEFINE_DIRECT512_Q4(1, 1) DEFINE_DIRECT512_Q4(2, 1) DEFINE_DIRECT512_Q4(3, 1)
+DEFINE_DIRECT512_Q4(4, 1)
 
-// direct_rows with AVX-512: as AVX2's, one or two rows by two panels at a
-// time, three or four by one.
+// direct_rows with AVX-512: as AVX2's, one panel at a time.
 NOINLINE DIRECT512_FN static void direct_rows512(const quantized_t* a, size_t row0,
                                                  size_t rows, size_t panel0, size_t panel1) {
   const int int4 = a->group != 0;
-  for (size_t panel = panel0; panel < panel1;) {
-    const int two = rows <= 2 && panel1 - panel >= 2;
-#define DIRECT512(MR, NP, SETS) \
-  (int4 ? direct512_q4_##MR##x##NP(a, row0, panel) : direct512_q8_##MR##x##NP##s##SETS(a, row0, panel))
+  for (size_t panel = panel0; panel < panel1; ++panel) {
+#define DIRECT512(MR, SETS) \
+  (int4 ? direct512_q4_##MR##x1(a, row0, panel) : direct512_q8_##MR##x1s##SETS(a, row0, panel))
     switch (rows) {
-      case 1: if (two) DIRECT512(1, 2, 2); else DIRECT512(1, 1, 2); break;
-      case 2: if (two) DIRECT512(2, 2, 1); else DIRECT512(2, 1, 2); break;
-      case 3: DIRECT512(3, 1, 1); break;
-      case 4: DIRECT512(4, 1, 1); break;
+      case 1: DIRECT512(1, 2); break;
+      case 2: DIRECT512(2, 2); break;
+      case 3: DIRECT512(3, 1); break;
+      case 4: DIRECT512(4, 1); break;
       default: __builtin_trap();  // callers take at most DIRECT_ROWS
     }
 #undef DIRECT512
-    panel += two ? 2 : 1;
   }
 }
 #endif  // ANYSHAPE_MAX_ISA >= ISA_AVX512
@@ -847,8 +840,9 @@ static inline size_t ahead(size_t at, size_t panel_bytes, size_t np) {
           for (int p = 0; p < (NP); ++p) acc[r][p] = _mm512_setzero_si512();       \
         for (int t = 0; t < 32; t += 8)                                            \
           for (int p = 0; p < (NP); ++p) {                                         \
-            _mm_prefetch((const char*)(w[p] + ahead(((b + t) / 2) * PANEL, a->k / 2 * PANEL, NP)), \
-                         _MM_HINT_T0);                                             \
+            if ((NP) > 1) /* one panel: a stream the hardware follows */          \
+              _mm_prefetch((const char*)(w[p] + ahead(((b + t) / 2) * PANEL, a->k / 2 * PANEL, NP)), \
+                           _MM_HINT_T0);                                           \
             const __m512i v =                                                      \
                 _mm512_loadu_si512((const void*)(w[p] + ((b + t) / 2) * PANEL));   \
             const __m512i first = _mm512_and_si512(v, low);                        \
@@ -912,7 +906,7 @@ static inline size_t ahead(size_t at, size_t panel_bytes, size_t np) {
       for (int r = 0; r < (MR); ++r)                                               \
         for (int p = 0; p < (NP); ++p) acc[r][p] = _mm512_setzero_si512();         \
       for (int t = 0; t < 32; t += 2) {                                            \
-        if (t % 4 == 0)                                                            \
+        if (t % 4 == 0 && (NP) > 1) /* one panel: a stream the hardware follows */ \
           for (int p = 0; p < (NP); ++p)                                           \
             _mm_prefetch((const char*)(w[p] + ahead((b + t) * PANEL, k * PANEL, NP)),  \
                          _MM_HINT_T0);                                             \
@@ -985,8 +979,11 @@ AVX2_F16C_FN static void round_rows(const quantized_t* a, size_t row0, size_t ro
 }
 
 // Rows [row0, row0 + rows) (at most DIRECT_ROWS) of float32 activations by
-// panels [panel0, panel1): one or two rows by two panels at a time, three or
-// four by one.
+// panels [panel0, panel1), one panel at a time. A workgroup's panels are
+// contiguous, so its tiles read one stream; a tile of two panels reads two
+// streams k * 8 or k * 16 bytes apart that start again at every tile, which
+// the hardware's prefetchers follow poorly (int4 weights of k = 896 at one
+// row: 14.6 against 25.5 GB/s on one Zen 4 core, docs/quantized-weights.md).
 NOINLINE AVX2_F16C_FN static void direct_rows(const quantized_t* a, size_t row0,
                                               size_t rows, size_t panel0, size_t panel1) {
 #if ANYSHAPE_MAX_ISA >= ISA_AVX512
@@ -996,27 +993,25 @@ NOINLINE AVX2_F16C_FN static void direct_rows(const quantized_t* a, size_t row0,
   }
 #endif
   const int int4 = a->group != 0;
-  for (size_t panel = panel0; panel < panel1;) {
-    const int two = rows <= 2 && panel1 - panel >= 2;
-#define DIRECT(MR, NP) \
-  (int4 ? direct_q4_##MR##x##NP(a, row0, panel) : direct_q8_##MR##x##NP(a, row0, panel))
+  for (size_t panel = panel0; panel < panel1; ++panel) {
+#define DIRECT(MR) (int4 ? direct_q4_##MR##x1(a, row0, panel) : direct_q8_##MR##x1(a, row0, panel))
     switch (rows) {
-      case 1: if (two) DIRECT(1, 2); else DIRECT(1, 1); break;
-      case 2: if (two) DIRECT(2, 2); else DIRECT(2, 1); break;
-      case 3: DIRECT(3, 1); break;
-      case 4: DIRECT(4, 1); break;
+      case 1: DIRECT(1); break;
+      case 2: DIRECT(2); break;
+      case 3: DIRECT(3); break;
+      case 4: DIRECT(4); break;
       default: __builtin_trap();  // callers take at most DIRECT_ROWS
     }
 #undef DIRECT
-    panel += two ? 2 : 1;
   }
 }
 
 // Rows [row0, row1) by panels [panel0, panel1) in integers (the _q4i8 and
 // _q8i16 entry points), every row count alike: ROUND_ROWS rows at a time,
 // rounded a chunk of k at a time for all the panels (rounded_t), and taken
-// by tiles of up to 4 rows (AVX2: two panels at a time for one or two rows,
-// one for more; VNNI: two panels where two remain).
+// by tiles of up to 4 rows: one panel at a time (as direct_rows, for one
+// stream), but with VNNI three rows or more, which take two panels where two
+// remain (their loads and products then overlap better).
 NOINLINE AVX2_F16C_FN static void integer_rows(const quantized_t* a, size_t row0,
                                                size_t row1, size_t panel0, size_t panel1) {
   const int int4 = a->group != 0;
@@ -1045,12 +1040,12 @@ NOINLINE AVX2_F16C_FN static void integer_rows(const quantized_t* a, size_t row0
       c.finish = c.k1 == whole;
       round_rows(a, c.row0, rows, &c);
       for (size_t panel = panel0; panel < panel1;) {
-        const int two = panel1 - panel >= 2 && (vnni || rows <= 2);
+        const int two = vnni && rows >= 3 && panel1 - panel >= 2;
         for (size_t row = c.row0; row < c.row0 + rows; row += 4) {
           const size_t tile = c.row0 + rows - row < 4 ? c.row0 + rows - row : 4;
-          switch (tile) {
-            case 1: if (two) INTEGER(1, 2); else INTEGER(1, 1); break;
-            case 2: if (two) INTEGER(2, 2); else INTEGER(2, 1); break;
+          switch (tile) {  // 1 and 2 by two panels: the last rows of 5, 6, 9 or 10
+            case 1: if (two) INTEGER_VNNI(1, 2); else INTEGER(1, 1); break;
+            case 2: if (two) INTEGER_VNNI(2, 2); else INTEGER(2, 1); break;
             case 3: if (two) INTEGER_VNNI(3, 2); else INTEGER(3, 1); break;
             case 4: if (two) INTEGER_VNNI(4, 2); else INTEGER(4, 1); break;
           }
@@ -1140,10 +1135,24 @@ static void quantized_block(const quantized_t* a, size_t row0, size_t row1, size
   dequantized_block(a, row0, row1, panel0, panel1);
 }
 
+// workgroup_share's rows, and its panels in whole pairs, spread evenly: the
+// tiles of VNNI's integer rows take two panels at a time, and a workgroup's
+// odd last panel would take a tile of one (a decode step's 896 columns, 56
+// panels, for 8 workgroups: 3 or 4 pairs each, not 7 panels).
+static int quantized_share(const quantized_t* a, size_t gx, size_t nx, size_t gy, size_t ny,
+                           size_t r[2], size_t p[2]) {
+  workgroup_share(a->m, a->n, gx, nx, gy, ny, r, p);  // its panels are replaced
+  const size_t panels = (a->n + PANEL - 1) / PANEL, pairs = (panels + 1) / 2;
+  p[0] = 2 * (gx * pairs / nx);
+  p[1] = 2 * ((gx + 1) * pairs / nx);
+  if (p[1] > panels) p[1] = panels;
+  return r[0] < r[1] && p[0] < p[1];
+}
+
 static void quantized_workgroup(const quantized_t* a, size_t gx, size_t nx, size_t gy,
                                 size_t ny) {
   size_t r[2], p[2];
-  if (workgroup_share(a->m, a->n, gx, nx, gy, ny, r, p)) quantized_block(a, r[0], r[1], p[0], p[1]);
+  if (quantized_share(a, gx, nx, gy, ny, r, p)) quantized_block(a, r[0], r[1], p[0], p[1]);
 }
 
 // The entry points (llvm.bareptr memrefs of float: a base pointer, then an
