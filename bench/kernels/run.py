@@ -7,7 +7,8 @@ against it. Not a test: it prints milliseconds per round of roberta-base's
 products, for the figures ``linear_rows.c`` and docs/iree-notes.md cite;
 ``--formats f32 q8 q4 q4i8 q8i16`` adds the quantized entry points' (int8, int4,
 int4 with the rows of a decode step rounded to int8 and multiplied in integers,
-int8 with them rounded to int16).
+int8 with them rounded to int16). ``--streams BYTES...`` instead times how
+fast the weights read in the tiles' two orders (streams.c).
 """
 
 from __future__ import annotations
@@ -44,7 +45,12 @@ def main(argv=None) -> int:
                              "1xK:N: once after the layers (an LM head). Qwen2-0.5B: "
                              "896:896 896:128 896:128 896:896 896:4864 896:4864 4864:896 "
                              "1x896:151936 with --layers 24")
+    parser.add_argument("--streams", type=int, nargs="+", metavar="BYTES",
+                        help="instead: how fast the weights read as one stream and as two "
+                             "panels of BYTES side by side (streams.c; int4 at k = 896: 7168)")
     args = parser.parse_args(argv)
+    if args.streams:
+        return streams(args.threads, args.streams)
     built, why = build.kernel_object(linear_rows.SOURCE, ISAS[args.isa])
     if built is None:
         print(f"the kernel cannot be built: {why}", file=sys.stderr)
@@ -64,6 +70,16 @@ def main(argv=None) -> int:
                 subprocess.run([str(harness), fmt, str(threads), str(args.layers),
                                 str(args.rounds), *map(str, args.rows),
                                 *(["--", *args.shapes] if args.shapes else [])], check=True)
+    return 0
+
+
+def streams(threads: list[int], panel_bytes: list[int]) -> int:
+    with tempfile.TemporaryDirectory(prefix="anyshape-bench-streams-") as tmp:
+        program = Path(tmp) / "streams"
+        subprocess.run([build.compiler(), "-O2", "-std=c11", "-pthread", str(HERE / "streams.c"),
+                        "-o", str(program)], check=True)
+        for count in threads:
+            subprocess.run([str(program), str(count), *map(str, panel_bytes)], check=True)
     return 0
 
 
