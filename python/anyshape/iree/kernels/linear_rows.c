@@ -765,16 +765,21 @@ static void block(const linear_rows_t* a, size_t row0, size_t row1,
 
 // Workgroup (gx, gy) of (nx, ny) takes the gx-th of nx runs of panels and the
 // gy-th of ny runs of rows; runs of rows are whole AVX-512 tiles but the last.
-// Its rows [r[0], r[1]) and panels [p[0], p[1]); whether it has any.
+// Runs of panels are whole pairs, spread evenly: the tiles take two panels
+// at a time, so every pair is one tile's whichever workgroup takes it (and a
+// column's floats the same), and no run but the last ends on a tile of one
+// (a decode step's 896 columns, 56 panels, for 8 workgroups: 3 or 4 pairs
+// each, not 7 panels). Its rows [r[0], r[1]) and panels [p[0], p[1]);
+// whether it has any.
 static int workgroup_share(size_t m, size_t n, size_t gx, size_t nx, size_t gy, size_t ny,
                            size_t r[2], size_t p[2]) {
-  size_t panels = (n + PANEL - 1) / PANEL;
-  size_t panels_per = (panels + nx - 1) / nx;
+  const size_t panels = (n + PANEL - 1) / PANEL, pairs = (panels + 1) / 2;
   size_t rows_per = (m + ny - 1) / ny;
   rows_per = (rows_per + TILE512_ROWS - 1) / TILE512_ROWS * TILE512_ROWS;
-  p[0] = gx * panels_per;
+  p[0] = 2 * (gx * pairs / nx);
+  p[1] = 2 * ((gx + 1) * pairs / nx);
+  if (p[1] > panels) p[1] = panels;
   r[0] = gy * rows_per;
-  p[1] = p[0] + panels_per < panels ? p[0] + panels_per : panels;
   r[1] = r[0] + rows_per < m ? r[0] + rows_per : m;
   return p[0] < p[1] && r[0] < r[1];
 }

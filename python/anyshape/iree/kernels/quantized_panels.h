@@ -1135,24 +1135,10 @@ static void quantized_block(const quantized_t* a, size_t row0, size_t row1, size
   dequantized_block(a, row0, row1, panel0, panel1);
 }
 
-// workgroup_share's rows, and its panels in whole pairs, spread evenly: the
-// tiles of VNNI's integer rows take two panels at a time, and a workgroup's
-// odd last panel would take a tile of one (a decode step's 896 columns, 56
-// panels, for 8 workgroups: 3 or 4 pairs each, not 7 panels).
-static int quantized_share(const quantized_t* a, size_t gx, size_t nx, size_t gy, size_t ny,
-                           size_t r[2], size_t p[2]) {
-  workgroup_share(a->m, a->n, gx, nx, gy, ny, r, p);  // its panels are replaced
-  const size_t panels = (a->n + PANEL - 1) / PANEL, pairs = (panels + 1) / 2;
-  p[0] = 2 * (gx * pairs / nx);
-  p[1] = 2 * ((gx + 1) * pairs / nx);
-  if (p[1] > panels) p[1] = panels;
-  return r[0] < r[1] && p[0] < p[1];
-}
-
 static void quantized_workgroup(const quantized_t* a, size_t gx, size_t nx, size_t gy,
                                 size_t ny) {
   size_t r[2], p[2];
-  if (quantized_share(a, gx, nx, gy, ny, r, p)) quantized_block(a, r[0], r[1], p[0], p[1]);
+  if (workgroup_share(a->m, a->n, gx, nx, gy, ny, r, p)) quantized_block(a, r[0], r[1], p[0], p[1]);
 }
 
 // The entry points (llvm.bareptr memrefs of float: a base pointer, then an
