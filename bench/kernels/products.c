@@ -71,7 +71,7 @@ static enum format format;
 
 static product_t* products;
 static size_t count, rows, threads;
-static float *x, *y;  // rows x 3072 at most, each product's input and output
+static float *x, *y;  // rows x the widest k or n, each product's input and output
 static atomic_size_t* next;  // per product: its next workgroup
 // The workers meet after each product as IREE's workers do between two
 // dispatches: spinning, not asleep (a futex barrier costs tens of us a
@@ -93,10 +93,10 @@ static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 // The dispatch's workgroup count (x: runs of panels, y: runs of rows).
 static void grid(const product_t* p, size_t* nx, size_t* ny) {
   const size_t panels = ceil_div(p->n, PANEL), balanced = BALANCE_WGS * threads;
+  const size_t fewest = panels < balanced ? panels : balanced;  // a decode step's runs
   size_t runs = ceil_div(rows, ROWS_PER_WG), tiles = ceil_div(rows, TILE_ROWS);
   *nx = ceil_div(panels, PANELS_PER_WG);
-  if (tiles <= 1 && *nx < (panels < balanced ? panels : balanced))
-    *nx = panels < balanced ? panels : balanced;
+  if (tiles <= 1 && *nx < fewest) *nx = fewest;
   size_t for_workers = ceil_div(threads, *nx > 0 ? *nx : 1);
   size_t spread = tiles < for_workers ? tiles : for_workers;
   *ny = runs > spread ? runs : spread;
@@ -173,17 +173,20 @@ int main(int argc, char** argv) {
   --argc;
   threads = strtoul(argv[1], 0, 10);
   size_t layers = strtoul(argv[2], 0, 10), rounds = strtoul(argv[3], 0, 10);
-  size_t shapes[64][2] = {{768, 768}, {768, 768}, {768, 768}, {768, 768},
-                          {768, 3072}, {3072, 768}};  // (k, n)
+  // (k, n): each layer's products, then those taken once (heads)
+  size_t shapes[32][2] = {{768, 768}, {768, 768}, {768, 768}, {768, 768},
+                          {768, 3072}, {3072, 768}};
+  size_t heads[32][2];
   size_t per_layer = 6, once = 0, widest = 3072;
   int last_rows = argc;
   for (int a = 4; a < argc; ++a)
     if (!strcmp(argv[a], "--")) {
       last_rows = a;
       per_layer = 0;
-      for (int s = a + 1; s < argc && per_layer + once < 64; ++s) {
+      for (int s = a + 1; s < argc; ++s) {
         const int head = !strncmp(argv[s], "1x", 2);
-        size_t* shape = shapes[head ? 63 - once++ : per_layer++];
+        if ((head ? once : per_layer) == 32) return 2;
+        size_t* shape = head ? heads[once++] : shapes[per_layer++];
         if (sscanf(argv[s] + 2 * head, "%zu:%zu", &shape[0], &shape[1]) != 2) return 2;
         widest = shape[0] > widest ? shape[0] : widest;
         widest = shape[1] > widest ? shape[1] : widest;
@@ -195,7 +198,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < count; ++i) {
     product_t* p = &products[i];
     const size_t* shape = i < layers * per_layer ? shapes[i % per_layer]
-                                                 : shapes[63 - (i - layers * per_layer)];
+                                                 : heads[i - layers * per_layer];
     p->k = shape[0];
     p->n = shape[1];
     const size_t columns = ceil_div(p->n, PANEL) * PANEL;

@@ -68,7 +68,8 @@ PANEL = 16
 # as many runs as gives each worker one, in whole tiles (executable_text).
 # Rows of one tile (a decode step's) cannot be split: their panels are, into
 # runs enough for BALANCE_WORKGROUPS a worker, so that the last workgroups do
-# not leave a worker idle (896 columns were 7 runs for 2 workers).
+# not leave a worker idle (896 columns make 7 runs of 8 panels: of 2
+# workers, one would wait out the last).
 ROWS_PER_WORKGROUP = 192
 PANELS_PER_WORKGROUP = 8
 BALANCE_WORKGROUPS = 4

@@ -982,8 +982,8 @@ AVX2_F16C_FN static void round_rows(const quantized_t* a, size_t row0, size_t ro
 // panels [panel0, panel1), one panel at a time. A workgroup's panels are
 // contiguous, so its tiles read one stream; a tile of two panels reads two
 // streams k * 8 or k * 16 bytes apart that start again at every tile, which
-// the hardware's prefetchers follow poorly (panels of int4 at k = 896: 17.4
-// against 27.3 GB/s on one Zen 4 core, bench/kernels/streams.c).
+// the hardware's prefetchers follow poorly (docs/quantized-weights.md, "One
+// panel a tile"; bench/kernels/streams.c).
 NOINLINE AVX2_F16C_FN static void direct_rows(const quantized_t* a, size_t row0,
                                               size_t rows, size_t panel0, size_t panel1) {
 #if ANYSHAPE_MAX_ISA >= ISA_AVX512
