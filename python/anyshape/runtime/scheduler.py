@@ -44,9 +44,10 @@ from anyshape.runtime.host_arrays import numpy_dtype
 GROWTH_SLOTS = 64
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class Request:
-    """One request: its prompt, what ends it, and its new tokens as they come."""
+    """One request: its prompt, what ends it, and its new tokens as they come
+    (compared by identity: two requests of one prompt are two requests)."""
 
     prompt: torch.Tensor  # [length] token ids
     max_new_tokens: int
@@ -57,7 +58,7 @@ class Request:
     top_p: float = 1.0
     seed: int | None = None
     tokens: list = dataclasses.field(default_factory=list)
-    finish_reason: str | None = None  # "stop" (a stop token) or "length"
+    finish_reason: str | None = None  # "stop" (a stop token), "length" or "cancelled"
     _random: torch.Generator | None = None
 
     @property
@@ -85,6 +86,7 @@ class Scheduler:
             raise ValueError(f"rows: expected a positive int, got {rows!r}")
         self.generator = generator
         self.rows = rows
+        self.cache_bytes = cache_bytes
         self._slot_bytes = rows * sum(heads * dim for layer in generator.spec["cache"]
                                       for heads, dim in layer) * \
             np.dtype(numpy_dtype(generator.spec["cache_dtype"])).itemsize
@@ -103,14 +105,26 @@ class Scheduler:
         self._capacity = 0
 
     # -- requests ------------------------------------------------------------
-    def submit(self, input_ids: Any, *, max_new_tokens: int, eos_token_id=None,
-               do_sample: bool = False, temperature: float = 1.0, top_k: int = 0,
-               top_p: float = 1.0, seed: int | None = None) -> Request:
-        """Queue a request: ``input_ids`` one prompt ([length] or [1, length]);
+    def submit(self, input_ids: Any, **options) -> Request:
+        """Queue a request: ``input_ids`` one prompt ([length] or [1, length]),
+        with ``checked_request``'s options. It joins the batch at a later ``step``."""
+        return self.enqueue(self.checked_request(input_ids, **options))
+
+    def enqueue(self, request: Request) -> Request:
+        """Queue a request made by ``checked_request`` (of this scheduler)."""
+        self._waiting.append(request)
+        return request
+
+    def checked_request(self, input_ids: Any, *, max_new_tokens: int, eos_token_id=None,
+                        do_sample: bool = False, temperature: float = 1.0, top_k: int = 0,
+                        top_p: float = 1.0, seed: int | None = None) -> Request:
+        """A request, checked but not queued (``enqueue``; it reads only what
+        does not change, so that a server's threads may call it while another
+        steps): ``input_ids`` one prompt ([length] or [1, length]);
         ``eos_token_id`` an id or ids that end it (default: the model's
         generation config's); greedy unless ``do_sample``, which draws from
         the logits scaled by ``temperature`` and cut to ``top_k`` and
-        ``top_p``, seeded by ``seed``. It joins the batch at a later ``step``."""
+        ``top_p``, seeded by ``seed``."""
         ids = torch.as_tensor(input_ids) if not isinstance(input_ids, torch.Tensor) else input_ids
         if ids.ndim == 1:
             ids = ids[None]
@@ -148,7 +162,6 @@ class Scheduler:
         if do_sample:
             request._random = torch.Generator()
             request._random.manual_seed(seed if seed is not None else torch.seed())
-        self._waiting.append(request)
         return request
 
     def _stop_tokens(self, eos_token_id) -> frozenset:
@@ -164,6 +177,26 @@ class Scheduler:
                 raise ValueError(f"eos_token_id: expected token ids in [0, "
                                  f"{self.generator.vocab_size}), got {eos_token_id!r}")
         return frozenset(ids)
+
+    def cancel(self, request: Request) -> bool:
+        """End ``request`` now (``finish_reason`` "cancelled"): a waiting one
+        leaves the queue; a running one frees its row, and its slots once no
+        other running row reads them. False where it had already ended."""
+        if request.done:
+            return False
+        if request in self._waiting:
+            self._waiting.remove(request)
+        else:
+            row = next((row for row, running in enumerate(self._running) if running is request),
+                       None)
+            if row is None:
+                raise ValueError("request: not one of this scheduler's")
+            self._running[row] = None
+            self._mask[row] = 0
+            self._next[row] = 0
+            self._release_unread_slots()
+        request.finish_reason = "cancelled"
+        return True
 
     @property
     def waiting(self) -> int:

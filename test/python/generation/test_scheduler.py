@@ -173,3 +173,28 @@ def test_negative_a_request_the_budget_can_never_hold_is_refused():
         anyshape.Scheduler(generator, cache_bytes=probe._slot_bytes)
     with pytest.raises(ValueError, match=r"rows: expected a positive int, got 0"):
         anyshape.Scheduler(generator, rows=0)
+
+
+def test_a_cancelled_request_frees_its_row_and_the_others_keep_their_tokens():
+    """/// Cancelled while waiting, and while running: it ends "cancelled"
+    with the tokens it had, its row takes the next request, and the requests
+    beside it get their tokens alone."""
+    generator = _generator("gpt2")
+    scheduler = anyshape.Scheduler(generator, rows=2)
+    prompts = [torch.randint(3, VOCAB, (length,), generator=torch.Generator().manual_seed(length))
+               for length in (5, 9, 13, 3)]
+    kept = scheduler.submit(prompts[0], max_new_tokens=30)
+    cut = scheduler.submit(prompts[1], max_new_tokens=30)
+    never = scheduler.submit(prompts[2], max_new_tokens=30)
+    late = scheduler.submit(prompts[3], max_new_tokens=12)
+    assert scheduler.cancel(never) and never.finish_reason == "cancelled" and not never.tokens
+    for _ in range(5):
+        scheduler.step()
+    assert scheduler.running == 2 and scheduler.waiting == 1
+    # Five steps: the prefill's token and five decoded ones.
+    assert scheduler.cancel(cut) and cut.finish_reason == "cancelled" and len(cut.tokens) == 6
+    assert scheduler.running == 1 and not scheduler.cancel(cut)
+    scheduler.run()
+    assert kept.tokens == _alone(generator, prompts[0], 30, [])
+    assert late.tokens == _alone(generator, prompts[3], 12, [])
+    assert cut.tokens == _alone(generator, prompts[1], 30, [])[:6]
