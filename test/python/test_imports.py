@@ -21,6 +21,9 @@ PACKAGES = ("anyshape", "anyshape.dialects", "anyshape.passes", "anyshape.tools"
 # numpy and torch alone.
 RUNTIME_MAY_IMPORT = ("anyshape.runtime", "anyshape.errors", "anyshape.stages",
                       "anyshape.options")
+# A server runs saved artifacts: it stands on the runtime alone, so that a
+# replica needs no compiler.
+SERVE_MAY_IMPORT = RUNTIME_MAY_IMPORT + ("anyshape.serve",)
 TOP_LEVEL_MODULES_AT_MOST = 6
 
 
@@ -128,6 +131,14 @@ def test_the_runtime_imports_nothing_above_it():
               for target, line in sorted(edges.items())
               if target != "anyshape" and not target.startswith(RUNTIME_MAY_IMPORT)]
     assert not upward, "the runtime imports from above it:\n  " + "\n  ".join(upward)
+
+
+def test_the_server_stands_on_the_runtime_alone():
+    graph = _graph()
+    above = [f"{name} -> {target} (line {line})"
+             for name, edges in sorted(graph.items()) if name.startswith("anyshape.serve")
+             for target, line in sorted(edges.items()) if not target.startswith(SERVE_MAY_IMPORT)]
+    assert not above, "the server imports the compiler's layers:\n  " + "\n  ".join(above)
 
 
 def test_the_driver_is_called_from_above_only():
