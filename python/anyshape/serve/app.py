@@ -92,6 +92,22 @@ class ModelServer:
                                          max_waiting=max(options.max_waiting * options.max_batch,
                                                          options.max_batch),
                                          pad_token_id=pad)
+        self._add_routes()
+
+    @classmethod
+    def around(cls, engine, model: ServedModel, options: ServerOptions | None = None):
+        """A server of completions whose requests ``engine`` runs: anything with
+        ``GenerationEngine``'s ``submit``, ``cancel``, ``close``, ``running``
+        and ``waiting`` (``bench/serve.py``'s static batches, HF eager's)."""
+        server = cls.__new__(cls)
+        server.options = options or ServerOptions()
+        server.created = int(time.time())
+        server.task, server.model, server.generation, server.encoder = \
+            "generate", model, engine, None
+        server._add_routes()
+        return server
+
+    def _add_routes(self) -> None:
         self._routes = {"/v1/models": ("GET", self._models), "/health": ("GET", self._health)}
         if self.task == "generate":
             self._routes["/v1/completions"] = ("POST", self._completions)
@@ -156,8 +172,7 @@ class ModelServer:
         """This replica's state: its process, and its requests running and waiting."""
         state = {"status": "ok", "task": self.task, "replica": os.getpid()}
         if self.generation is not None:
-            state.update(running=self.generation.scheduler.running,
-                         waiting=self.generation.waiting)
+            state.update(running=self.generation.running, waiting=self.generation.waiting)
         else:
             state.update(running=0, waiting=self.encoder.waiting)
         return state

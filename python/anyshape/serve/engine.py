@@ -83,6 +83,11 @@ class GenerationEngine:
         return self._thread.is_alive()
 
     @property
+    def running(self) -> int:
+        """Requests in a row."""
+        return self.scheduler.running
+
+    @property
     def waiting(self) -> int:
         """Requests not yet in a row."""
         return len(self._joining) + self.scheduler.waiting
@@ -244,14 +249,13 @@ class EncoderEngine:
     def _run(self) -> None:
         while (jobs := self._take()) is not None:
             inputs = [row for job in jobs for row in job.inputs]
-            length = max(len(row) for row in inputs)
-            ids = torch.full((len(inputs), length), self.pad_token_id, dtype=torch.long)
-            mask = torch.zeros(len(inputs), length, dtype=torch.long)
-            for at, row in enumerate(inputs):
-                ids[at, :len(row)] = torch.tensor(row, dtype=torch.long)
-                mask[at, :len(row)] = 1
             try:
-                results = self._run_batch(ids, mask)
+                results = [None] * len(inputs)
+                for group in length_groups([len(row) for row in inputs], PADDING_AT_MOST):
+                    rows = self._run_batch(*self._padded([inputs[at] for at in group]))
+                    for at, row in zip(group, rows):
+                        results[at] = row
+                results = torch.stack([torch.as_tensor(row) for row in results])
             except Exception as error:  # noqa: BLE001 - every caller hears of it
                 for job in jobs:
                     _tell(job.callback, None, error)
@@ -260,6 +264,37 @@ class EncoderEngine:
             for job in jobs:
                 _tell(job.callback, results[start:start + len(job.inputs)], None)
                 start += len(job.inputs)
+
+    def _padded(self, inputs: list) -> tuple[torch.Tensor, torch.Tensor]:
+        length = max(len(row) for row in inputs)
+        ids = torch.full((len(inputs), length), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros(len(inputs), length, dtype=torch.long)
+        for at, row in enumerate(inputs):
+            ids[at, :len(row)] = torch.tensor(row, dtype=torch.long)
+            mask[at, :len(row)] = 1
+        return ids, mask
+
+
+# A batch's padded positions at most this fraction of its real tokens. With
+# padding eliminated the products skip padding, but not every op does (the
+# attention's scores are [rows, length, length]), so a long input beside
+# short ones still costs them its length (docs/serving.md, "Batching").
+PADDING_AT_MOST = 0.5
+
+
+def length_groups(lengths: list[int], padding_at_most: float) -> list[list[int]]:
+    """The inputs' indices grouped by length, shortest first: a group grows
+    while its rows padded to its longest hold at most ``padding_at_most``
+    times its real tokens in padding."""
+    groups, group, tokens = [], [], 0
+    for at in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
+        padded = (len(group) + 1) * lengths[at]
+        if group and padded - (tokens + lengths[at]) > padding_at_most * (tokens + lengths[at]):
+            groups.append(group)
+            group, tokens = [], 0
+        group.append(at)
+        tokens += lengths[at]
+    return groups + ([group] if group else [])
 
 
 def _tell(callback: Callable, *event) -> None:
