@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 PYTEST_WORKERS ?= auto
 XDIST := -n $(PYTEST_WORKERS) --maxprocesses=4 --dist loadscope
 
-.PHONY: test check check-pytest check-fuzz lit pytest docs demo gpu-check bench bench-quantized bench-kernels bench-sweep bench-steps bench-served bench-continuous-batching bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
+.PHONY: test check check-pytest check-fuzz lit pytest docs demo gpu-check bench bench-quantized bench-kernels bench-sweep bench-steps bench-served bench-continuous-batching bench-serve bench-serve-embeddings bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
 
 # PIP_CONSTRAINT, not only -c: it also pins what pip installs to build anyshape
 # itself (setuptools, in pip's isolated build environment).
@@ -85,7 +85,8 @@ ORT_STAMP := $(ORT_VENV)/.installed
 $(ORT_STAMP):
 	test -x $(ORT_VENV)/bin/python || $(PYTHON) -m venv $(ORT_VENV)
 	$(ORT_VENV)/bin/pip install --quiet torch==2.13.0 transformers==4.57.6 optimum==2.1.0 \
-		optimum-onnx==0.1.0 onnxruntime==1.32.0 onnx==1.23.2 onnx-ir==1.1.0
+		optimum-onnx==0.1.0 onnxruntime==1.32.0 onnx==1.23.2 onnx-ir==1.1.0 \
+		sentence-transformers==5.1.2 huggingface-hub==0.36.2 tokenizers==0.22.2
 	touch $(ORT_STAMP)
 
 bench-generate: $(BENCH_STAMP) $(ORT_STAMP)
@@ -174,6 +175,34 @@ bench-served: $(BENCH_STAMP)
 CONTINUOUS_ARGS ?=
 bench-continuous-batching: $(STAMP)
 	$(PY) bench/continuous_batching.py $(CONTINUOUS_ARGS)
+
+# llama.cpp's own server (llama-server: parallel slots, continuous batching) for
+# bench/serve.py, built from the same sdist's llama.cpp (about 10 minutes on 2 cores).
+LLAMA_SERVER := $(LLAMA_VENV)/llama-server-build/bin/llama-server
+$(LLAMA_SERVER): $(LLAMA_STAMP)
+	rm -rf $(LLAMA_VENV)/llama-server-src && mkdir -p $(LLAMA_VENV)/llama-server-src
+	tar xzf $(LLAMA_VENV)/sdist/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz \
+		-C $(LLAMA_VENV)/llama-server-src --strip-components=3 \
+		llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp
+	cmake -S $(LLAMA_VENV)/llama-server-src -B $(LLAMA_VENV)/llama-server-build \
+		-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON
+	cmake --build $(LLAMA_VENV)/llama-server-build --target llama-server -j2
+
+# Not a test: completions over HTTP on 127.0.0.1, requests arriving in real time
+# (Poisson, 1, 2 and 4 per second) on GPT-2 small: anyshape-serve, static batches of 8
+# (anyshape's and HF eager's) and one at a time behind the same front, and llama.cpp's
+# server (about 25 minutes). Writes bench/results/serve/.
+SERVE_ARGS ?=
+bench-serve: $(STAMP) $(LLAMA_STAMP) $(LLAMA_SERVER)
+	$(PY) bench/serve.py --llama-server $(LLAMA_SERVER) --llama-python $(LLAMA_VENV)/bin/python \
+		$(SERVE_ARGS)
+
+# Not a test: all-MiniLM-L6-v2's sentence embeddings over HTTP (anyshape-serve), requests
+# of 1 and 8 real sentences from 16 clients, against sentence-transformers' encode with its
+# torch and ONNX Runtime backends (about 10 minutes). Writes bench/results/serve-embeddings/.
+bench-serve-embeddings: $(STAMP) $(ORT_STAMP)
+	$(PY) bench/serve_embeddings.py --st-python $(ORT_VENV)/bin/python $(SERVE_ARGS)
 
 # Not a test: every HuggingFace family at its default size, compiled once (dynamic
 # batch and sequence), max error and latency against eager at L = 128 (tens of
