@@ -41,7 +41,6 @@ import json
 import os
 import shlex
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,6 +51,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from continuous_batching import summary  # noqa: E402
 from family_sweep import host_cpu  # noqa: E402
 from served import request_lengths  # noqa: E402
 
@@ -230,22 +230,6 @@ async def drive(url: str, system: str, requests) -> list:
         start = time.monotonic()
         return await asyncio.gather(*[_one(session, url, system, start, at, prompt, new)
                                       for at, prompt, new in requests])
-
-
-def summary(requests, times) -> dict:
-    tokens = sum(len(t) for t in times)
-    first = min(at for at, _, _ in requests)
-    last = max(t[-1] for t in times)
-    ttft = [t[0] - at for (at, _, _), t in zip(requests, times)]
-    gaps = [b - a for t in times for a, b in zip(t, t[1:])]
-
-    def pct(values, q):
-        ordered = sorted(values)
-        return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-    return {"tokens": tokens, "seconds": last - first, "tokens_per_s": tokens / (last - first),
-            "ttft_p50_ms": 1e3 * statistics.median(ttft), "ttft_p99_ms": 1e3 * pct(ttft, 0.99),
-            "itl_p50_ms": 1e3 * statistics.median(gaps), "itl_p99_ms": 1e3 * pct(gaps, 0.99)}
 
 
 # -- the servers --------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ cluster. Needs ``pip install anyshape[serve]``.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -36,9 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "folder name)")
     parser.add_argument("--task", choices=["generate", "embeddings", "classify"],
                         help="what to serve (default: what the artifact is)")
-    parser.add_argument("--api-key", default=os.environ.get("ANYSHAPE_API_KEY"),
+    parser.add_argument("--api-key", default=os.environ.get("ANYSHAPE_API_KEY") or None,
                         help="require 'Authorization: Bearer KEY' (default: $ANYSHAPE_API_KEY; "
-                             "unset: no key)")
+                             "unset or empty: no key)")
     parser.add_argument("--rows", type=int, help="a generator's batch rows per replica "
                                                   "(default: its largest decode batch, 8)")
     parser.add_argument("--cache-bytes", type=int,
@@ -70,6 +71,10 @@ def _check(parser, args) -> None:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: expected at least 1, got "
                          f"{getattr(args, name)}")
+    if args.stop_after is not None and not (math.isfinite(args.stop_after) and
+                                            args.stop_after > 0):
+        parser.error(f"--stop-after: expected a positive number of seconds, got "
+                     f"{args.stop_after}")
     if not 0 < args.port < 65536:
         parser.error(f"--port: expected 1 to 65535, got {args.port}")
 
@@ -90,7 +95,8 @@ def main(argv=None) -> int:
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.replicas)
     options = ServerOptions(tokenizer=None if args.tokenizer is None else
                             str(Path(args.tokenizer).resolve()), name=args.name, task=args.task,
-                            api_key=args.api_key, rows=args.rows, cache_bytes=args.cache_bytes,
+                            api_key=args.api_key or None, rows=args.rows,
+                            cache_bytes=args.cache_bytes,
                             max_waiting=args.max_waiting, max_batch=args.max_batch,
                             threads=threads)
     ray.init(address=args.address, include_dashboard=False, log_to_driver=False,

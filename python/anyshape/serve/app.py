@@ -204,6 +204,9 @@ class ModelServer:
         from starlette.responses import JSONResponse
 
         asked = encode_request(body, self.model, embeddings=self.task == "embeddings")
+        if len(asked.inputs) > self.encoder.max_waiting:
+            raise RequestError(f"input: {len(asked.inputs)} inputs, more than this server "
+                               f"queues ({self.encoder.max_waiting})", "input")
         loop = asyncio.get_running_loop()
         done = loop.create_future()
 
@@ -272,6 +275,11 @@ class _Completion:
     def submit(self) -> None:
         asked, engine = self.asked, self.server.generation
         sample = asked.temperature > 0
+        most = getattr(engine, "max_waiting", None)
+        if most is not None and len(asked.prompts) * asked.n > most:
+            raise RequestError(f"n: {len(asked.prompts)} prompts of {asked.n} choices are "
+                               f"{len(asked.prompts) * asked.n} requests, more than this server "
+                               f"queues ({most})", "n")
         try:
             for prompt in asked.prompts:
                 for _ in range(asked.n):
@@ -287,11 +295,11 @@ class _Completion:
             # The scheduler's own checks (a cache bound), in its argument names.
             self.cancel_unfinished()
             message = str(error).replace("max_new_tokens", "max_tokens")
-            field = message.split(":")[0]
+            field = message.split(":")[0].replace("input_ids", "prompt")
             if field not in ("max_tokens", "prompt", "temperature", "top_p", "seed"):
                 raise
             raise RequestError(message, field) from None
-        except Overloaded:
+        except BaseException:
             self.cancel_unfinished()
             raise
 
@@ -309,13 +317,14 @@ class _Completion:
     def _unfinished(self) -> bool:
         return self.error is None and any(c.finish_reason is None for c in self.choices)
 
-    def _take(self, index: int, tokens: list, reason, error) -> None:
+    def _take(self, index: int, tokens: list, reason, error) -> bool:
+        """Whether the event changed the choice (or failed the request)."""
         choice = self.choices[index]
         if error is not None:
             self.error = error
-            return
+            return True
         if choice.finish_reason is not None:
-            return  # cut by a stop string already
+            return False  # cut by a stop string already: the engine's last events
         choice.ids += tokens
         tokenizer = self.server.model.tokenizer
         if tokenizer is not None:
@@ -329,6 +338,7 @@ class _Completion:
             if reason == "stop_string":
                 self.server.generation.cancel(choice.stream)
             choice.finish_reason = "length" if reason == "length" else "stop"
+        return True
 
     async def finish(self) -> None:
         while self._unfinished():
@@ -352,7 +362,8 @@ class _Completion:
         try:
             while self._unfinished():
                 index, tokens, reason, error = await self.events_queue.get()
-                self._take(index, tokens, reason, error)
+                if not self._take(index, tokens, reason, error):
+                    continue
                 if self.error is not None:
                     yield server_sent_event(error_body(f"generation failed: {self.error}", None,
                                                        "server_error"))
@@ -382,7 +393,7 @@ def _encoder_task(module, task: str | None) -> tuple[str, int | None]:
     """What an encoder artifact serves (its output: a [batch, dim] tensor is
     embeddings, ``logits`` a classifier's), and its longest input."""
     names = [spec.name for spec in module.signature.inputs]
-    if names[:2] != ["input_ids", "attention_mask"] and len(names) != 2:
+    if len(names) != 2:
         raise ValueError(f"artifact: an encoder served over HTTP takes (input_ids, "
                          f"attention_mask), got inputs {names}")
     tree = module.signature.output_tree

@@ -52,7 +52,46 @@ class TokenStream:
     sent: int = 0
 
 
-class GenerationEngine:
+class _EngineThread:
+    """An engine's thread, and the lock and condition its callers wake it with."""
+
+    def __init__(self, name: str):
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._closed = False
+        self._thread = threading.Thread(target=self._guarded, name=name, daemon=True)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _guarded(self) -> None:
+        """``_run``, and if it ever fails, every caller waiting hears of it and
+        later submissions are refused, rather than left waiting."""
+        try:
+            self._run()
+        except BaseException as error:
+            logger.exception("the engine's thread failed; its callers get the error")
+            with self._lock:
+                self._closed = True
+            self._fail_pending(error)
+            raise
+
+    def _fail_pending(self, error: BaseException) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop the thread; what is queued or running gets an error."""
+        with self._lock:
+            self._closed = True
+            self._work.notify()
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class GenerationEngine(_EngineThread):
     """Continuous batching of a compiled causal LM (``Generator``) on a thread
     of its own; ``rows`` and ``cache_bytes`` as ``Scheduler``'s; at most
     ``max_waiting`` requests wait for a row."""
@@ -64,23 +103,15 @@ class GenerationEngine:
         self.generator = generator
         self.scheduler = Scheduler(generator, rows=rows, cache_bytes=cache_bytes)
         self.max_waiting = max_waiting
-        self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)
+        super().__init__("anyshape-generation")
         self._joining: list[TokenStream] = []
         self._leaving: list[TokenStream] = []
         self._streams: list[TokenStream] = []  # the engine thread's own
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="anyshape-generation",
-                                        daemon=True)
         self._thread.start()
 
     @property
     def rows(self) -> int:
         return self.scheduler.rows
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
 
     @property
     def running(self) -> int:
@@ -117,12 +148,6 @@ class GenerationEngine:
             self._leaving.append(stream)
             self._work.notify()
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._work.notify()
-        self._thread.join(timeout=60)
-
     def _run(self) -> None:
         while True:
             with self._lock:
@@ -135,6 +160,7 @@ class GenerationEngine:
                     return
                 joining, self._joining = self._joining, []
                 leaving, self._leaving = self._leaving, []
+                self._streams += joining  # from here on a failure tells them
             try:
                 self._step(joining, leaving)
             except Exception as error:  # noqa: BLE001 - every caller hears of it
@@ -144,7 +170,6 @@ class GenerationEngine:
     def _step(self, joining: list, leaving: list) -> None:
         for stream in joining:
             self.scheduler.enqueue(stream.request)
-            self._streams.append(stream)
         for stream in leaving:
             if not stream.request.done and any(s is stream for s in self._streams):
                 self.scheduler.cancel(stream.request)
@@ -160,6 +185,13 @@ class GenerationEngine:
             if not request.done:
                 kept.append(stream)
         self._streams = kept
+
+    def _fail_pending(self, error: BaseException) -> None:
+        with self._lock:
+            pending, self._joining = self._joining + self._streams, []
+        self._streams = []
+        for stream in pending:
+            _tell(stream.callback, [], None, error)
 
     def _fail_all(self, error: Exception) -> None:
         """A step failed: every request in it gets the error, and the batch
@@ -177,7 +209,7 @@ class _EncoderJob:
     callback: Callable[[Any, "Exception | None"], None]
 
 
-class EncoderEngine:
+class EncoderEngine(_EngineThread):
     """An encoder's inputs from concurrent requests, run together: ``run(ids,
     mask)`` (a padded batch, [rows, length] each) returns one row of results
     per input. A batch takes up to ``max_batch`` inputs; it starts once the
@@ -191,16 +223,10 @@ class EncoderEngine:
                 raise ValueError(f"{name}: expected a positive int, got {value!r}")
         self._run_batch, self.max_batch, self.max_waiting = run, max_batch, max_waiting
         self.wait_s, self.pad_token_id = wait_s, pad_token_id
-        self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)
+        super().__init__("anyshape-encoder")
         self._queue: list[_EncoderJob] = []
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="anyshape-encoder", daemon=True)
+        self._taken: list[_EncoderJob] = []  # the batch running
         self._thread.start()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
 
     @property
     def waiting(self) -> int:
@@ -220,11 +246,11 @@ class EncoderEngine:
             self._queue.append(_EncoderJob(list(inputs), callback))
             self._work.notify()
 
-    def close(self) -> None:
+    def _fail_pending(self, error: BaseException) -> None:
         with self._lock:
-            self._closed = True
-            self._work.notify()
-        self._thread.join(timeout=60)
+            pending, self._queue = self._taken + self._queue, []
+        for job in pending:
+            _tell(job.callback, None, error)
 
     def _take(self) -> list[_EncoderJob] | None:
         with self._lock:
@@ -244,6 +270,7 @@ class EncoderEngine:
                 job = self._queue.pop(0)
                 jobs.append(job)
                 rows += len(job.inputs)
+            self._taken = jobs
             return jobs
 
     def _run(self) -> None:
@@ -259,11 +286,13 @@ class EncoderEngine:
             except Exception as error:  # noqa: BLE001 - every caller hears of it
                 for job in jobs:
                     _tell(job.callback, None, error)
+                self._taken = []
                 continue
             start = 0
             for job in jobs:
                 _tell(job.callback, results[start:start + len(job.inputs)], None)
                 start += len(job.inputs)
+            self._taken = []
 
     def _padded(self, inputs: list) -> tuple[torch.Tensor, torch.Tensor]:
         length = max(len(row) for row in inputs)

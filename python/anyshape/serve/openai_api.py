@@ -87,6 +87,8 @@ _CHAT_FIELDS = (_COMPLETION_FIELDS - {"prompt", "echo", "best_of", "suffix"}) | 
 _EMBEDDING_FIELDS = {"model", "input", "encoding_format", "user", "dimensions"}
 _CLASSIFY_FIELDS = {"model", "input", "user"}
 MAX_N = 16
+# Choice i samples with seed + i, which torch's generators take below 2 ** 63.
+MAX_SEED = 2 ** 63 - MAX_N
 MAX_STOPS = 4
 
 
@@ -161,7 +163,9 @@ def _texts_or_ids(value, field: str, model: ServedModel) -> list:
             if model.tokenizer is None:
                 raise RequestError(f"{field}: text needs the server's tokenizer (anyshape-serve "
                                    f"--tokenizer DIR); send token ids instead", field)
-            ids = model.tokenizer(item, add_special_tokens=True)["input_ids"]
+            # A tokenizer may know more ids than the model's table.
+            ids = _token_ids(model.tokenizer(item, add_special_tokens=True)["input_ids"], field,
+                             model)
         elif isinstance(item, list):
             ids = _token_ids(item, field, model)
         else:
@@ -231,8 +235,9 @@ def completion_request(body: dict, model: ServedModel, *, chat: bool = False) ->
     if user is not None and not isinstance(user, str):
         raise RequestError(f"user: expected a string, got {user!r}", "user")
     seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise RequestError(f"seed: expected an integer, got {seed!r}", "seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or
+                             not 0 <= seed < MAX_SEED):
+        raise RequestError(f"seed: expected an integer in [0, {MAX_SEED}), got {seed!r}", "seed")
     return CompletionRequest(prompts, max_tokens, _number(body, "temperature", 1.0, 0.0, 2.0),
                              _number(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
                              _integer(body, "n", 1, 1, MAX_N), stops, seed, stream,

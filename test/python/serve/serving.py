@@ -1,6 +1,7 @@
 """What the serving tests share: a small random-weight GPT-2 generator saved
 as an artifact, a character-level tokenizer for it (with a chat template),
-``anyshape-serve`` started as the README says, and an HTTP client."""
+mean pooling for an encoder, ``anyshape-serve`` started as the README says,
+and an HTTP client."""
 
 from __future__ import annotations
 
@@ -23,6 +24,20 @@ VOCAB = 256
 CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;!?'-\n"
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                  "assistant:")
+
+
+class MeanPooled(torch.nn.Module):
+    """sentence-transformers' mean pooling over an encoder's token states, the
+    padding masked out."""
+
+    def __init__(self, encoder):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_ids, attention_mask):
+        states = self.encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
+        weights = attention_mask.unsqueeze(-1).float()
+        return (states * weights).sum(1) / torch.clamp(weights.sum(1), min=1e-9)
 
 
 def small_gpt2():

@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 import torch
+from serving import MeanPooled
 from test_model_server import _call
 from torch.export import Dim
 
@@ -25,17 +26,6 @@ def _bert(**overrides):
                                      max_position_embeddings=128, **overrides)
     torch.manual_seed(0)
     return config
-
-
-class _MeanPooled(torch.nn.Module):
-    def __init__(self, encoder):
-        super().__init__()
-        self.encoder = encoder
-
-    def forward(self, input_ids, attention_mask):
-        states = self.encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
-        weights = attention_mask.unsqueeze(-1).float()
-        return (states * weights).sum(1) / torch.clamp(weights.sum(1), min=1e-9)
 
 
 def _saved(model, directory):
@@ -61,7 +51,7 @@ def _ask_at_once(server, path: str, groups: list):
 
 
 def test_embeddings_of_concurrent_requests_are_eagers_alone(tmp_path):
-    model = _MeanPooled(transformers.BertModel(_bert())).eval()
+    model = MeanPooled(transformers.BertModel(_bert())).eval()
     server = ModelServer(_saved(model, tmp_path / "pooled"), ServerOptions())
     groups = [_inputs(3, 1), _inputs(8, 2), [_inputs(5, 3)[4]], _inputs(2, 4)]
     try:

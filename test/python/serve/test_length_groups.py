@@ -1,5 +1,6 @@
-"""``length_groups``: an encoder's batch split by length, so that a long input
-does not make short ones pay its length."""
+"""``EncoderEngine``: its batches split by length (``length_groups``), so that
+a long input does not make short ones pay its length; a failed thread fails
+its callers instead of leaving them waiting."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import random
 
 import pytest
 
-from anyshape.serve.engine import length_groups
+import threading
+
+import torch
+
+from anyshape.serve.engine import EncoderEngine, length_groups
 
 
 def test_a_long_input_runs_apart_from_short_ones():
@@ -29,3 +34,35 @@ def test_every_input_once_and_each_group_within_the_bound(seed):
         real = sum(lengths[at] for at in group)
         padded = len(group) * max(lengths[at] for at in group)
         assert padded - real <= 0.5 * real or len(group) == 1
+
+
+def test_the_batches_rows_come_back_in_order():
+    engine = EncoderEngine(lambda ids, mask: ids[:, :1].float() * 10 + mask.sum(1, True))
+    got, done = [], threading.Event()
+    try:
+        engine.submit([[5] * 30, [1], [2, 2], [3] * 9], lambda rows, error: (got.append(rows),
+                                                                           done.set()))
+        assert done.wait(10)
+    finally:
+        engine.close()
+    assert got[0].flatten().tolist() == [80.0, 11.0, 22.0, 39.0]
+
+
+def test_a_failed_thread_fails_its_callers_and_refuses_more(monkeypatch):
+    """/// An error outside a batch's own try (here the padding) ends the
+    thread: the waiting callers get it, and a later submission is refused."""
+    engine = EncoderEngine(lambda ids, mask: ids.float(), wait_s=0.2)
+    monkeypatch.setattr(engine, "_padded", lambda inputs: (_ for _ in ()).throw(SystemExit(3)))
+    errors, done = [], threading.Event()
+
+    def record(rows, error):
+        errors.append(error)
+        if len(errors) == 2:
+            done.set()
+    engine.submit([[1]], record)
+    engine.submit([[2]], record)
+    assert done.wait(10) and all(isinstance(e, SystemExit) for e in errors), errors
+    engine._thread.join(10)
+    assert not engine.alive
+    with pytest.raises(RuntimeError, match="the engine is closed"):
+        engine.submit([[3]], record)

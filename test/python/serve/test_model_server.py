@@ -125,9 +125,11 @@ def test_stop_strings_cut_the_text_streamed_or_not(artifact):
         assert answer["choices"][0]["text"] == cut
         assert answer["choices"][0]["finish_reason"] == "stop"
         status, events, _ = asyncio.run(_call(server, "POST", "/v1/completions",
-                                              {**body, "stream": True}))
-        assert "".join(c["text"] for e in events[:-1] for c in e["choices"]) == cut
-        assert [c["finish_reason"] for e in events[:-1] for c in e["choices"]][-1] == "stop"
+                                              {**body, "stream": True, "n": 2}))
+        for index in range(2):  # each choice: the text before the stop, one finish chunk
+            mine = [c for e in events[:-1] for c in e["choices"] if c["index"] == index]
+            assert "".join(c["text"] for c in mine) == cut
+            assert [c["finish_reason"] for c in mine if c["finish_reason"]] == ["stop"]
     finally:
         server.close()
 
@@ -188,15 +190,18 @@ def test_a_full_queue_answers_429_with_retry_after(artifact):
     async def run():
         body = {"prompt": [5] * 8, "max_tokens": 60, "temperature": 0}
         return await asyncio.gather(*[_call(server, "POST", "/v1/completions", body)
-                                      for _ in range(4)])
+                                      for _ in range(4)],
+                                    _call(server, "POST", "/v1/completions", {**body, "n": 3}))
 
     try:
         answers = asyncio.run(run())
     finally:
         server.close()
-    statuses = sorted(status for status, _, _ in answers)
+    statuses = sorted(status for status, _, _ in answers[:4])
     assert 429 in statuses and 200 in statuses, statuses
-    for status, body, headers in answers:
+    status, body, _ = answers[4]  # more choices than the queue holds: never, so a 400
+    assert status == 400 and body["error"]["param"] == "n", body
+    for status, body, headers in answers[:4]:
         if status == 429:
             assert headers["retry-after"] == "1"
             assert body["error"]["type"] == "server_overloaded"

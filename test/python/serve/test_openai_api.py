@@ -67,6 +67,8 @@ def test_negative_malformed_json_names_the_body(raw):
     ({"prompt": [1], "stream_options": {"include_usage": True}}, "stream_options",
      "only with stream"),
     ({"prompt": [1], "seed": "s"}, "seed", "integer"),
+    ({"prompt": [1], "seed": 2 ** 64}, "seed", "integer in"),
+    ({"prompt": [1], "seed": -1}, "seed", "got -1"),
     ({"prompt": [1], "frobnicate": 1}, "frobnicate", "unrecognized request argument"),
     ({"prompt": [1], "logprobs": 2}, "logprobs", "not supported"),
     ({"prompt": [1], "echo": True}, "echo", "not supported"),
@@ -112,6 +114,15 @@ class _Tokenizer:
 def test_negative_bad_chat_messages_name_the_message(messages, param):
     model = ServedModel("tiny", 256, 64, _Tokenizer())
     _refused({"messages": messages}, param, "expected", chat=True, model=model)
+
+
+def test_negative_text_whose_ids_the_model_lacks_is_refused():
+    """/// A tokenizer may know more ids than the model's table."""
+    model = ServedModel("tiny", 101, 64, _Tokenizer())  # "a" is 100, "b" 101
+    _refused({"prompt": "ab"}, "prompt", "token id 101 is out of range", model=model)
+    with pytest.raises(RequestError, match="token id 101") as caught:
+        encode_request({"input": ["b"]}, model, embeddings=True)
+    assert caught.value.param == "input"
 
 
 def test_chat_prompt_and_text_prompts_use_the_tokenizer():

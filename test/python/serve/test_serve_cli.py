@@ -22,6 +22,8 @@ def artifact(tmp_path):
     (["{artifact}", "--max-waiting", "0"], "--max-waiting: expected at least 1"),
     (["{artifact}", "--rows", "0"], "--rows: expected at least 1"),
     (["{artifact}", "--task", "translate"], "invalid choice: 'translate'"),
+    (["{artifact}", "--stop-after", "-1"], "--stop-after: expected a positive number"),
+    (["{artifact}", "--stop-after", "nan"], "--stop-after: expected a positive number"),
 ])
 def test_negative_bad_arguments_are_refused_naming_them(artifact, tmp_path, capsys, arguments,
                                                         match):

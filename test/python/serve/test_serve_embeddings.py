@@ -11,7 +11,7 @@ import concurrent.futures
 import numpy as np
 import pytest
 import torch
-from serving import anyshape_serve, request
+from serving import MeanPooled, anyshape_serve, request
 from torch.export import Dim
 
 import anyshape
@@ -32,23 +32,10 @@ SENTENCES = [
 ]
 
 
-class _MeanPooled(torch.nn.Module):
-    """sentence-transformers' mean pooling over the encoder's token states."""
-
-    def __init__(self, encoder):
-        super().__init__()
-        self.encoder = encoder
-
-    def forward(self, input_ids, attention_mask):
-        states = self.encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
-        weights = attention_mask.unsqueeze(-1).expand(states.size()).float()
-        return (states * weights).sum(1) / torch.clamp(weights.sum(1), min=1e-9)
-
-
 def test_minilm_embeddings_over_http_are_eagers(tmp_path):
     checkpoint = all_minilm_l6_v2.extract_model(tmp_path / "checkpoint")
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
-    model = _MeanPooled(transformers.AutoModel.from_pretrained(checkpoint).eval()).eval()
+    model = MeanPooled(transformers.AutoModel.from_pretrained(checkpoint).eval()).eval()
     example = tokenizer(SENTENCES[:2], padding=True, return_tensors="pt")
     dims = {0: Dim("batch"), 1: Dim("seq")}
     anyshape.compile(model, (example["input_ids"], example["attention_mask"]),
