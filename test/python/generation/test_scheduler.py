@@ -175,6 +175,7 @@ def test_negative_a_request_the_budget_can_never_hold_is_refused():
         anyshape.Scheduler(generator, rows=0)
 
 
+@pytest.mark.builds_after_export
 def test_a_cancelled_request_frees_its_row_and_the_others_keep_their_tokens():
     """/// Cancelled while waiting, and while running: it ends "cancelled"
     with the tokens it had, its row takes the next request, and the requests
