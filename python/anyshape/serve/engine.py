@@ -130,11 +130,11 @@ class GenerationEngine(_EngineThread):
         with self._lock:
             if self._closed:
                 raise RuntimeError("the engine is closed")
-            waiting = len(self._joining) + self.scheduler.waiting
+            waiting = self.waiting
             if waiting >= self.max_waiting:
                 raise Overloaded(f"{waiting} requests wait for one of {self.rows} rows "
                                  f"(max_waiting {self.max_waiting})")
-            # Scheduler.submit only checks the request: it is queued by the engine's thread.
+            # Only checked here: the engine's thread queues it (Scheduler.enqueue).
             request = self.scheduler.checked_request(torch.tensor(prompt, dtype=torch.long),
                                                      **options)
             stream = TokenStream(request, callback)
