@@ -14,7 +14,8 @@ which only favours it): ``SentenceTransformer.encode`` over the same sentences,
 32 a batch, sorted by length, with its torch backend and its ONNX Runtime
 backend (``--st-python``: a Python with sentence-transformers, optimum-onnx and
 onnxruntime; ``make bench-serve-embeddings`` uses ``.venv-ort``).
-The embeddings are checked against sentence-transformers' (cosine).
+The embeddings are checked against sentence-transformers' (cosine). The
+float32 compute bound is printed beside them (``gemm_bound``).
 
     python bench/serve_embeddings.py --st-python .venv-ort/bin/python [--requests 512]
         [--clients 16] [--per-request 1 8] [--out bench/results/serve-embeddings]
@@ -58,6 +59,28 @@ def sentences(count: int, seed: int) -> list[str]:
                     if 3 <= len(sentence.split()) <= 60:
                         found.add(sentence)
     return random.Random(seed).sample(sorted(found), count)
+
+
+def gemm_bound(config, token_counts: list[int]) -> dict:
+    """The float32 compute bound in sentences/s: the linear layers' FLOPs per
+    sentence at the sample's mean length, over the matmul rate torch reaches at
+    the model's feed-forward shape on this host's cores. Attention, norms,
+    tokenizing and HTTP only add to the real cost, so no float32 system passes it."""
+    import torch
+
+    hidden, wide, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    per_token = 2 * layers * (4 * hidden * hidden + 2 * hidden * wide)
+    rows = 2048
+    left, right = torch.randn(rows, hidden), torch.randn(hidden, wide)
+    for _ in range(3):
+        left @ right
+    repeats, start = 30, time.perf_counter()
+    for _ in range(repeats):
+        left @ right
+    rate = 2 * rows * hidden * wide * repeats / (time.perf_counter() - start)
+    per_sentence = per_token * statistics.mean(token_counts)
+    return {"gemm_gflop_per_s": rate / 1e9, "gflop_per_sentence": per_sentence / 1e9,
+            "sentences_per_s": rate / per_sentence}
 
 
 async def _closed_loop(url: str, groups: list, clients: int):
@@ -128,6 +151,8 @@ def main(argv=None) -> int:
         texts = sentences(most, args.seed)
         (work / "sentences.json").write_text(json.dumps(texts))
         words = [len(tokenizer(t)["input_ids"]) for t in texts]
+        bound = gemm_bound(encoder.config, words)
+        print(json.dumps({"float32_bound": bound}), flush=True)
         server = Server([sys.executable, "-m", "anyshape.tools.serve", str(work / "minilm"),
                          "--tokenizer", str(checkpoint), "--port", str(_free_port()),
                          "--stop-after", "3600"], "/health", work / "anyshape-serve.log")
@@ -174,7 +199,8 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "serve-embeddings.json").write_text(json.dumps(
         {"host": host, "command": command, "results": results, "lowest_cosine": cosines,
-         "tokens_per_sentence": {"median": statistics.median(words), "max": max(words)}},
+         "tokens_per_sentence": {"median": statistics.median(words), "max": max(words)},
+         "float32_bound": bound},
         indent=1))
     lines = ["# Sentence embeddings, all-MiniLM-L6-v2, over HTTP", "",
              f"Host: {host}. Command: `{command}`. Sentences: median "
@@ -186,6 +212,9 @@ def main(argv=None) -> int:
                      f"{r.get('requests_per_s', float('nan')):.1f} | {r['sentences_per_s']:.1f} | "
                      f"{r.get('latency_p50_ms', float('nan')):.1f} | "
                      f"{r.get('latency_p99_ms', float('nan')):.1f} |")
+    lines += ["", f"Float32 compute bound: {bound['sentences_per_s']:.1f} sentences/s "
+              f"({bound['gflop_per_sentence']:.3f} GFLOP a sentence in the linear layers, "
+              f"matmuls at {bound['gemm_gflop_per_s']:.1f} GFLOP/s)."]
     lines += ["", f"Lowest cosine of the first 4 embeddings: {cosines}"]
     (args.out / "serve-embeddings.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
