@@ -201,6 +201,13 @@ def _implicit_module(ops: list[ir.Operation], source_name: str,
     return module.operation
 
 
+def write_bytecode(module: ir.Module | ir.Operation, path) -> None:
+    """``module`` as bytecode into the file ``path``, streamed (no copy in memory)."""
+    op = module.operation if isinstance(module, ir.Module) else module
+    with open(path, "wb") as f:
+        op.write_bytecode(f)
+
+
 def module_to_bytecode(module: ir.Module | ir.Operation) -> bytes:
     op = module.operation if isinstance(module, ir.Module) else module
     buf = io.BytesIO()

@@ -1,5 +1,6 @@
-"""A compile keeps the weights on disk in the import and iree-input stages only;
-every pass stage, released during the compile, reads back as it was written."""
+"""A compile's stage files hold the IR without the weights, which join it in
+the iree-input stage only; every stage's file is kept and reads back as it
+was written."""
 
 import errno
 from pathlib import Path
@@ -22,36 +23,82 @@ class TwoLayers(torch.nn.Module):
         return self.second(torch.relu(self.first(x)))
 
 
-def test_pass_stages_are_released_and_read_back_as_dumped(tmp_path):
+def test_every_stage_is_kept_and_reads_back_as_dumped(tmp_path):
     torch.manual_seed(0)
     model = TwoLayers().eval()
     x = torch.randn(7, 33)
     compiled = anyshape.compile(model, (x,), dynamic_shapes={"x": {0: Dim("rows")}},
-                                dump_ir_dir=tmp_path)
+                                dump_ir_dir=tmp_path, cache=False)
     stages = compiled.stages
     passes = stages[1:-1]
     assert stages[0] == "import" and stages[-1] == "iree-input" and passes
     workdir = compiled.stage_file("import").parent
-    assert sorted(p.name for p in workdir.glob("*.mlirbc")) == [
-        "00-import.mlirbc", f"{len(stages) - 1:02d}-iree-input.mlirbc"]
-
-    # The passes run again on the import stage: the text is the compile's own.
-    dumped = {path.stem.split("-", 1)[1]: path.read_text() for path in tmp_path.glob("*.mlir")}
-    for stage in reversed(passes):  # the last first: it is made from the import alone
-        assert compiled.ir(stage) == dumped[stage.replace("#", "-")], stage
     assert len(list(workdir.glob("*.mlirbc"))) == len(stages)
-    assert "dense_resource" in compiled.ir(passes[0])  # weights included
+    dumped = {path.stem.split("-", 1)[1]: path.read_text() for path in tmp_path.glob("*.mlir")}
+    for stage in stages:
+        assert compiled.ir(stage) == dumped[stage.replace("#", "-")], stage
+    assert "dense_resource<first.weight>" in compiled.ir(passes[0])  # named, without data
+    assert "dialect_resources" not in compiled.ir(passes[0])
+    assert "dialect_resources" in compiled.ir("iree-input")  # inline: the data joined here
     torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
 
 
+class Wide(torch.nn.Module):
+    """8 MB of weights in one layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(1024, 2048)
+
+    def forward(self, x):
+        return self.layer(x)
+
+
+@pytest.mark.parametrize("params", ["inline", "external"])
+def test_stage_files_hold_the_ir_and_the_weights_join_at_the_iree_input(params):
+    torch.manual_seed(0)
+    model = Wide().eval()
+    x = torch.randn(7, 1024)
+    compiled = anyshape.compile(model, (x,), dynamic_shapes={"x": {0: Dim("rows")}},
+                                cache=False, backend=anyshape.BackendOptions(params=params))
+    weight_bytes = 4 * (1024 * 2048 + 2048)
+    sizes = {stage: compiled.stage_file(stage).stat().st_size for stage in compiled.stages}
+    ir_only = [stage for stage in compiled.stages if stage != "iree-input"]
+    assert max(sizes[stage] for stage in ir_only) < weight_bytes / 50, sizes
+    if params == "inline":
+        assert sizes["iree-input"] > weight_bytes, sizes
+        assert compiled.vmfb_path.stat().st_size > weight_bytes
+    else:
+        assert sizes["iree-input"] < weight_bytes / 50, sizes
+        assert compiled.vmfb_path.stat().st_size < weight_bytes / 10
+    for rows in (1, 7, 33):
+        x = torch.randn(rows, 1024)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_detached_import_needs_a_table_for_the_arrays():
+    from anyshape.frontend.importer import import_program
+
+    program = torch.export.export(TwoLayers().eval(), (torch.randn(7, 33),))
+    with pytest.raises(ValueError, match="detach: the weights' arrays need a table"):
+        import_program(program, detach=True)
+    table = {}
+    module = import_program(program, weights=table, detach=True)
+    assert sorted(table) == ["first.bias", "first.weight", "second.bias", "second.weight"]
+    assert "dense_resource<first.weight>" in str(module)
+    assert "dialect_resources" not in str(module)
+
+
 def test_a_full_disk_names_the_working_directory_and_tmpdir(monkeypatch):
-    def full(module):
+    def full(module, path):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(anyshape.driver.stage_files, "module_to_bytecode", full)
+    monkeypatch.setattr(anyshape.driver.stage_files, "write_bytecode", full)
     with pytest.raises(OSError) as info:
         anyshape.compile(TwoLayers().eval(), (torch.randn(7, 33),), cache=False)
     assert info.value.errno == errno.ENOSPC
     message = str(info.value)
     assert "the compile's working directory" in message and "TMPDIR" in message
+    weights = 4 * (33 * 65 + 65 + 65 * 17 + 17)
+    assert f"the compile needs about {2 * weights / 1e3:.1f} kB there" in message  # inline: twice
     assert Path(info.value.filename).name.startswith("anyshape-")

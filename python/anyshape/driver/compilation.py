@@ -30,6 +30,9 @@ class Compilation:
     # Every weight's array (resource blob name -> array), where weights are
     # quantized (target.weights); the blobs of the quantized ones join it
     arrays: dict | None = None
+    # The weights the module's blobs hold no data for (resource blob name ->
+    # array): the iree-input stage attaches them (iree/detached_weights.py)
+    detached: dict | None = None
 
     def with_data_tiling(self, data_tiling: bool) -> "Compilation":
         return dataclasses.replace(self, target=dataclasses.replace(self.target,

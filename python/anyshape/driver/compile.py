@@ -32,7 +32,7 @@ from anyshape.driver import iree_input as iree_input_stage
 from anyshape.driver.pipeline import (data_tiling_applies, dynamic, opt_command_flag, run_pipeline,
                                       split_pass_element, with_data_tiling_forms,
                                       with_padding_elimination)
-from anyshape.driver.stage_files import KeptStages, StageFiles, space_named, stage_text
+from anyshape.driver.stage_files import StageFiles, space_named, stage_text
 from anyshape.errors import CompileError, DataTilingFallback
 from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts
@@ -210,18 +210,22 @@ def _built(program, entries: dict, signature: ModuleSignature, target: Target,
     """Import, passes and IREE: the module, and the warnings its build gave."""
     from anyshape.frontend.importer import import_programs
 
-    weights: dict | None = {} if params == "external" else None
-    # Quantizing reads every weight's array (the same dict, where external).
-    arrays = weights if weights is not None or target.weights == "float32" else {}
+    # The weights stay out of the IR until the iree-input stage
+    # (iree/detached_weights.py): every blob name -> its array.
+    detached: dict = {}
+    weights = detached if params == "external" else None
+    # Quantizing reads every weight's array (the same dict).
+    arrays = detached if weights is not None or target.weights != "float32" else None
     began = time.monotonic()
-    imported = import_programs({"main": program, **entries}, weights=arrays)
+    imported = import_programs({"main": program, **entries}, weights=detached, detach=True)
     import_seconds = time.monotonic() - began
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         built = compile_module(imported, signature, target, pass_names,
                                dump_ir_dir=dump_ir_dir, report=report, weights=weights,
-                               arrays=arrays,
-                               written=written)
+                               arrays=arrays, written=written,
+                               # as imported: quantizing adds its own blobs to arrays
+                               detached=dict(detached))
     built.stage_seconds = {IMPORT_STAGE: import_seconds,
                            **{k: v for k, v in built.stage_seconds.items() if k != IMPORT_STAGE}}
     return built, caught
@@ -261,7 +265,8 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
                    report: Callable[[str], None] = lambda msg: None,
                    entry: str = "main", weights: dict | None = None,
                    written: dict[str, list[int]] | None = None,
-                   arrays: dict | None = None) -> CompiledModule:
+                   arrays: dict | None = None,
+                   detached: dict | None = None) -> CompiledModule:
     """Run the pass stages on an imported module, then IREE. ``module`` is consumed.
     With data tiling, ``anyshape-data-tiling-forms`` joins the stages
     (``with_data_tiling_forms``). ``target.data_tiling`` None (auto): on where
@@ -274,9 +279,13 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
     from ``signature``): with ``target.in_place_writes``, written in place.
     ``arrays`` (resource blob name -> array, from ``import_program``; the
     same dict as ``weights`` where both are given): the weights that
-    ``target.weights`` "int8" or "int4" quantizes."""
+    ``target.weights`` "int8" or "int4" quantizes. ``detached`` (resource
+    blob name -> array, from ``import_program(..., detach=True)``): the
+    weights whose blobs the module holds without data; the iree-input stage
+    gives them their data, or makes them parameters (``weights``)."""
     workdir = tempfile.TemporaryDirectory(prefix="anyshape-")
-    with space_named(Path(workdir.name)):
+    weight_bytes = sum(array.nbytes for array in (detached or {}).values())
+    with space_named(Path(workdir.name), weight_bytes * (1 if weights is not None else 2)):
         stages = StageFiles(Path(workdir.name), Path(dump_ir_dir) if dump_ir_dir else None)
         stages.write(IMPORT_STAGE, module)
         if written is None:
@@ -284,7 +293,7 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
         in_place = {name: positions for name, positions in written.items() if positions} \
             if target.in_place_writes else None
         compilation = Compilation(workdir, signature, target, pass_names, dump_ir_dir, report,
-                                  entry, weights, in_place or None, arrays)
+                                  entry, weights, in_place or None, arrays, detached or None)
         if target.data_tiling is not None:
             return _compile_stages(module, stages, compilation)
         tiled = data_tiling_applies(target, signature, pass_names)
@@ -325,7 +334,7 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
             raise CompileError(name, diag.render(), str(repro),
                                f"anyshape-opt {shlex.quote(str(repro))} {opt_command_flag(element)}"
                                ) from None
-        stages.write(name, module, element=element)
+        stages.write(name, module)
     if signature.padding_mask is not None:
         signature.padding_dense_entry = dense_twin(module.operation, compilation.entry)
 
@@ -373,10 +382,9 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
         lambda: compile_iree(iree_input, facts), without_facts, made(facts)(flags), report,
         dump_ir_dir, stages.forget_last, keep_retry)
     seconds = {**stages.seconds, IREE_COMPILE_STAGE: time.monotonic() - started}
-    stages.release(stages.last_pass_stage)
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
                           cpu=dataclasses.asdict(resolve_cpu(target.cpu)) if cpu else None,
-                          stage_files=KeptStages(stages), stage_text=stage_text,
+                          stage_files=stages.files, stage_text=stage_text,
                           workdir=compilation.workdir, entry=compilation.entry,
                           parameters_path=archive, stage_seconds=seconds,
                           parameter_specs=stages.parameter_specs)

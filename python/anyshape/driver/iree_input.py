@@ -13,6 +13,7 @@ from anyshape.driver.compilation import Compilation
 from anyshape.driver.stage_files import StageFiles
 from anyshape.errors import CompileError
 from anyshape.iree.kernels import attention
+from anyshape.iree.detached_weights import attach_weights
 from anyshape.iree.dim_facts import has_dim_facts, inject_dim_facts
 from anyshape.iree.flags import Target, iree_flags, routes_products
 from anyshape.iree.in_place_writes import write_inputs_in_place_file
@@ -66,14 +67,16 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
     row_products = routes_products(compilation.target)
     tiled = compilation.target.tiles_products()
     scatters = has_accumulating_scatters(module)
-    if not facts and weights is None and not data_tiling and not in_place and kernel is None \
-            and not row_products and not tiled and not scatters:
+    # Parameters take the detached weights' place; else they get their data here.
+    attached = compilation.detached if weights is None else None
+    if not facts and weights is None and not attached and not data_tiling and not in_place \
+            and kernel is None and not row_products and not tiled and not scatters:
         return stages.write(IREE_INPUT_STAGE, module, same_as=source)
 
     def produce(bytecode: Path, text: Path | None) -> None:
         current = source
         # Each rewrite reads the last one's file; the last writes the text.
-        last = "in_place" if in_place else "weights" if weights is not None else \
+        last = "in_place" if in_place else "weights" if weights is not None or attached else \
             "tiled" if tiled else "data_tiling" if data_tiling else "scatters" if scatters else \
             "row_products" if row_products else "kernel" if kernel is not None else "facts"
         if facts:
@@ -132,6 +135,11 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
                                       for name in names}
             report(f"moved {len(names)} weights to {archive.name} "
                    f"({archive.stat().st_size / 1e6:.1f} MB)")
+            current = bytecode
+        elif attached:
+            count = attach_weights(current, bytecode, attached,
+                                   text if last == "weights" else None)
+            report(f"  {count} weights joined the module (iree/detached_weights.py)")
             current = bytecode
         if in_place:
             count = write_inputs_in_place_file(current, bytecode, in_place, text)

@@ -2,26 +2,22 @@
 directory, written as text under ``dump_ir_dir`` when one is given, and read
 back as text for ``CompiledModule.ir(stage)``.
 
-Every stage holds the weights (a pass stage of the Qwen2-0.5B shape is 2 GB),
-so a pass stage's file lives only until the next stage is written, and the
-last one until the compile is done. The import and ``iree-input`` stages stay.
-A pass stage asked for later is made again: its passes run once more on the
-nearest stage kept before it (the passes are deterministic), and its file then
-stays."""
+Up to the ``iree-input`` stage the IR holds no weights (``iree/detached_weights.py``):
+a stage file costs the IR's bytes (about 1 MB a layer for a generator's five
+functions), so every stage's file is kept for the module's life. The
+``iree-input`` stage holds the weights where they are inline (``params="inline"``)."""
 
 from __future__ import annotations
 
 import errno
 import shutil
 import time
-from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from anyshape.dialects import new_context
-from anyshape.driver.pipeline import run_pipeline
-from anyshape.mlir import ir, iree_bindings, module_to_bytecode, parse_module
+from anyshape.mlir import ir, iree_bindings, write_bytecode
 from anyshape.stages import IMPORT_STAGE, IREE_INPUT_STAGE
 
 
@@ -36,9 +32,6 @@ class StageFiles:
         self.dumped: list[Path] = []
         self.seconds: dict[str, float] = {}  # stage -> seconds since the stage before it
         self.parameter_specs: dict[str, dict] | None = None  # params="external": name -> spec
-        # pass stage -> (the stage before it, the pipeline element that made it
-        # from that one): how a released stage is made again
-        self.made_from: dict[str, tuple[str, str]] = {}
         self._since = time.monotonic()
         if dump_dir:
             dump_dir.mkdir(parents=True, exist_ok=True)
@@ -57,34 +50,23 @@ class StageFiles:
     def last_stage(self) -> str:
         return list(self.files)[-1]
 
-    @property
-    def last_pass_stage(self) -> str | None:
-        """The last stage a pass made (None: no pass ran)."""
-        return next((stage for stage in reversed(self.files) if stage in self.made_from), None)
-
     def forget_last(self) -> None:
         """Drop the last stage, and its dumped text (an abandoned attempt's)."""
         self.files.pop(self.last_stage)
         if self.dump_dir and self.dumped:
             self.dumped.pop().unlink(missing_ok=True)
 
-    def write(self, stage: str, module: ir.Module, same_as: Path | None = None,
-              element: str | None = None) -> Path:
+    def write(self, stage: str, module: ir.Module, same_as: Path | None = None) -> Path:
         """Record ``module`` as ``stage``; ``same_as``: the stage file it is the same
-        module as, whose bytecode (500 MB for roberta-base) is reused, not rewritten.
-        ``element``: the pipeline element that made it from the stage before (a
-        pass stage), whose file is then released."""
-        before = self.last_stage if self.files else None
+        module as, whose bytecode (with the weights, where inline) is reused, not
+        rewritten."""
         stage, stem = self._name(stage)
         if same_as is not None:
             path = same_as
         else:
             path = self.workdir / f"{stem}.mlirbc"
-            path.write_bytes(module_to_bytecode(module))
+            write_bytecode(module, path)
         self.files[stage] = path
-        if element is not None:
-            self.made_from[stage] = (before, element)
-            self.release(before)
         if self.dump_dir:
             with open(self.dump_dir / f"{stem}.mlir", "w") as f:
                 module.operation.print(file=f)
@@ -110,16 +92,6 @@ class StageFiles:
         self._clock(stage)
         return path
 
-    def release(self, stage: str | None) -> None:
-        """Delete the file of pass stage ``stage`` (made again when asked for),
-        unless another stage is the same file; other stages are kept."""
-        if stage not in self.made_from:
-            return
-        path = self.files[stage]
-        if any(other != stage and kept == path for other, kept in self.files.items()):
-            return
-        path.unlink(missing_ok=True)
-
     def release_after_import(self) -> None:
         """Delete every stage file but the import's (an abandoned attempt's)."""
         imported = self.files[IMPORT_STAGE]
@@ -127,62 +99,38 @@ class StageFiles:
             if path != imported:
                 path.unlink(missing_ok=True)
 
-    def path(self, stage: str) -> Path:
-        """The file of ``stage``, made again first if it was released."""
-        path = self.files[stage]
-        if path.exists():
-            return path
-        elements = []
-        base = stage
-        while not self.files[base].exists():
-            base, element = self.made_from[base]
-            elements.insert(0, element)
-        module = parse_module(self.files[base].read_bytes(), new_context())
-        for element in elements:
-            run_pipeline(module, [element])
-        with space_named(self.workdir):
-            path.write_bytes(module_to_bytecode(module))
-        return path
-
     def _name(self, stage: str) -> tuple[str, str]:
         if stage in self.files:  # a pass that runs twice gets a numbered stage
             stage = f"{stage}#{sum(s.split('#')[0] == stage for s in self.files) + 1}"
         return stage, f"{len(self.files):02d}-{stage.replace('#', '-')}"
 
 
-class KeptStages(Mapping):
-    """Stage -> its file, in stage order, for ``CompiledModule``: a released
-    pass stage is made again when it is looked up."""
-
-    def __init__(self, stages: StageFiles):
-        self._stages = stages
-
-    def __getitem__(self, stage: str) -> Path:
-        return self._stages.path(stage)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._stages.files)
-
-    def __len__(self) -> int:
-        return len(self._stages.files)
-
-
 @contextmanager
-def space_named(workdir: Path):
+def space_named(workdir: Path, needed: int | None = None):
     """A full disk under the compile's working directory ``workdir`` raises an
-    OSError (ENOSPC) that names it, what fills it and where else it can be,
-    not the bare one of the write that failed."""
+    OSError (ENOSPC) that names it, the bytes the compile needs there
+    (``needed``, where known), what fills it and where else it can be, not
+    the bare one of the write that failed."""
     try:
         yield
     except OSError as error:
         if error.errno != errno.ENOSPC:
             raise
         free = shutil.disk_usage(workdir.parent).free if workdir.parent.exists() else 0
+        needs = f"; the compile needs about {_size(needed)} there" if needed else ""
         raise OSError(errno.ENOSPC, (
             f"no space left on the device of the compile's working directory {workdir} "
-            f"({free / 1e9:.1f} GB free there): the import and iree-input stages and the "
-            f"module each hold the model's weights (docs/api.md, stages); free space there, "
-            f"or set TMPDIR to a directory on a larger disk"), str(workdir)) from error
+            f"({_size(free)} free there{needs}): the weights are written once to the "
+            f"iree-input stage and once to the module where they are inline, once to "
+            f"params.irpa where external (docs/api.md, stages); free space there, or set "
+            f"TMPDIR to a directory on a larger disk"), str(workdir)) from error
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
 
 
 def stage_text(path: Path, stage: str) -> str:

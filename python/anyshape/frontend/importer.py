@@ -12,6 +12,7 @@ import torch
 import torch.export
 
 from anyshape.errors import CompileError
+from anyshape.iree.constant_values import attribute_resource_key
 from anyshape.mlir import ir
 from anyshape.dialects import new_context
 from anyshape.passes.torch_ir.mixed_comparisons import mend_mixed_comparisons
@@ -24,23 +25,30 @@ from anyshape.stages import Workaround
 
 
 def import_program(program: torch.export.ExportedProgram, ctx: ir.Context | None = None,
-                   func_name: str = "main", weights: dict | None = None) -> ir.Module:
+                   func_name: str = "main", weights: dict | None = None,
+                   detach: bool = False) -> ir.Module:
     """Import an exported program with weights inlined as resources and symbolic dims kept.
 
-    ``weights``, when given, gets each resource blob's name and the array behind it."""
-    return import_programs({func_name: program}, ctx, weights)
+    ``weights``, when given, gets each resource blob's name and the array behind it.
+    ``detach``: the blobs hold no data (``weights`` then must be given), as
+    ``iree/detached_weights.py`` says."""
+    return import_programs({func_name: program}, ctx, weights, detach)
 
 
 def import_programs(programs: dict[str, torch.export.ExportedProgram],
-                    ctx: ir.Context | None = None, weights: dict | None = None) -> ir.Module:
+                    ctx: ir.Context | None = None, weights: dict | None = None,
+                    detach: bool = False) -> ir.Module:
     """Import each program as the function of its name, into one module. A
     weight tensor the programs share (programs exported from one model) is one
-    resource blob, so IREE stores it once for every function."""
+    resource blob, so IREE stores it once for every function. ``detach``: each
+    blob is a handle without data, its array only in ``weights``."""
     from torch_mlir.extras.fx_importer import FxImporter
 
+    if detach and weights is None:
+        raise ValueError("detach: the weights' arrays need a table (weights=) to go to")
     ctx = ctx or new_context()
     names: dict[int, str] = {}
-    hooks = _WeightLiterals(names)
+    hooks = _WeightLiterals(names, detach)
     module = None
     for func_name, program in programs.items():
         graph = _inline_state(program, names)
@@ -236,7 +244,7 @@ class _WeightLiterals:
     weight used in several places is stored once.
     """
 
-    def __init__(self, names: dict[int, str]):
+    def __init__(self, names: dict[int, str], detach: bool = False):
         # id(tensor) -> (resource attribute, vtensor type, the array backing it, the
         # tensor). The tensor is kept so that its id is not reused: torch-mlir hands
         # a bool literal over as a temporary ``.to(torch.uint8)``, and a later
@@ -244,6 +252,7 @@ class _WeightLiterals:
         self._literals: dict[int, tuple] = {}
         self._names = names  # id(tensor) -> its name in the model's state
         self.blobs: dict[str, np.ndarray] = {}  # resource blob name -> its array
+        self._detach = detach  # blobs without data: their arrays only in self.blobs
 
     # FxImporterHooks protocol
     def prepare_module(self, module_op):
@@ -281,8 +290,14 @@ class _WeightLiterals:
                     array, type=TORCH_DTYPE_TO_MLIR_TYPE[tensor.dtype](), shape=array.shape)
             else:
                 blob = self._blob_name(key)
-                attr = ir.DenseResourceElementsAttr.get_from_buffer(
-                    memoryview(array), blob, create_mlir_tensor_type(tensor))
+                if self._detach:
+                    attr = ir.Attribute.parse(
+                        f"dense_resource<{blob}> : {create_mlir_tensor_type(tensor)}")
+                    # The context names a handle apart from one it holds already.
+                    blob = attribute_resource_key(attr)
+                else:
+                    attr = ir.DenseResourceElementsAttr.get_from_buffer(
+                        memoryview(array), blob, create_mlir_tensor_type(tensor))
                 self.blobs[blob] = array
             shape = ",".join(str(d) for d in tensor.shape)
             vtype = f"!torch.vtensor<[{shape}],{TORCH_DTYPE_TO_MLIR_TYPE_ASM[tensor.dtype]}>"

@@ -102,7 +102,7 @@ class CompiledModule:
         return self._stage_files[stage]
 
     def ir(self, stage: str) -> str:
-        """MLIR text after ``stage`` (weights included)."""
+        """MLIR text after ``stage`` (weights by name only before ``iree-input``)."""
         path = self.stage_file(stage)
         return self._stage_text(path, stage)
 
