@@ -14,7 +14,7 @@ an empty compile cache and its own temporary directory. Reported per model:
   (batch 1, a 17-token prompt, 32 new tokens, greedy), and their ratio.
 
     python bench/compile_cost.py [--models gpt2,qwen2-0.5b,tinyllama-1.1b]
-        [--out bench/results/compile-cost]
+        [--params inline|external] [--out bench/results/compile-cost]
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class Peaks:
         self._thread.join()
 
 
-def worker(name: str) -> dict:
+def worker(name: str, params: str) -> dict:
     import psutil
     import torch
 
@@ -118,9 +118,11 @@ def worker(name: str) -> dict:
     scratch = Path(tempfile.gettempdir())
     with Peaks(scratch) as peaks:
         start = time.monotonic()
-        generator = anyshape.compile_generator(model, cache=False)
+        generator = anyshape.compile_generator(
+            model, cache=False, backend=anyshape.BackendOptions(params=params))
         compile_seconds = time.monotonic() - start
-    prompt = torch.randint(0, model.config.vocab_size, (1, 17), generator=torch.Generator().manual_seed(0))
+    prompt = torch.randint(0, model.config.vocab_size, (1, 17),
+                           generator=torch.Generator().manual_seed(0))
     request = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False)
     start = time.monotonic()
     first_tokens = generator.generate(prompt, **request)
@@ -132,7 +134,8 @@ def worker(name: str) -> dict:
         warm.append(time.monotonic() - start)
     if not torch.equal(first_tokens, warm_tokens):
         raise AssertionError("the first and a warm generate disagree")
-    return {"model": name, "parameters": sum(p.numel() for p in model.parameters()),
+    return {"model": name, "params": params,
+            "parameters": sum(p.numel() for p in model.parameters()),
             "weights_bytes": weights, "compile_s": compile_seconds,
             "stage_seconds": dict(generator.module.stage_seconds),
             "peak_tree_rss_bytes": peaks.memory, "built_rss_bytes": built_rss,
@@ -144,11 +147,12 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt2,qwen2-0.5b,tinyllama-1.1b")
+    parser.add_argument("--params", choices=["inline", "external"], default="inline")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "compile-cost")
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker)), flush=True)
+        print(json.dumps(worker(args.worker, args.params)), flush=True)
         return 0
     names = args.models.split(",")
     unknown = sorted(set(names) - set(SHAPES))
@@ -160,7 +164,8 @@ def main(argv=None) -> int:
             scratch, cache = Path(directory, "tmp"), Path(directory, "cache")
             scratch.mkdir()
             env = {**os.environ, "TMPDIR": str(scratch), "ANYSHAPE_CACHE_DIR": str(cache)}
-            run = subprocess.run([sys.executable, __file__, "--worker", name], env=env,
+            run = subprocess.run([sys.executable, __file__, "--worker", name,
+                                  "--params", args.params], env=env,
                                  capture_output=True, text=True)
             if run.returncode:
                 raise SystemExit(f"{name}: the worker failed\n{run.stderr[-4000:]}")
@@ -170,10 +175,11 @@ def main(argv=None) -> int:
     command = "python bench/compile_cost.py " + shlex.join(argv)
     host = host_cpu()
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "compile-cost.json").write_text(json.dumps(
+    stem = f"compile-cost-{args.params}"
+    (args.out / f"{stem}.json").write_text(json.dumps(
         {"host": host, "command": command, "results": results}, indent=1))
     gb = 2 ** 30
-    lines = ["# Compile cost against model size (float32, cold cache)", "",
+    lines = [f"# Compile cost against model size (float32, params={args.params}, cold cache)", "",
              f"Host: {host}. Command: `{command}`.", "",
              "| model | weights GiB | compile s | peak memory GiB (tree) | over weights GiB | "
              "peak scratch GiB | first generate s | warm s | first/warm |",
@@ -189,7 +195,7 @@ def main(argv=None) -> int:
     for r in results:
         stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stage_seconds"].items())
         lines.append(f"- {r['model']}: {stages}")
-    (args.out / "compile-cost.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
