@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from anyshape.iree.constant_values import resource_key
-from anyshape.mlir import iree_bindings, operations_in
+from anyshape.mlir import operations_in, rewrite_with_iree_bindings
 
 
 def attach_weights(in_file: Path, out_file: Path, arrays: dict[str, np.ndarray],
@@ -28,12 +28,8 @@ def attach_weights(in_file: Path, out_file: Path, arrays: dict[str, np.ndarray],
     literal whose blob is one of ``arrays`` gets that array as its data
     (without a copy: the blob borrows the array's buffer). Returns how many
     blobs got their data."""
-    iree_ir = iree_bindings()
-    with iree_ir.Context():
-        try:
-            module = iree_ir.Module.parse(Path(in_file).read_bytes())
-        except iree_ir.MLIRError as error:
-            raise ValueError(f"IREE's bindings cannot read {in_file}: {error}") from None
+
+    def attach(iree_ir, module) -> int:
         attached: dict[str, object] = {}
         for op in operations_in(module.operation):
             if op.name != "torch.vtensor.literal":
@@ -47,9 +43,6 @@ def attach_weights(in_file: Path, out_file: Path, arrays: dict[str, np.ndarray],
                 attached[key] = iree_ir.DenseResourceElementsAttr.get_from_buffer(
                     memoryview(arrays[key]), key, op.attributes["value"].type)
             op.attributes["value"] = attached[key]
-        with open(out_file, "wb") as f:
-            module.operation.write_bytecode(f)
-        if text_file is not None:
-            with open(text_file, "w") as f:
-                module.operation.print(file=f)
-    return len(attached)
+        return len(attached)
+
+    return rewrite_with_iree_bindings(in_file, out_file, text_file, attach)
