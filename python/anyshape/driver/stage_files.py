@@ -3,9 +3,9 @@ directory, written as text under ``dump_ir_dir`` when one is given, and read
 back as text for ``CompiledModule.ir(stage)``.
 
 Up to the ``iree-input`` stage the IR holds no weights (``iree/detached_weights.py``):
-a stage file costs the IR's bytes (about 1 MB a layer for a generator's five
-functions), so every stage's file is kept for the module's life. The
-``iree-input`` stage holds the weights where they are inline (``params="inline"``)."""
+a stage file costs the IR's bytes, not the weights', so every stage's file is
+kept for the module's life. The ``iree-input`` stage holds the weights where
+they are inline (``params="inline"``)."""
 
 from __future__ import annotations
 
