@@ -13,9 +13,11 @@ fixed in one file.
 from __future__ import annotations
 
 import io
+import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from torch_mlir import ir, passmanager, rewrite
 from torch_mlir.dialects import ext
@@ -201,11 +203,22 @@ def _implicit_module(ops: list[ir.Operation], source_name: str,
     return module.operation
 
 
-def write_bytecode(module: ir.Module | ir.Operation, path) -> None:
-    """``module`` as bytecode into the file ``path``, streamed (no copy in memory)."""
-    op = module.operation if isinstance(module, ir.Module) else module
-    with open(path, "wb") as f:
-        op.write_bytecode(f)
+def write_bytecode(module, path) -> None:
+    """``module`` (either bindings' module or operation) as bytecode into the
+    file ``path``, streamed (no copy in memory). Written beside it, then
+    renamed over it: ``path`` may be the very file ``module`` was parsed from
+    with ``parseFile``, whose blobs borrow its mapping; truncating that file
+    in place would pull the pages from under them (SIGBUS), where a rename
+    leaves the mapped file whole until it is unmapped."""
+    op = module.operation if hasattr(module, "operation") else module
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with open(partial, "wb") as f:
+            op.write_bytecode(f)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def module_to_bytecode(module: ir.Module | ir.Operation) -> bytes:
@@ -237,17 +250,14 @@ def rewrite_with_iree_bindings(in_file, out_file, text_file, rewrite) -> int:
     that holds IREE's own ops, bytecode or text), written to ``out_file`` as
     bytecode and to ``text_file`` as text when given. Returns the count;
     ValueError when IREE cannot read the file."""
-    from pathlib import Path
-
     iree_ir = iree_bindings()
     with iree_ir.Context():
         try:
-            module = iree_ir.Module.parse(Path(in_file).read_bytes())
+            module = iree_ir.Module.parseFile(str(in_file))  # mapped, not copied
         except iree_ir.MLIRError as error:
             raise ValueError(f"IREE's bindings cannot read {in_file}: {error}") from None
         count = rewrite(iree_ir, module)
-        with open(out_file, "wb") as f:
-            module.operation.write_bytecode(f)
+        write_bytecode(module, out_file)
         if text_file is not None:
             with open(text_file, "w") as f:
                 module.operation.print(file=f)

@@ -76,7 +76,7 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
     def produce(bytecode: Path, text: Path | None) -> None:
         current = source
         # Each rewrite reads the last one's file; the last writes the text.
-        last = "in_place" if in_place else "weights" if weights is not None or attached else \
+        last = "weights" if weights is not None or attached else "in_place" if in_place else \
             "tiled" if tiled else "data_tiling" if data_tiling else "scatters" if scatters else \
             "row_products" if row_products else "kernel" if kernel is not None else "facts"
         if facts:
@@ -127,6 +127,13 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
             report(f"  {count} products padded to whole tiles "
                    f"(iree/tiled_products.py)")
             current = bytecode
+        if in_place:
+            count = write_inputs_in_place_file(current, bytecode, in_place,
+                                               text if last == "in_place" else None)
+            report(f"  {count} inputs updated in place are written into the caller's buffers")
+            current = bytecode
+        # Last: a rewrite after this one would parse the weights' bytes (and MLIR
+        # copies a blob it parses from a buffer), where this one borrows them.
         if weights is not None:
             names = externalize_weights(current, bytecode, weights, archive,
                                         text if last == "weights" else None)
@@ -141,9 +148,6 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
                                    text if last == "weights" else None)
             report(f"  {count} weights joined the module (iree/detached_weights.py)")
             current = bytecode
-        if in_place:
-            count = write_inputs_in_place_file(current, bytecode, in_place, text)
-            report(f"  {count} inputs updated in place are written into the caller's buffers")
 
     try:
         return stages.record(IREE_INPUT_STAGE, produce)

@@ -23,7 +23,7 @@ import numpy as np
 
 from anyshape.dialects import builtin_tensor_text
 from anyshape.iree.constant_values import resource_key
-from anyshape.mlir import iree_bindings, operations_in
+from anyshape.mlir import iree_bindings, operations_in, write_bytecode
 from anyshape.runtime.compiled_module import PARAMETER_SCOPE, PARAMETERS, write_archive
 
 SCOPE = PARAMETER_SCOPE
@@ -42,7 +42,7 @@ def externalize_weights(in_file: Path, out_file: Path, weights: dict[str, np.nda
     iree_ir = iree_bindings()
     with iree_ir.Context(), iree_ir.Location.unknown():
         try:
-            module = iree_ir.Module.parse(Path(in_file).read_bytes())
+            module = iree_ir.Module.parseFile(str(in_file))  # mapped, not copied
         except iree_ir.MLIRError as error:
             raise ValueError(f"IREE's bindings cannot read {in_file}: {error}") from None
         literals = []
@@ -77,8 +77,7 @@ def externalize_weights(in_file: Path, out_file: Path, weights: dict[str, np.nda
                     operands=[load.result])
             literal.results[0].replace_all_uses_with(torch_value.result)
             literal.erase()
-        with open(out_file, "wb") as f:
-            module.operation.write_bytecode(f)
+        write_bytecode(module, out_file)
         if text_file is not None:
             with open(text_file, "w") as f:
                 module.operation.print(file=f)

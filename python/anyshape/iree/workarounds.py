@@ -23,7 +23,8 @@ from anyshape.dialects import builtin_tensor_text, vtensor_shape
 from anyshape.iree.distinct_fills import give_in_place_writes_their_own_fills
 from anyshape.iree.distinct_workloads import untie_repeated_workloads
 from anyshape.iree.in_place_writes import drop_aliased_values_from_barriers
-from anyshape.mlir import iree_bindings, operations_in, rewrite_with_iree_bindings
+from anyshape.mlir import (iree_bindings, operations_in, rewrite_with_iree_bindings,
+                           write_bytecode)
 from anyshape.passes.torch_ir.ops import ELEMENTWISE
 from anyshape.stages import Workaround
 
@@ -101,7 +102,7 @@ def separate_dynamic_operand_packing(in_file: Path, out_file: Path,
     one."""
     ir = iree_bindings()
     with ir.Context():
-        module = ir.Module.parse(Path(in_file).read_bytes())
+        module = ir.Module.parseFile(str(in_file))
         barriers = []  # (a product's operand, its value behind the barrier)
 
         def behind_barrier(value, before):
@@ -126,8 +127,7 @@ def separate_dynamic_operand_packing(in_file: Path, out_file: Path,
             return ir.WalkResult.ADVANCE
 
         module.operation.walk(visit)
-        with open(out_file, "wb") as f:
-            module.operation.write_bytecode(f)
+        write_bytecode(module, out_file)
         if text_file is not None:
             with open(text_file, "w") as f:
                 module.operation.print(file=f)
@@ -248,7 +248,10 @@ def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool,
     place kept out of the closing barrier (``in_place_writes``)."""
     ir = iree_bindings()
     with ir.Context():
-        module = ir.Module.parse(Path(flow_file).read_bytes())
+        # From the file, not a copy of it: MLIR then maps it, and the weights'
+        # blobs borrow the mapping (read into a buffer, each blob was copied
+        # out of it: twice the weights' bytes in this process).
+        module = ir.Module.parseFile(str(flow_file))
         f64, f32 = ir.F64Type.get(), ir.F32Type.get()
         narrowed = 0
 
@@ -327,8 +330,7 @@ def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool,
                                                                 0)}).result
                 op.operands[1] = ir.Operation.create("arith.select", results=[divisor.type],
                                                      operands=[is_zero, one, divisor]).result
-        with open(out_file, "wb") as f:
-            module.operation.write_bytecode(f)
+        write_bytecode(module, out_file)
         if text_file is not None:
             with open(text_file, "w") as f:
                 module.operation.print(file=f)
