@@ -47,6 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--model", metavar="MODULE:FACTORY",
                        help="a Python module (dotted name or file.py) and a function in it "
                             "that returns (model, example_inputs[, dynamic_shapes])")
+    model.add_argument("--hf-dir", metavar="DIR",
+                       help="a HF checkpoint directory (save_pretrained's config.json and "
+                            "safetensors) of a causal LM or a text encoder-decoder, compiled "
+                            "for generation (anyshape-generate) without loading its weights "
+                            "into memory")
+    model.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                       help="with --hf-dir: the dtype to compile in (default: the "
+                            "checkpoint's)")
     model.add_argument("--dynamic", default="batch,seq",
                        help="which dims are dynamic: a comma list of batch (dim 0 of every "
                             "input) and seq (dim 1; a seq2seq decoder's length is its own "
@@ -154,8 +162,19 @@ def main(argv: list[str] | None = None) -> int:
         return print_cache_info()
     if not args.output:
         parser.error("the following arguments are required: -o/--output")
-    if sum(map(bool, (args.input, args.hf, args.model))) != 1:
-        parser.error("give one model: an MLIR file, --hf MODEL_TYPE or --model MODULE:FACTORY")
+    if sum(map(bool, (args.input, args.hf, args.model, args.hf_dir))) != 1:
+        parser.error("give one model: an MLIR file, --hf MODEL_TYPE, --model MODULE:FACTORY "
+                     "or --hf-dir DIR")
+    if args.dtype and not args.hf_dir:
+        parser.error("--dtype goes with --hf-dir")
+    if args.hf_dir:
+        for flag, given in (("--task", args.task), ("--config", args.config),
+                            ("--eliminate-padding", args.eliminate_padding),
+                            ("--passes", args.passes is not None),
+                            ("--calibrate", args.calibrate is not None)):
+            if given:
+                parser.error(f"{flag} does not apply to --hf-dir (a checkpoint is compiled "
+                             f"for generation, its dims and passes anyshape's to choose)")
     if args.hf and not args.task:
         parser.error(f"--hf needs --task (one of {', '.join(HF_TASKS)})")
     if (args.task or args.config) and not args.hf:
@@ -223,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         for diag in diagnostics_of(error, name):
             print(diag.render(), file=sys.stderr)
         return 1
-    except (ValueError, KeyError, TypeError) as error:
+    except (ValueError, KeyError, TypeError, NotImplementedError) as error:
         print(f"anyshape-compile: {error.args[0] if error.args else error}", file=sys.stderr)
         return 1
     except CompileError as error:
@@ -309,6 +328,8 @@ def _compile_torch(args, report):
             raise ValueError(f"{flag}: expected a positive size, got {value}")
     if args.task in GENERATION_TASKS:
         return _compile_generator(args, report)
+    if args.hf_dir:
+        return _compile_checkpoint(args, report)
     if args.hf:
         model, inputs, shapes, described = _hf_model(args, dynamic, args.max_batch, report)
         call_args, call_kwargs = (), inputs
@@ -371,6 +392,31 @@ def _compile_generator(args, report):
     described = {"model": f"{args.hf} {args.task} ({type(built.model).__name__})",
                  "parameters": built.parameters(),
                  "unique_bytes": hf.unique_parameter_bytes(built.model)}
+    return generator, described
+
+
+def _compile_checkpoint(args, report):
+    """--hf-dir: ``anyshape.compile_generator`` on the checkpoint directory."""
+    import torch
+
+    import anyshape
+    from anyshape.frontend.checkpoint import load_checkpoint
+
+    report(f"reading the checkpoint {args.hf_dir} (its weights stay on disk, mapped)")
+    model = load_checkpoint(args.hf_dir, getattr(torch, args.dtype) if args.dtype else None)
+    parameters = dict(model.named_parameters())  # each tensor once (tied ones too)
+    described = {"model": f"{args.hf_dir} ({type(model).__name__}, "
+                          f"{next(iter(parameters.values())).dtype})",
+                 "parameters": sum(p.numel() for p in parameters.values()),
+                 "unique_bytes": sum(p.numel() * p.element_size() for p in parameters.values())}
+    generator = anyshape.compile_generator(
+        model, target=args.target, progress=report, dump_ir_dir=args.dump_ir_dir,
+        backend=anyshape.BackendOptions(cuda_arch=args.cuda_arch, target_cpu=args.target_cpu,
+                                        opt_level=args.opt_level, data_tiling=_data_tiling(args),
+                                        matmul_precision=args.matmul_precision,
+                                        product_kernel=args.product_kernel,
+                                        weights=args.weights, group_size=args.group_size,
+                                        activations=args.activations, params=args.params))
     return generator, described
 
 

@@ -24,6 +24,7 @@ are the general step's, which IREE compiles once for both.
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 import torch
@@ -39,12 +40,19 @@ from anyshape.generation.step import (CausalLMStep, grouped_query_attention_in_s
 # specialized), each size different (so that no two dims are taken for one).
 # "capacity": the cache buffers' slots, more than past + new.
 _EXAMPLE = {"batch": 2, "new": 3, "past": 5, "capacity": 11}
-def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None,
+
+
+def compile_generator(model: torch.nn.Module | str | os.PathLike, *, target: str = "cpu",
+                      dtype=None,
                       backend=None, cache: bool = True, progress=False,
                       dump_ir_dir=None, threads=None) -> Generator:
     """Compile ``model`` (an HF ``*ForCausalLM``, or an encoder-decoder's
     ``*ForConditionalGeneration``: ``seq2seq.py``; unmodified, with its
     weights) for ``generate`` at any prompt length, output length and batch.
+    Or a checkpoint directory (``save_pretrained``'s: config.json and
+    safetensors), compiled without loading its weights into memory
+    (``frontend/checkpoint.py``; its ``dtype`` by default is the
+    checkpoint's).
 
     ``dtype``: the dtype to run in (``torch.float16``, ``torch.bfloat16``;
     None keeps the model's; docs/generation.md).
@@ -55,6 +63,10 @@ def compile_generator(model: torch.nn.Module, *, target: str = "cpu", dtype=None
     ``dump_ir_dir``: as for ``anyshape.compile``."""
     from anyshape.frontend.prequantized import float_images
 
+    if isinstance(model, (str, os.PathLike)):
+        from anyshape.frontend.checkpoint import load_checkpoint
+
+        model, dtype = load_checkpoint(model, dtype), None
     _check_model(model)
     with float_images(model, dtype) as checkpoint:
         if checkpoint is not None:

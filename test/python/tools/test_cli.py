@@ -184,7 +184,7 @@ def test_compile_cli_model_factory(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    ([], "give one model: an MLIR file, --hf MODEL_TYPE or --model MODULE:FACTORY"),
+    ([], "give one model: an MLIR file, --hf MODEL_TYPE, --model MODULE:FACTORY or --hf-dir DIR"),
     (["--hf", "gpt2"], "--hf needs --task"),
     (["--task", "masked-lm", "x.mlir"], "--task and --config go with --hf"),
     (["x.mlir", "--params", "external"], "an MLIR file's weights are compiled inline"),

@@ -1,0 +1,227 @@
+"""``compile_generator("path/to/hf_dir")``: a checkpoint directory, compiled without loading it.
+
+The checkpoints are written here by ``save_pretrained`` (nothing is
+downloaded), in shards, and read back by ``frontend/checkpoint.py`` as views
+of their bytes. Tokens are checked against HF's own ``from_pretrained`` and
+``generate`` on the same directory; the memory test watches the anonymous
+memory (what the process itself holds, not the page cache of the mapped
+shards) of a compile in a fresh process.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+from test_generate import hf_generate, mixed_batch, small_causal_lm
+
+import anyshape
+from anyshape.frontend.checkpoint import load_checkpoint
+
+
+def _saved(model, directory, dtype=None, shard="200KB"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        (model.to(dtype) if dtype else model).save_pretrained(directory, max_shard_size=shard)
+    return directory
+
+
+def _from_pretrained(directory, dtype):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    seq2seq = AutoConfig.from_pretrained(directory).is_encoder_decoder
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
+        return auto.from_pretrained(directory, dtype=dtype).eval()
+
+
+def _small_t5():
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    return T5ForConditionalGeneration(T5Config(
+        d_model=64, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=16,
+        vocab_size=256)).eval()
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "llama", "t5"])
+def test_the_checkpoint_model_is_from_pretrained_s(model_type, tmp_path):
+    """/// GPT-2 ties its LM head to the embedding and keeps causal-mask buffers;
+    /// Llama computes RoPE's frequencies; T5 shares one embedding three ways:
+    /// the model read as views of the shards computes HF's logits bit for
+    /// bit, in the stored dtype and cast."""
+    model = _small_t5() if model_type == "t5" else small_causal_lm(model_type)
+    directory = _saved(model, tmp_path / "ckpt", torch.bfloat16)
+    ids = torch.randint(3, 200, (2, 9), generator=torch.Generator().manual_seed(1))
+    inputs = {"input_ids": ids, **({"decoder_input_ids": ids[:, :4]} if model_type == "t5"
+                                   else {})}
+    for dtype in (None, torch.float32):
+        ours = load_checkpoint(directory, dtype)
+        theirs = _from_pretrained(directory, dtype or "auto")
+        assert next(ours.parameters()).dtype == (dtype or torch.bfloat16)
+        if model_type == "gpt2":
+            assert ours.lm_head.weight is ours.transformer.wte.weight
+        with torch.no_grad():
+            assert torch.equal(ours(**inputs).logits, theirs(**inputs).logits)
+
+
+@pytest.mark.builds_after_export
+def test_a_bfloat16_checkpoint_generates_hf_s_tokens_in_float32(tmp_path):
+    """/// Sharded bfloat16 safetensors compiled in float32: the tokens of HF's
+    /// generate on from_pretrained(dir, dtype=float32), at batch 1 (7 tokens)
+    /// and on a left-padded batch of 1, 17 and 33 tokens, with the checkpoint's
+    /// own generation config."""
+    model = small_causal_lm("llama")
+    model.generation_config.max_new_tokens = 24
+    # Random weights at the default scale repeat one token; these make a
+    # varied sequence, so that a wrong step shows.
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(8.0)
+    directory = _saved(model, tmp_path / "ckpt", torch.bfloat16)
+    assert len(list(directory.glob("*.safetensors"))) > 1
+    generator = anyshape.compile_generator(str(directory), dtype=torch.float32)
+    reference = _from_pretrained(directory, torch.float32)
+    one = torch.randint(3, 200, (1, 7), generator=torch.Generator().manual_seed(2))
+    ids, mask = mixed_batch([1, 17, 33])
+    for prompt, prompt_mask in ((one, None), (ids, mask)):
+        expected = hf_generate(reference, prompt, prompt_mask, do_sample=False)
+        got = generator.generate(prompt, attention_mask=prompt_mask)
+        assert torch.equal(torch.as_tensor(got), expected)
+        assert expected.shape[1] == prompt.shape[1] + 24
+        assert len(set(expected[0, prompt.shape[1]:].tolist())) > 3
+
+
+MEMORY_SCRIPT = textwrap.dedent('''
+    import json, sys, threading, time, warnings
+    warnings.simplefilter("ignore")
+    import torch, transformers, anyshape
+    import anyshape.driver.compile, anyshape.generation.causal_lm, anyshape.frontend.checkpoint
+    from anyshape.mlir import iree_bindings
+    iree_bindings()
+    transformers.LlamaForCausalLM  # the modules the compile imports, before "before"
+
+    def anonymous():
+        for line in open("/proc/self/status"):
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    peak, done = [0], []
+    def watch():
+        while not done:
+            peak[0] = max(peak[0], anonymous())
+            time.sleep(0.002)
+    before = anonymous()
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    generator = anyshape.compile_generator({directory!r}, dtype=torch.float32, cache=False)
+    done.append(1)
+    watcher.join()
+    print(json.dumps({{"before": before, "peak": peak[0]}}))
+''')
+
+
+@pytest.mark.builds_after_export
+def test_compiling_a_checkpoint_never_holds_its_weights(tmp_path):
+    """/// 2 layers 2048 wide in bfloat16 shards (310 MB), compiled in float32
+    /// (621 MB): the compiling process's own memory grows by less than half
+    /// the float32 weights, where loading them would add all of them."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=2,
+                         num_attention_heads=16, num_key_value_heads=4, vocab_size=8192)
+    with torch.device("meta"):
+        shapes = LlamaForCausalLM(config)
+    float32_bytes = sum(p.numel() * 4 for p in shapes.parameters())
+    torch.manual_seed(0)
+    directory = _saved(LlamaForCausalLM(config).to(torch.bfloat16), tmp_path / "ckpt",
+                       shard="100MB")
+    done = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT.format(directory=str(directory))],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    memory = json.loads(done.stdout.strip().splitlines()[-1])
+    grown = memory["peak"] - memory["before"]
+    assert float32_bytes > 6e8
+    assert grown < float32_bytes / 2, (grown, float32_bytes)
+    print(f"compile grew anonymous memory by {grown / 1e6:.0f} MB; float32 weights {float32_bytes / 1e6:.0f} MB")
+
+
+def test_negative_a_tensor_the_checkpoint_lacks_is_named(tmp_path):
+    """/// A shard deleted from under its index, a tensor missing from the
+    /// shards, a shape the config does not build, a directory without
+    /// safetensors: each error names what is wrong and where."""
+    from safetensors.torch import load_file, save_file
+
+    directory = _saved(small_causal_lm("llama"), tmp_path / "ckpt", shard="10MB")
+    single = directory / "model.safetensors"
+    tensors = load_file(single)
+    tensors.pop("model.layers.1.mlp.up_proj.weight")
+    save_file(tensors, single, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"holds no tensor for model\.layers\.1\.mlp\.up_proj"
+                                         r"\.weight \(LlamaForCausalLM"):
+        anyshape.compile_generator(directory)
+
+    tensors["model.layers.1.mlp.up_proj.weight"] = torch.zeros(3, 5)
+    save_file(tensors, single, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"tensor 'model\.layers\.1\.mlp\.up_proj\.weight' has "
+                                         r"shape \[3, 5\] in model\.safetensors; "
+                                         r"LlamaForCausalLM built from its config\.json expects "
+                                         r"\[128, 64\]"):
+        load_checkpoint(directory)
+
+    single.unlink()
+    with pytest.raises(FileNotFoundError, match=r"expected model\.safetensors or "
+                                                r"model\.safetensors\.index\.json in .*ckpt, "
+                                                r"found neither"):
+        load_checkpoint(directory)
+    with pytest.raises(FileNotFoundError, match=r"checkpoint: expected a directory written by "
+                                                r"save_pretrained, got '.*nowhere' \(not found\)"):
+        anyshape.compile_generator(str(tmp_path / "nowhere"))
+    with pytest.raises(TypeError, match=r"dtype: expected a floating torch\.dtype, got "
+                                        r"torch\.int8"):
+        load_checkpoint(directory, torch.int8)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "anyshape.tools.compile", *args],
+                          capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.builds_after_export
+def test_the_cli_compiles_a_checkpoint_dir_with_external_parameters(tmp_path):
+    """/// anyshape-compile --hf-dir DIR --params external writes params.irpa
+    /// beside the module; anyshape-generate on it gives HF's greedy tokens."""
+    model = small_causal_lm("gpt2")
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(8.0)
+    directory = _saved(model, tmp_path / "ckpt")
+    done = _cli("--hf-dir", str(directory), "--params", "external", "-o", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "out" / "params.irpa").is_file()
+    assert "params.irpa" in done.stdout and "GPT2LMHeadModel, torch.float32" in done.stdout
+    generated = subprocess.run(
+        [sys.executable, "-m", "anyshape.tools.generate", str(tmp_path / "out"), "--ids", "5,6,7",
+         "--max-new-tokens", "12"], capture_output=True, text=True, timeout=600)
+    assert generated.returncode == 0, generated.stderr[-3000:]
+    expected = hf_generate(_from_pretrained(directory, torch.float32), torch.tensor([[5, 6, 7]]),
+                           max_new_tokens=12, do_sample=False)
+    assert generated.stdout.strip().splitlines()[-1] == ",".join(map(str, expected[0].tolist()))
+
+
+def test_negative_the_cli_names_a_bad_checkpoint_option(tmp_path):
+    """/// --dtype without --hf-dir, --task with it (exit 2); a directory that is
+    /// not there (exit 1, the message names it)."""
+    done = _cli("--hf", "gpt2", "--dtype", "float32", "-o", str(tmp_path / "out"))
+    assert done.returncode == 2 and "--dtype goes with --hf-dir" in done.stderr
+    done = _cli("--hf-dir", str(tmp_path), "--task", "text-generation", "-o", str(tmp_path / "o"))
+    assert done.returncode == 2 and "--task does not apply to --hf-dir" in done.stderr
+    done = _cli("--hf-dir", str(tmp_path / "nowhere"), "-o", str(tmp_path / "out"))
+    assert done.returncode == 1
+    assert (f"anyshape-compile: checkpoint: expected a directory written by save_pretrained, "
+            f"got '{tmp_path / 'nowhere'}' (not found)") in done.stderr
