@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from typing import Any
 
 import torch
@@ -71,8 +72,14 @@ def compile_generator(model: torch.nn.Module | str | os.PathLike, *, target: str
     with float_images(model, dtype) as checkpoint:
         if checkpoint is not None:
             backend = checkpoint.backend(backend)
-        return _compiled_generator(model, target, dtype, backend, cache, progress,
-                                   dump_ir_dir, threads)
+        generator = _compiled_generator(model, target, dtype, backend, cache, progress,
+                                        dump_ir_dir, threads)
+    # Loaded now (its weights packed, HF's generation imported), not in the
+    # first generate: the time is the "load" stage's.
+    started = time.monotonic()
+    generator.preload()
+    generator.module.stage_seconds["load"] = time.monotonic() - started
+    return generator
 
 
 def _compiled_generator(model, target, dtype, backend, cache, progress, dump_ir_dir,

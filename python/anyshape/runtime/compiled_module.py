@@ -332,6 +332,20 @@ class CompiledModule:
             self._functions[entry] = getattr(self._context.modules, self._vm_module_name)[entry]
         return self._functions[entry]
 
+    def preload(self) -> bool:
+        """Load the module into its IREE context now, where it can run here (a
+        CPU module, or a CUDA one with a CUDA device; its parameter archive,
+        if it has one, present), rather than in its first call: IREE runs the
+        module's initializers as it joins the context (each weight read from
+        the archive and packed for data tiling), which made a first call
+        many times slower than the next. Returns whether it loaded."""
+        if self.target.driver == "cuda" and not cuda_available():
+            return False
+        if self.parameters_path is not None and not self.parameters_path.is_file():
+            return False  # the first call names the missing archive (write_parameters may add it)
+        self._load_function()
+        return True
+
     def _parameters_module(self, rt, config):
         if not self.parameters_path.is_file():
             raise FileNotFoundError(f"{self.parameters_path}: the parameter archive this "
@@ -419,7 +433,8 @@ def load(directory: str | os.PathLike, *, threads: int | None = None,
     from anyshape.runtime.generator import GENERATOR_FILE, load_generator
 
     if (path / GENERATOR_FILE).is_file():
-        return load_generator(path, module)
+        module = load_generator(path, module)
+    module.preload()
     return module
 
 

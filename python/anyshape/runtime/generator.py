@@ -43,6 +43,15 @@ class Generator:
         self.spec = spec
         self._generation_config = generation_config
 
+    def preload(self) -> bool:
+        """Its module loaded into its context (``CompiledModule.preload``) and
+        HF's generation utilities imported, which the first ``generate``
+        did otherwise (seconds each). Returns whether the module loaded."""
+        from anyshape.runtime.hf_generation import prepare
+
+        prepare()
+        return self.module.preload()
+
     # -- what it is --------------------------------------------------------
     @property
     def model_type(self) -> str:

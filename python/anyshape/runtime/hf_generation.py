@@ -140,6 +140,12 @@ class _LogitsOutput(dict):
             raise AttributeError(name) from None
 
 
+def prepare() -> None:
+    """Import what ``generate`` imports on its first call (transformers'
+    generation utilities take seconds), now."""
+    _compiled_model_class()
+
+
 @functools.cache
 def _compiled_model_class():
     """The class, made on first use: transformers is imported only when a
