@@ -10,11 +10,20 @@ an empty compile cache and its own temporary directory. Reported per model:
   the ``iree-compile`` it starts), sampled every 0.1 s, and of the Python
   process alone before the compile (the model built, weights held);
 - the peak bytes of the compile's temporary files, sampled likewise;
+- the peak anonymous memory of the tree (resident less file-backed: the
+  process's own, not the page cache of a mapped checkpoint or archive);
 - the first ``generate`` after the compile and a warm one, the same request
-  (batch 1, a 17-token prompt, 32 new tokens, greedy), and their ratio.
+  (batch 1, a 17-token prompt, 32 new tokens, greedy), and their ratio; and
+  after ``anyshape.load`` of the saved generator, the load's seconds and
+  its first ``generate``.
+
+``--source dir``: the model is first written as a checkpoint directory
+(``save_pretrained``, float32 shards, by another process) and compiled from
+it (``compile_generator(dir)``), without building it in the compiling
+process; ``--source model`` (default) compiles the model object.
 
     python bench/compile_cost.py [--models gpt2,qwen2-0.5b,tinyllama-1.1b]
-        [--params inline|external] [--out bench/results/compile-cost]
+        [--params inline|external] [--source model|dir] [--out bench/results/compile-cost]
 """
 
 from __future__ import annotations
@@ -64,20 +73,24 @@ class Peaks:
         import psutil
 
         self.process, self.directory, self.every = psutil.Process(), directory, every
-        self.memory = self.disk = 0
+        self.memory = self.anonymous = self.disk = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _tree_rss(self) -> int:
+    def _tree_rss(self) -> tuple[int, int]:
+        """(resident, anonymous) bytes of the tree; psutil's ``shared`` is the
+        file-backed part of the resident (RssFile + RssShmem)."""
         import psutil
 
-        total = 0
+        total = anonymous = 0
         for process in [self.process, *self.process.children(recursive=True)]:
             try:
-                total += process.memory_info().rss
+                info = process.memory_info()
             except psutil.Error:
                 continue
-        return total
+            total += info.rss
+            anonymous += info.rss - info.shared
+        return total, anonymous
 
     def _disk(self) -> int:
         total = 0
@@ -91,7 +104,9 @@ class Peaks:
 
     def _run(self):
         while not self._stop.is_set():
-            self.memory = max(self.memory, self._tree_rss())
+            resident, anonymous = self._tree_rss()
+            self.memory = max(self.memory, resident)
+            self.anonymous = max(self.anonymous, anonymous)
             self.disk = max(self.disk, self._disk())
             self._stop.wait(self.every)
 
@@ -104,43 +119,74 @@ class Peaks:
         self._thread.join()
 
 
-def worker(name: str, params: str) -> dict:
+def write_checkpoint(name: str, directory: Path) -> None:
+    """The model as ``save_pretrained`` writes it (float32 safetensors shards)."""
+    build(name).save_pretrained(directory, max_shard_size="2GB")
+
+
+def worker(name: str, params: str, checkpoint: Path | None) -> dict:
     import psutil
     import torch
 
     import anyshape
 
     torch.set_num_threads(os.cpu_count() or 1)
-    model = build(name)
-    weights = sum(t.numel() * t.element_size()
-                  for t in {id(t): t for t in model.state_dict().values()}.values())
+    if checkpoint is None:
+        model = build(name)
+    else:
+        from anyshape.frontend.checkpoint import stored_tensors
+        from transformers import AutoConfig
+
+        model = None
+    config = model.config if model is not None else AutoConfig.from_pretrained(checkpoint)
+    if model is not None:
+        weights = sum(t.numel() * t.element_size()
+                      for t in {id(t): t for t in model.state_dict().values()}.values())
+        parameters = sum(p.numel() for p in model.parameters())
+    else:
+        stored = stored_tensors(checkpoint)
+        weights = sum(t.nbytes for t in stored.values())
+        parameters = sum(t.nbytes // t.dtype.itemsize for t in stored.values())
     built_rss = psutil.Process().memory_info().rss
     scratch = Path(tempfile.gettempdir())
     with Peaks(scratch) as peaks:
         start = time.monotonic()
         generator = anyshape.compile_generator(
-            model, cache=False, backend=anyshape.BackendOptions(params=params))
+            model if model is not None else str(checkpoint), cache=False,
+            backend=anyshape.BackendOptions(params=params))
         compile_seconds = time.monotonic() - start
-    prompt = torch.randint(0, model.config.vocab_size, (1, 17),
+    stage_seconds = dict(generator.module.stage_seconds)
+    del model
+    prompt = torch.randint(0, config.vocab_size, (1, 17),
                            generator=torch.Generator().manual_seed(0))
     request = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False)
-    start = time.monotonic()
-    first_tokens = generator.generate(prompt, **request)
-    first = time.monotonic() - start
-    warm = []
-    for _ in range(2):
+
+    def timed(run):
         start = time.monotonic()
-        warm_tokens = generator.generate(prompt, **request)
-        warm.append(time.monotonic() - start)
-    if not torch.equal(first_tokens, warm_tokens):
+        out = run()
+        return out, time.monotonic() - start
+
+    first_tokens, first = timed(lambda: generator.generate(prompt, **request))
+    warm = [timed(lambda: generator.generate(prompt, **request)) for _ in range(2)]
+    if not all(torch.equal(first_tokens, tokens) for tokens, _ in warm):
         raise AssertionError("the first and a warm generate disagree")
-    return {"model": name, "params": params,
-            "parameters": sum(p.numel() for p in model.parameters()),
+    saved = generator.save(scratch / "saved")
+    del generator
+    loaded, load_seconds = timed(lambda: anyshape.load(saved))
+    loaded_tokens, loaded_first = timed(lambda: loaded.generate(prompt, **request))
+    if not torch.equal(first_tokens, loaded_tokens):
+        raise AssertionError("the loaded generator's tokens are not the compiled one's")
+    warm_seconds = min(seconds for _, seconds in warm)
+    return {"model": name, "params": params, "source": "dir" if checkpoint else "model",
+            "parameters": parameters,
             "weights_bytes": weights, "compile_s": compile_seconds,
-            "stage_seconds": dict(generator.module.stage_seconds),
-            "peak_tree_rss_bytes": peaks.memory, "built_rss_bytes": built_rss,
+            "stage_seconds": stage_seconds,
+            "peak_tree_rss_bytes": peaks.memory, "peak_tree_anonymous_bytes": peaks.anonymous,
+            "built_rss_bytes": built_rss,
             "peak_scratch_bytes": peaks.disk, "first_generate_s": first,
-            "warm_generate_s": min(warm), "first_over_warm": first / min(warm)}
+            "warm_generate_s": warm_seconds, "first_over_warm": first / warm_seconds,
+            "load_s": load_seconds, "first_after_load_s": loaded_first,
+            "first_after_load_over_warm": loaded_first / warm_seconds}
 
 
 def main(argv=None) -> int:
@@ -148,11 +194,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt2,qwen2-0.5b,tinyllama-1.1b")
     parser.add_argument("--params", choices=["inline", "external"], default="inline")
+    parser.add_argument("--source", choices=["model", "dir"], default="model")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--write-checkpoint", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "compile-cost")
     args = parser.parse_args(argv)
+    if args.write_checkpoint:
+        write_checkpoint(args.write_checkpoint[0], Path(args.write_checkpoint[1]))
+        return 0
     if args.worker:
-        print(json.dumps(worker(args.worker, args.params)), flush=True)
+        print(json.dumps(worker(args.worker, args.params, args.checkpoint)), flush=True)
         return 0
     names = args.models.split(",")
     unknown = sorted(set(names) - set(SHAPES))
@@ -163,9 +215,15 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory(prefix="anyshape-compile-cost-") as directory:
             scratch, cache = Path(directory, "tmp"), Path(directory, "cache")
             scratch.mkdir()
+            source = []
+            if args.source == "dir":
+                checkpoint = Path(directory, "checkpoint")
+                subprocess.run([sys.executable, __file__, "--write-checkpoint", name,
+                                str(checkpoint)], check=True, capture_output=True)
+                source = ["--checkpoint", str(checkpoint)]
             env = {**os.environ, "TMPDIR": str(scratch), "ANYSHAPE_CACHE_DIR": str(cache)}
             run = subprocess.run([sys.executable, __file__, "--worker", name,
-                                  "--params", args.params], env=env,
+                                  "--params", args.params, *source], env=env,
                                  capture_output=True, text=True)
             if run.returncode:
                 raise SystemExit(f"{name}: the worker failed\n{run.stderr[-4000:]}")
@@ -175,23 +233,29 @@ def main(argv=None) -> int:
     command = "python bench/compile_cost.py " + shlex.join(argv)
     host = host_cpu()
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"compile-cost-{args.params}"
+    stem = f"compile-cost-{args.params}" + ("-from-dir" if args.source == "dir" else "")
     (args.out / f"{stem}.json").write_text(json.dumps(
         {"host": host, "command": command, "results": results}, indent=1))
     gb = 2 ** 30
-    lines = [f"# Compile cost against model size (float32, params={args.params}, cold cache)", "",
+    lines = [f"# Compile cost against model size (float32, params={args.params}, "
+             f"from the {'checkpoint directory' if args.source == 'dir' else 'model object'}, "
+             f"cold cache)", "",
              f"Host: {host}. Command: `{command}`.", "",
              "| model | weights GiB | compile s | peak memory GiB (tree) | over weights GiB | "
-             "peak scratch GiB | first generate s | warm s | first/warm |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "peak anonymous GiB (tree) | peak scratch GiB | first generate s | warm s | "
+             "first/warm | load s | first after load/warm |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(
             f"| {r['model']} | {r['weights_bytes'] / gb:.2f} | {r['compile_s']:.1f} | "
             f"{r['peak_tree_rss_bytes'] / gb:.2f} | "
             f"{(r['peak_tree_rss_bytes'] - r['weights_bytes']) / gb:.2f} | "
+            f"{r['peak_tree_anonymous_bytes'] / gb:.2f} | "
             f"{r['peak_scratch_bytes'] / gb:.2f} | {r['first_generate_s']:.2f} | "
-            f"{r['warm_generate_s']:.2f} | {r['first_over_warm']:.2f} |")
-    lines += ["", "Stage seconds:", ""]
+            f"{r['warm_generate_s']:.2f} | {r['first_over_warm']:.2f} | {r['load_s']:.1f} | "
+            f"{r['first_after_load_over_warm']:.2f} |")
+    lines += ["", "Stage seconds (\"load\": the module loaded into its context and HF's "
+              "generation imported, at the end of the compile):", ""]
     for r in results:
         stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stage_seconds"].items())
         lines.append(f"- {r['model']}: {stages}")
@@ -201,4 +265,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
