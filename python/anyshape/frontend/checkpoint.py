@@ -232,8 +232,12 @@ def load_checkpoint(directory, dtype: torch.dtype | None = None,
     model.eval()
 
     wanted = dict(model.named_parameters(remove_duplicate=False))
+    # Persistent buffers come from the checkpoint; the others (RoPE's
+    # frequencies, a causal mask an old checkpoint still holds) are the
+    # model's own, as from_pretrained keeps them.
+    persistent = set(model.state_dict())
     wanted.update((name, buffer) for name, buffer in model.named_buffers(remove_duplicate=False)
-                  if name in stored)
+                  if name in stored and name in persistent)
     mappings, views, casts = _Mappings(), {}, {}
     for name, placeholder in wanted.items():
         if name not in stored:

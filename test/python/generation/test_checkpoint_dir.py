@@ -185,6 +185,13 @@ def test_negative_a_tensor_the_checkpoint_lacks_is_named(tmp_path):
     with pytest.raises(TypeError, match=r"dtype: expected a floating torch\.dtype, got "
                                         r"torch\.int8"):
         load_checkpoint(directory, torch.int8)
+    config = json.loads((directory / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 4}
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(NotImplementedError, match=r"checkpoint: .*ckpt is quantized \(gptq\); "
+                                                  r"load it with from_pretrained and pass the "
+                                                  r"model to compile_generator"):
+        anyshape.compile_generator(directory)
 
 
 def _cli(*args):
