@@ -433,8 +433,12 @@ def load(directory: str | os.PathLike, *, threads: int | None = None,
     from anyshape.runtime.generator import GENERATOR_FILE, load_generator
 
     if (path / GENERATOR_FILE).is_file():
-        module = load_generator(path, module)
-    module.preload()
+        # A generator is loaded now, not in its first generate (Generator.preload).
+        # A plain module stays unloaded until its first call (its preload() loads
+        # it): an artifact loads for its signature and checks without IREE.
+        generator = load_generator(path, module)
+        generator.preload()
+        return generator
     return module
 
 
