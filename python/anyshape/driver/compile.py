@@ -134,7 +134,7 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     if dtype is not None:
         model, args, kwargs = in_dtype(dtype, model, args, kwargs)
     pass_names = pass_names_from(passes, padding)
-    report = _progress_printer(progress)
+    report = progress_printer(progress)
 
     started = time.monotonic()
     program, entries = _exported(model, args, kwargs, dynamic_shapes, entries, report,
@@ -396,7 +396,7 @@ def input_positions(signature: ModuleSignature, names: Sequence[str]) -> list[in
     return [order.index(name) for name in names]
 
 
-def _progress_printer(progress) -> Callable[[str], None]:
+def progress_printer(progress) -> Callable[[str], None]:
     if callable(progress):
         return progress
     if not progress:
