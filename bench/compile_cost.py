@@ -22,8 +22,19 @@ an empty compile cache and its own temporary directory. Reported per model:
 it (``compile_generator(dir)``), without building it in the compiling
 process; ``--source model`` (default) compiles the model object.
 
+The decode rate: 31 decode steps, a warm 32-token generate less a 1-token
+one; its bound: the memory read bandwidth (a sum over 1 GiB, measured in
+the same run) over the weights' bytes, which each step reads once (the
+embedding table too: a slight overcount of what a step reads).
+
+``llama3-8b`` (and ``llama3-8b-2-layers``, its widths with 2 layers) is
+written tensor by tensor as a checkpoint, never built (``--source dir``).
+``--exact`` compiles each checkpoint in float32 and compares its greedy
+tokens with HF's ``generate`` on ``from_pretrained(dir, dtype=float32)``.
+
     python bench/compile_cost.py [--models gpt2,qwen2-0.5b,tinyllama-1.1b]
-        [--params inline|external] [--source model|dir] [--out bench/results/compile-cost]
+        [--params inline|external] [--source model|dir] [--dtype float32|bfloat16]
+        [--exact] [--out bench/results/compile-cost]
 """
 
 from __future__ import annotations
@@ -54,16 +65,35 @@ SHAPES = {
         hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
         num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048)),
 }
+_LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                  max_position_embeddings=8192, rope_theta=500000.0, tie_word_embeddings=False)
+SHAPES["llama3-8b"] = ("LlamaForCausalLM", "LlamaConfig", _LLAMA3_8B)
+# The same widths, 2 layers: what --exact compares with HF's generate in float32.
+SHAPES["llama3-8b-2-layers"] = ("LlamaForCausalLM", "LlamaConfig",
+                                {**_LLAMA3_8B, "num_hidden_layers": 2})
+# Written by write_checkpoint tensor by tensor, never built: an 8B model in
+# float32 does not fit this machine's memory.
+STREAMED = {"llama3-8b", "llama3-8b-2-layers"}
+SHARD_BYTES = 2 * 10 ** 9
 
 
-def build(name: str):
+def config_of(name: str):
+    import transformers
+
+    _, config_class, fields = SHAPES[name]
+    return getattr(transformers, config_class)(**fields)
+
+
+def build(name: str, dtype=None):
     import torch
     import transformers
 
-    model_class, config_class, fields = SHAPES[name]
+    if name in STREAMED:
+        raise SystemExit(f"{name}: built only as a checkpoint directory (--source dir)")
     torch.manual_seed(0)
-    config = getattr(transformers, config_class)(**fields)
-    return getattr(transformers, model_class)(config).eval()
+    model = getattr(transformers, SHAPES[name][0])(config_of(name)).eval()
+    return model.to(dtype) if dtype is not None else model
 
 
 class Peaks:
@@ -119,31 +149,68 @@ class Peaks:
         self._thread.join()
 
 
-def write_checkpoint(name: str, directory: Path) -> None:
-    """The model as ``save_pretrained`` writes it (float32 safetensors shards)."""
-    build(name).save_pretrained(directory, max_shard_size="2GB")
+def write_checkpoint(name: str, directory: Path, dtype) -> None:
+    """The model as ``save_pretrained`` writes it (safetensors shards of
+    ``dtype``). A model of ``STREAMED`` is built on the meta device, and each
+    tensor drawn (matrices from N(0, initializer_range), norms 1, as HF
+    initializes them), cast and written in turn: one tensor in memory at a
+    time."""
+    import torch
+
+    if name not in STREAMED:
+        build(name, dtype).save_pretrained(directory, max_shard_size="2GB")
+        return
+    import transformers
+    from safetensors.torch import save_file
+
+    config = config_of(name)
+    config.dtype = dtype
+    with torch.device("meta"):
+        model = getattr(transformers, SHAPES[name][0])(config)
+    directory.mkdir(parents=True, exist_ok=True)
+    generator = torch.Generator().manual_seed(0)
+    shards, shard, size = [], {}, 0
+    for tensor_name, parameter in model.named_parameters():
+        if parameter.ndim == 1:
+            value = torch.ones(parameter.shape, dtype=dtype)
+        else:
+            value = (torch.randn(parameter.shape, generator=generator)
+                     * config.initializer_range).to(dtype)
+        if shard and size + value.nbytes > SHARD_BYTES:
+            shards.append(list(shard))
+            save_file(shard, directory / f"shard-{len(shards):05d}.safetensors",
+                      metadata={"format": "pt"})
+            shard, size = {}, 0
+        shard[tensor_name], size = value, size + value.nbytes
+        del value
+    shards.append(list(shard))
+    save_file(shard, directory / f"shard-{len(shards):05d}.safetensors", metadata={"format": "pt"})
+    weight_map = {tensor: f"shard-{number:05d}.safetensors"
+                  for number, names in enumerate(shards, 1) for tensor in names}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": weight_map}, indent=1))
+    config.save_pretrained(directory)
 
 
-def worker(name: str, params: str, checkpoint: Path | None) -> dict:
+def worker(name: str, params: str, checkpoint: Path | None, dtype_name: str) -> dict:
     import psutil
     import torch
 
     import anyshape
 
+    dtype = getattr(torch, dtype_name)
     torch.set_num_threads(os.cpu_count() or 1)
     if checkpoint is None:
-        model = build(name)
-    else:
-        from anyshape.frontend.checkpoint import stored_tensors
-        from transformers import AutoConfig
-
-        model = None
-    config = model.config if model is not None else AutoConfig.from_pretrained(checkpoint)
-    if model is not None:
+        model = build(name, dtype)
+        config = model.config
         weights = sum(t.numel() * t.element_size()
                       for t in {id(t): t for t in model.state_dict().values()}.values())
         parameters = sum(p.numel() for p in model.parameters())
     else:
+        from anyshape.frontend.checkpoint import stored_tensors
+        from transformers import AutoConfig
+
+        model, config = None, AutoConfig.from_pretrained(checkpoint)
         stored = stored_tensors(checkpoint)
         weights = sum(t.nbytes for t in stored.values())
         parameters = sum(t.nbytes // t.dtype.itemsize for t in stored.values())
@@ -159,26 +226,33 @@ def worker(name: str, params: str, checkpoint: Path | None) -> dict:
     del model
     prompt = torch.randint(0, config.vocab_size, (1, 17),
                            generator=torch.Generator().manual_seed(0))
-    request = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False)
 
     def timed(run):
         start = time.monotonic()
         out = run()
         return out, time.monotonic() - start
 
-    first_tokens, first = timed(lambda: generator.generate(prompt, **request))
-    warm = [timed(lambda: generator.generate(prompt, **request)) for _ in range(2)]
+    def generate(model, new):
+        return model.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+
+    first_tokens, first = timed(lambda: generate(generator, 32))
+    warm = [timed(lambda: generate(generator, 32)) for _ in range(2)]
     if not all(torch.equal(first_tokens, tokens) for tokens, _ in warm):
         raise AssertionError("the first and a warm generate disagree")
+    prefill = min(timed(lambda: generate(generator, 1))[1] for _ in range(2))
+    warm_seconds = min(seconds for _, seconds in warm)
+    decode_rate = 31 / (warm_seconds - prefill)  # tokens 2 to 32, each one decode step
+    from generate import read_bandwidth  # bench/generate.py's, as its tables use
+
+    bandwidth = read_bandwidth()
     saved = generator.save(scratch / "saved")
     del generator
     loaded, load_seconds = timed(lambda: anyshape.load(saved))
-    loaded_tokens, loaded_first = timed(lambda: loaded.generate(prompt, **request))
+    loaded_tokens, loaded_first = timed(lambda: generate(loaded, 32))
     if not torch.equal(first_tokens, loaded_tokens):
         raise AssertionError("the loaded generator's tokens are not the compiled one's")
-    warm_seconds = min(seconds for _, seconds in warm)
     return {"model": name, "params": params, "source": "dir" if checkpoint else "model",
-            "parameters": parameters,
+            "dtype": dtype_name, "parameters": parameters,
             "weights_bytes": weights, "compile_s": compile_seconds,
             "stage_seconds": stage_seconds,
             "peak_tree_rss_bytes": peaks.memory, "peak_tree_anonymous_bytes": peaks.anonymous,
@@ -186,7 +260,32 @@ def worker(name: str, params: str, checkpoint: Path | None) -> dict:
             "peak_scratch_bytes": peaks.disk, "first_generate_s": first,
             "warm_generate_s": warm_seconds, "first_over_warm": first / warm_seconds,
             "load_s": load_seconds, "first_after_load_s": loaded_first,
-            "first_after_load_over_warm": loaded_first / warm_seconds}
+            "first_after_load_over_warm": loaded_first / warm_seconds,
+            "decode_tokens_per_s": decode_rate, "read_bandwidth_GBps": bandwidth / 1e9,
+            # each decode step reads every weight once: the bound is bandwidth / weights
+            "decode_bound_tokens_per_s": bandwidth / weights,
+            "decode_over_bound": decode_rate / (bandwidth / weights)}
+
+
+def exactness(checkpoint: Path) -> dict:
+    """``compile_generator(checkpoint, dtype=float32)``'s greedy tokens against
+    HF's ``generate`` on ``from_pretrained(checkpoint, dtype=float32)``: a
+    7-token prompt, 24 new tokens."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import anyshape
+
+    generator = anyshape.compile_generator(str(checkpoint), dtype=torch.float32, cache=False)
+    prompt = torch.randint(3, 1000, (1, 7), generator=torch.Generator().manual_seed(0))
+    request = dict(max_new_tokens=24, min_new_tokens=24, do_sample=False)
+    ours = torch.as_tensor(generator.generate(prompt, **request))
+    del generator
+    reference = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs = reference.generate(prompt, **request)
+    return {"ours": ours[0, 7:].tolist(), "hf": theirs[0, 7:].tolist(),
+            "identical": torch.equal(ours, theirs)}
 
 
 def main(argv=None) -> int:
@@ -195,16 +294,26 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default="gpt2,qwen2-0.5b,tinyllama-1.1b")
     parser.add_argument("--params", choices=["inline", "external"], default="inline")
     parser.add_argument("--source", choices=["model", "dir"], default="model")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="the weights' dtype, written and compiled in (default float32)")
+    parser.add_argument("--exact", action="store_true",
+                        help="instead: write each model's checkpoint and compare "
+                             "compile_generator(dir, dtype=float32)'s tokens with HF's generate")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--write-checkpoint", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "compile-cost")
     args = parser.parse_args(argv)
     if args.write_checkpoint:
-        write_checkpoint(args.write_checkpoint[0], Path(args.write_checkpoint[1]))
+        import torch
+
+        write_checkpoint(args.write_checkpoint[0], Path(args.write_checkpoint[1]),
+                         getattr(torch, args.dtype))
         return 0
     if args.worker:
-        print(json.dumps(worker(args.worker, args.params, args.checkpoint)), flush=True)
+        row = exactness(args.checkpoint) if args.exact else \
+            worker(args.worker, args.params, args.checkpoint, args.dtype)
+        print(json.dumps(row), flush=True)
         return 0
     names = args.models.split(",")
     unknown = sorted(set(names) - set(SHAPES))
@@ -216,35 +325,44 @@ def main(argv=None) -> int:
             scratch, cache = Path(directory, "tmp"), Path(directory, "cache")
             scratch.mkdir()
             source = []
-            if args.source == "dir":
+            if args.source == "dir" or args.exact:
                 checkpoint = Path(directory, "checkpoint")
+                start = time.monotonic()
                 subprocess.run([sys.executable, __file__, "--write-checkpoint", name,
-                                str(checkpoint)], check=True, capture_output=True)
+                                str(checkpoint), "--dtype", args.dtype], check=True,
+                               capture_output=True)
+                print(f"{name}: checkpoint written in {time.monotonic() - start:.0f}s",
+                      flush=True)
                 source = ["--checkpoint", str(checkpoint)]
             env = {**os.environ, "TMPDIR": str(scratch), "ANYSHAPE_CACHE_DIR": str(cache)}
             run = subprocess.run([sys.executable, __file__, "--worker", name,
-                                  "--params", args.params, *source], env=env,
+                                  "--params", args.params, "--dtype", args.dtype, *source,
+                                  *(["--exact"] if args.exact else [])], env=env,
                                  capture_output=True, text=True)
             if run.returncode:
                 raise SystemExit(f"{name}: the worker failed\n{run.stderr[-4000:]}")
             row = json.loads(run.stdout.strip().splitlines()[-1])
         print(json.dumps(row), flush=True)
         results.append(row)
+    if args.exact:
+        return 0 if all(row["identical"] for row in results) else 1
     command = "python bench/compile_cost.py " + shlex.join(argv)
     host = host_cpu()
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"compile-cost-{args.params}" + ("-from-dir" if args.source == "dir" else "")
+    stem = f"compile-cost-{args.params}" + ("-from-dir" if args.source == "dir" else "") + \
+        ("" if args.dtype == "float32" else f"-{args.dtype}")
     (args.out / f"{stem}.json").write_text(json.dumps(
         {"host": host, "command": command, "results": results}, indent=1))
     gb = 2 ** 30
-    lines = [f"# Compile cost against model size (float32, params={args.params}, "
+    lines = [f"# Compile cost against model size ({args.dtype}, params={args.params}, "
              f"from the {'checkpoint directory' if args.source == 'dir' else 'model object'}, "
              f"cold cache)", "",
              f"Host: {host}. Command: `{command}`.", "",
              "| model | weights GiB | compile s | peak memory GiB (tree) | over weights GiB | "
              "peak anonymous GiB (tree) | peak scratch GiB | first generate s | warm s | "
-             "first/warm | load s | first after load/warm |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "first/warm | load s | first after load/warm | decode tokens/s | bound tokens/s "
+             "| of the bound |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(
             f"| {r['model']} | {r['weights_bytes'] / gb:.2f} | {r['compile_s']:.1f} | "
@@ -253,7 +371,8 @@ def main(argv=None) -> int:
             f"{r['peak_tree_anonymous_bytes'] / gb:.2f} | "
             f"{r['peak_scratch_bytes'] / gb:.2f} | {r['first_generate_s']:.2f} | "
             f"{r['warm_generate_s']:.2f} | {r['first_over_warm']:.2f} | {r['load_s']:.1f} | "
-            f"{r['first_after_load_over_warm']:.2f} |")
+            f"{r['first_after_load_over_warm']:.2f} | {r['decode_tokens_per_s']:.2f} | "
+            f"{r['decode_bound_tokens_per_s']:.2f} | {r['decode_over_bound']:.0%} |")
     lines += ["", "Stage seconds (\"load\": the module loaded into its context and HF's "
               "generation imported, at the end of the compile):", ""]
     for r in results:
