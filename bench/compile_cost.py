@@ -12,6 +12,9 @@ an empty compile cache and its own temporary directory. Reported per model:
 - the peak bytes of the compile's temporary files, sampled likewise;
 - the peak anonymous memory of the tree (resident less file-backed: the
   process's own, not the page cache of a mapped checkpoint or archive);
+- both peaks up to ``compile_generator``'s load stage (the compile) and
+  from it on (the module loaded into its context, its weights packed to
+  run: what running it holds);
 - the first ``generate`` after the compile and a warm one, the same request
   (batch 1, a 17-token prompt, 32 new tokens, greedy), and their ratio; and
   after ``anyshape.load`` of the saved generator, the load's seconds and
@@ -104,6 +107,10 @@ class Peaks:
 
         self.process, self.directory, self.every = psutil.Process(), directory, every
         self.memory = self.anonymous = self.disk = 0
+        # the same peaks from the load stage on (compile_generator's report
+        # "loading the module ..."): what running the module holds
+        self.loading = False
+        self.load_memory = self.load_anonymous = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -135,10 +142,18 @@ class Peaks:
     def _run(self):
         while not self._stop.is_set():
             resident, anonymous = self._tree_rss()
-            self.memory = max(self.memory, resident)
-            self.anonymous = max(self.anonymous, anonymous)
+            if self.loading:
+                self.load_memory = max(self.load_memory, resident)
+                self.load_anonymous = max(self.load_anonymous, anonymous)
+            else:
+                self.memory = max(self.memory, resident)
+                self.anonymous = max(self.anonymous, anonymous)
             self.disk = max(self.disk, self._disk())
             self._stop.wait(self.every)
+
+    def progress(self, message: str) -> None:
+        if message.startswith("loading the module"):
+            self.loading = True
 
     def __enter__(self):
         self._thread.start()
@@ -220,7 +235,7 @@ def worker(name: str, params: str, checkpoint: Path | None, dtype_name: str) -> 
         start = time.monotonic()
         generator = anyshape.compile_generator(
             model if model is not None else str(checkpoint), cache=False,
-            backend=anyshape.BackendOptions(params=params))
+            backend=anyshape.BackendOptions(params=params), progress=peaks.progress)
         compile_seconds = time.monotonic() - start
     stage_seconds = dict(generator.module.stage_seconds)
     del model
@@ -256,6 +271,8 @@ def worker(name: str, params: str, checkpoint: Path | None, dtype_name: str) -> 
             "weights_bytes": weights, "compile_s": compile_seconds,
             "stage_seconds": stage_seconds,
             "peak_tree_rss_bytes": peaks.memory, "peak_tree_anonymous_bytes": peaks.anonymous,
+            "load_peak_tree_rss_bytes": peaks.load_memory,
+            "load_peak_tree_anonymous_bytes": peaks.load_anonymous,
             "built_rss_bytes": built_rss,
             "peak_scratch_bytes": peaks.disk, "first_generate_s": first,
             "warm_generate_s": warm_seconds, "first_over_warm": first / warm_seconds,
@@ -359,16 +376,19 @@ def main(argv=None) -> int:
              f"cold cache)", "",
              f"Host: {host}. Command: `{command}`.", "",
              "| model | weights GiB | compile s | peak memory GiB (tree) | over weights GiB | "
-             "peak anonymous GiB (tree) | peak scratch GiB | first generate s | warm s | "
+             "peak anonymous GiB (tree) | loaded: memory, anonymous GiB | peak scratch GiB | "
+             "first generate s | warm s | "
              "first/warm | load s | first after load/warm | decode tokens/s | bound tokens/s "
              "| of the bound |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(
             f"| {r['model']} | {r['weights_bytes'] / gb:.2f} | {r['compile_s']:.1f} | "
             f"{r['peak_tree_rss_bytes'] / gb:.2f} | "
             f"{(r['peak_tree_rss_bytes'] - r['weights_bytes']) / gb:.2f} | "
             f"{r['peak_tree_anonymous_bytes'] / gb:.2f} | "
+            f"{r['load_peak_tree_rss_bytes'] / gb:.2f}, "
+            f"{r['load_peak_tree_anonymous_bytes'] / gb:.2f} | "
             f"{r['peak_scratch_bytes'] / gb:.2f} | {r['first_generate_s']:.2f} | "
             f"{r['warm_generate_s']:.2f} | {r['first_over_warm']:.2f} | {r['load_s']:.1f} | "
             f"{r['first_after_load_over_warm']:.2f} | {r['decode_tokens_per_s']:.2f} | "
