@@ -383,12 +383,7 @@ def _compile_generator(args, report):
         model = _calibrated(args, model, True, report)
     generator = anyshape.compile_generator(
         model, target=args.target, progress=report, dump_ir_dir=args.dump_ir_dir,
-        backend=anyshape.BackendOptions(cuda_arch=args.cuda_arch, target_cpu=args.target_cpu,
-                                        opt_level=args.opt_level, data_tiling=_data_tiling(args),
-                                        matmul_precision=args.matmul_precision,
-                                        product_kernel=args.product_kernel,
-                                        weights=args.weights, group_size=args.group_size,
-                                        activations=args.activations))
+        backend=_generator_backend(args))
     described = {"model": f"{args.hf} {args.task} ({type(built.model).__name__})",
                  "parameters": built.parameters(),
                  "unique_bytes": hf.unique_parameter_bytes(built.model)}
@@ -400,24 +395,30 @@ def _compile_checkpoint(args, report):
     import torch
 
     import anyshape
+    from anyshape.frontend import hf
     from anyshape.frontend.checkpoint import load_checkpoint
 
     report(f"reading the checkpoint {args.hf_dir} (its weights stay on disk, mapped)")
     model = load_checkpoint(args.hf_dir, getattr(torch, args.dtype) if args.dtype else None)
-    parameters = dict(model.named_parameters())  # each tensor once (tied ones too)
     described = {"model": f"{args.hf_dir} ({type(model).__name__}, "
-                          f"{next(iter(parameters.values())).dtype})",
-                 "parameters": sum(p.numel() for p in parameters.values()),
-                 "unique_bytes": sum(p.numel() * p.element_size() for p in parameters.values())}
+                          f"{next(model.parameters()).dtype})",
+                 "parameters": sum(p.numel() for p in model.parameters()),  # tied ones once
+                 "unique_bytes": hf.unique_parameter_bytes(model)}
     generator = anyshape.compile_generator(
         model, target=args.target, progress=report, dump_ir_dir=args.dump_ir_dir,
-        backend=anyshape.BackendOptions(cuda_arch=args.cuda_arch, target_cpu=args.target_cpu,
-                                        opt_level=args.opt_level, data_tiling=_data_tiling(args),
-                                        matmul_precision=args.matmul_precision,
-                                        product_kernel=args.product_kernel,
-                                        weights=args.weights, group_size=args.group_size,
-                                        activations=args.activations, params=args.params))
+        backend=_generator_backend(args, params=args.params))
     return generator, described
+
+
+def _generator_backend(args, params: str = "inline"):
+    import anyshape
+
+    return anyshape.BackendOptions(cuda_arch=args.cuda_arch, target_cpu=args.target_cpu,
+                                   opt_level=args.opt_level, data_tiling=_data_tiling(args),
+                                   matmul_precision=args.matmul_precision,
+                                   product_kernel=args.product_kernel,
+                                   weights=args.weights, group_size=args.group_size,
+                                   activations=args.activations, params=params)
 
 
 # Lines tokenized and padded together, for calibration's forward passes.
