@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shlex
-import sys
 import tempfile
 import time
 import warnings
@@ -41,7 +40,7 @@ from anyshape.iree.invocation import compile_with_iree, stop_phase
 from anyshape.iree.kernels.linear_rows import kernel_for
 from anyshape.iree.parameters import ARCHIVE
 from anyshape.mlir import MLIRError, diagnostics_of, ir, parse_module, versions
-from anyshape.options import UNSET, BackendOptions, resolve_backend
+from anyshape.options import UNSET, BackendOptions, progress_printer, resolve_backend
 from anyshape.passes.eliminate_padding.pass_ import dense_twin
 from anyshape.runtime.compiled_module import CompiledModule
 from anyshape.runtime.signature import ModuleSignature
@@ -394,19 +393,6 @@ def input_positions(signature: ModuleSignature, names: Sequence[str]) -> list[in
     """Where the inputs ``names`` are among the function's arguments."""
     order = [spec.name for spec in signature.inputs]
     return [order.index(name) for name in names]
-
-
-def progress_printer(progress) -> Callable[[str], None]:
-    if callable(progress):
-        return progress
-    if not progress:
-        return lambda msg: None
-    start = time.monotonic()
-
-    def report(msg: str) -> None:
-        print(f"[anyshape {time.monotonic() - start:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    return report
 
 
 # Workarounds of upstream bugs here (docs/workarounds.md, anyshape/stages.py).

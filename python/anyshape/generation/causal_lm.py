@@ -76,7 +76,7 @@ def compile_generator(model: torch.nn.Module | str | os.PathLike, *, target: str
                                         dump_ir_dir, threads)
     # Loaded now (its weights packed, HF's generation imported), not in the
     # first generate: the time is the "load" stage's.
-    from anyshape.driver.compile import progress_printer
+    from anyshape.options import progress_printer
 
     progress_printer(progress)("loading the module into its context (IREE's initializers "
                                "read and pack its weights) and HF's generation utilities")
