@@ -132,8 +132,8 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
                                                text if last == "in_place" else None)
             report(f"  {count} inputs updated in place are written into the caller's buffers")
             current = bytecode
-        # Last: a rewrite after this one would parse the weights' bytes (and MLIR
-        # copies a blob it parses from a buffer), where this one borrows them.
+        # Last: every rewrite before it reads and writes the IR without the
+        # weights' bytes.
         if weights is not None:
             names = externalize_weights(current, bytecode, weights, archive,
                                         text if last == "weights" else None)
