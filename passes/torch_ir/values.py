@@ -98,7 +98,9 @@ def hoist_argument_bindings(func: ir.Operation) -> None:
         elif is_a(op, torch_ops.BindSymbolicShapeOp) and isinstance(op.operands[0].owner, ir.Block):
             bindings.append(op)
     for op in bindings:
-        key = (op.operands[0].arg_number, tuple(str(v.get_name()) for v in op.operands[1:]),
+        # The symbols as values, not by their printed names: naming a value
+        # numbers the whole function each time (quadratic in a 22-layer model).
+        key = (op.operands[0].arg_number, tuple(op.operands[1:]),
                str(op.attributes["shape_expressions"]))
         if key in seen:
             op.erase()
