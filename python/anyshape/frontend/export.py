@@ -23,6 +23,9 @@ from anyshape.frontend.sliding_window_cache import window_cut_caches
 from anyshape.frontend.program_signature import SIZE_CONDITIONS, output_roles
 from anyshape.stages import Workaround
 
+# The graph module's meta key marking a program prepare_program decomposed.
+DECOMPOSED = "anyshape.decomposed"
+
 # Ops kept whole through import, and why (everything else decomposes to core ATen,
 # which is what torch-mlir's lowering to linalg covers best):
 # - linear: the slice-hoisting pass moves row slices through it as one matmul,
@@ -262,7 +265,11 @@ def _needed_at(refusal: CompileError) -> str:
 
 def prepare_program(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     """An exported program (``export_program``'s, or one a user passes to
-    ``compile``) decomposed as anyshape imports it (``decomposition_table``)."""
+    ``compile``) decomposed as anyshape imports it (``decomposition_table``);
+    one this returned already (or derived from one: ``derived_programs.py``)
+    as it is."""
+    if program.graph_module.meta.get(DECOMPOSED):
+        return program
     lowest = {str(symbol): int(rng.lower)  # at most 2: torch's assumption, not the user's
               for symbol, rng in program.range_constraints.items()
               if rng.lower.is_integer and rng.lower > 2}
@@ -277,6 +284,7 @@ def prepare_program(program: torch.export.ExportedProgram) -> torch.export.Expor
                            None, None) from error
     output_roles(program)  # refuses state updated in place before the slow stages
     program.graph_module.meta[SIZE_CONDITIONS] = pooled
+    program.graph_module.meta[DECOMPOSED] = True
     return program
 
 

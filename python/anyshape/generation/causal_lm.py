@@ -16,9 +16,11 @@ rows static, IREE packs each product for tiles of that many rows (``mmt4d``
 tiles of 1 x 16, 4 x 16, 8 x 16) instead of 16-row tiles of which a few rows
 are real: GPT-2's decode step at batch 4 with 335 slots took 35.6 ms against
 74.2 ms for the general step (docs/generation.md). And the general step
-once more, returning every new token's logits (``VERIFY_ENTRY``): assisted
-decoding verifies k draft tokens in one call of k + 1 tokens. Its dispatches
-are the general step's, which IREE compiles once for both.
+returning every new token's logits (``VERIFY_ENTRY``): assisted decoding
+verifies k draft tokens in one call of k + 1 tokens. It is exported first;
+the general step is its graph with the last position selected
+(``frontend/derived_programs.py``), so the model is traced once for both,
+and IREE compiles their shared dispatches once.
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ def compile_generator(model: torch.nn.Module | str | os.PathLike, *, target: str
 def _compiled_generator(model, target, dtype, backend, cache, progress, dump_ir_dir,
                         threads) -> Generator:
     import anyshape
+    from anyshape.frontend.derived_programs import selected_output
+    from anyshape.frontend.export import prepare_program
     from anyshape.options import BackendOptions
 
     takes_additive_mask(model.config)  # refuses masks it cannot build before a model runs
@@ -108,22 +112,29 @@ def _compiled_generator(model, target, dtype, backend, cache, progress, dump_ir_
 
         return compile_seq2seq(model, target=target, backend=backend, cache=cache,
                                progress=progress, dump_ir_dir=dump_ir_dir)
+    started = time.monotonic()
     shapes = probe_cache(model)
     step = CausalLMStep(model, len(shapes))
-    program = export_step(step, shapes)
+    # The step is the verifier's last position: traced once, for both.
+    verify = prepare_program(export_step(CausalLMStep(model, len(shapes), every_position=True),
+                                         shapes))
+    program = selected_output(verify, dim=1, index=-1)
     entries = {}
     for batch, name in DECODE_ENTRIES.items():
         decode = export_decode_step(step, shapes, batch)
         if decode is not None:
             entries[name] = decode
-    entries[VERIFY_ENTRY] = export_step(CausalLMStep(model, len(shapes), every_position=True),
-                                        shapes)
+    entries[VERIFY_ENTRY] = verify
     ids_dims, positions_dims, mask_dims, cache_dims = step_dims(len(shapes))
     names = (ids_dims, positions_dims, mask_dims, *cache_dims)  # as the program's flat inputs
 
+    traced = time.monotonic() - started
     module = anyshape.compile(program, dynamic_shapes=names, target=target, backend=backend,
                               cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
                               entries=entries)
+    # torch.export of the steps, and the verifier's decomposition (the
+    # others decompose in the compile's "export" stage).
+    module.stage_seconds = {"export-steps": traced, **module.stage_seconds}
     spec = {**model_spec(model, shapes),
             "decode_entry": DECODE_ENTRY if DECODE_ENTRY in entries else None,
             "verify_entry": VERIFY_ENTRY,
