@@ -282,25 +282,20 @@ def _column_parts(ops, n: int):
 
 def _function_text(name: str, rows, k: int, n: int, layout: str, has_bias: bool) -> str:
     panels = -(-n // PANEL)
-    padded = panels * PANEL
     m = "?" if rows is None else str(rows)
     x_type, y_type = f"tensor<{m}x{k}xf32>", f"tensor<{m}x{n}xf32>"
     dims = "{%m}" if rows is None else ""
-    if layout == "nk":
-        w_type, pad_high, wide = f"tensor<{n}x{k}xf32>", f"[{padded - n}, 0]", \
-            (f"[[0, 1], [2]] output_shape [{panels}, {PANEL}, {k}]",
-             f"tensor<{padded}x{k}xf32>", f"tensor<{panels}x{PANEL}x{k}xf32>", "[0, 2, 1]")
-    else:
-        w_type, pad_high, wide = f"tensor<{k}x{n}xf32>", f"[0, {padded - n}]", \
-            (f"[[0], [1, 2]] output_shape [{k}, {panels}, {PANEL}]",
-             f"tensor<{k}x{padded}xf32>", f"tensor<{k}x{panels}x{PANEL}xf32>", "[1, 0, 2]")
-    reassociation, padded_type, wide_type, permutation = wide
-    packed_type = f"tensor<{panels}x{k}x{PANEL}xf32>"
-    pad = (f"""%padded = tensor.pad %w low[0, 0] high{pad_high} {{
-    ^bb0(%i: index, %j: index):
-      tensor.yield %zero : f32
-    }} : {w_type} to {padded_type}""" if padded != n else
-           f"%padded = tensor.cast %w : {w_type} to {padded_type}")
+    w_type = f"tensor<{n}x{k}xf32>" if layout == "nk" else f"tensor<{k}x{n}xf32>"
+    # Panels of 16 columns, [panels, k, 16, 1]: the layout, and the very op,
+    # of IREE's own packing of a product's right operand for 16 x 1 tiles
+    # (x86's float32 mmt4d). A static-row function (decode) whose product
+    # stays IREE's packs the weight so too, and IREE then keeps one packed
+    # copy for both: with a packing of their own, a module with decode
+    # functions held the weights packed twice (docs/benchmarks.md).
+    packed_type = f"tensor<{panels}x{k}x{PANEL}x1xf32>"
+    padding = " padding_value(%zero : f32)" if panels * PANEL != n else ""
+    dims_order = "outer_dims_perm = [0, 1] inner_dims_pos = [0, 1]" if layout == "nk" else \
+        "outer_dims_perm = [1, 0] inner_dims_pos = [1, 0]"
     bias_arg = f", %b: tensor<{n}xf32>" if has_bias else ""
     bias_operand = ", %b" if has_bias else ""
     bias_type = f", tensor<{n}xf32>" if has_bias else ""
@@ -310,10 +305,8 @@ func.func private @{name}(%x: {x_type}, %w: {w_type}{bias_arg}) -> {y_type} {{
   %c0 = arith.constant 0 : index
   %m = tensor.dim %x, %c0 : {x_type}
   %zero = arith.constant 0.0 : f32
-  {pad}
-  %wide = tensor.expand_shape %padded {reassociation} : {padded_type} into {wide_type}
   %empty = tensor.empty() : {packed_type}
-  %packed = linalg.transpose ins(%wide : {wide_type}) outs(%empty : {packed_type}) permutation = {permutation}
+  %packed = linalg.pack %w{padding} {dims_order} inner_tiles = [{PANEL}, 1] into %empty : {w_type} -> {packed_type}
   %m32 = arith.index_cast %m : index to i32
   %n32 = arith.constant {n} : i32
   %k32 = arith.constant {k} : i32
