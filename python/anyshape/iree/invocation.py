@@ -71,6 +71,9 @@ def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
     if rewritten.unbarriered:
         report(f"  kept {rewritten.unbarriered} inputs written in place out of the closing "
                f"barrier (iree/in_place_writes.py)")
+    if rewritten.shared:
+        report(f"  shared {rewritten.shared} values the initializers computed more than once "
+               f"(iree/shared_initializers.py)")
     if rewritten.guarded:
         report(f"  kept {rewritten.guarded} integer divisions from dividing by 0 past a "
                f"partial vector's end")

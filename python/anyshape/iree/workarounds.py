@@ -23,6 +23,7 @@ from anyshape.dialects import builtin_tensor_text, vtensor_shape
 from anyshape.iree.distinct_fills import give_in_place_writes_their_own_fills
 from anyshape.iree.distinct_workloads import untie_repeated_workloads
 from anyshape.iree.in_place_writes import drop_aliased_values_from_barriers
+from anyshape.iree.shared_initializers import share_identical_initializers
 from anyshape.mlir import (iree_bindings, operations_in, rewrite_with_iree_bindings,
                            write_bytecode)
 from anyshape.passes.torch_ir.ops import ELEMENTWISE
@@ -245,7 +246,9 @@ def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool,
     float64 stays float64); and, in dispatches, integer divisions by a
     divisor that is never 0 (``_INTEGER_DIVISIONS``); each in-place write into
     a fill given a fill of its own (``distinct_fills``); inputs written in
-    place kept out of the closing barrier (``in_place_writes``)."""
+    place kept out of the closing barrier (``in_place_writes``); an
+    initializer's value computed again by another initializer kept once
+    (``shared_initializers``)."""
     ir = iree_bindings()
     with ir.Context():
         # From the file, not a copy of it: MLIR then maps it, and the weights'
@@ -314,6 +317,7 @@ def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool,
         module.operation.walk(visit)
         filled = give_in_place_writes_their_own_fills(ir, module)
         unbarriered = drop_aliased_values_from_barriers(ir, module)
+        shared = share_identical_initializers(ir, module)
         for op in found:  # erased after the walk, not during it
             rewrites[op.name](op)
         for op in divides:
@@ -334,7 +338,7 @@ def rewrite_flow(flow_file: Path, out_file: Path, f64_math_in_f32: bool,
         if text_file is not None:
             with open(text_file, "w") as f:
                 module.operation.print(file=f)
-    return FlowRewrite(untied, narrowed, len(divides), filled, unbarriered)
+    return FlowRewrite(untied, narrowed, len(divides), filled, unbarriered, shared)
 
 
 class FlowRewrite(NamedTuple):
@@ -343,6 +347,7 @@ class FlowRewrite(NamedTuple):
     guarded: int   # integer divisions given a divisor that is never 0
     filled: int    # in-place writes given a fill of their own (distinct_fills)
     unbarriered: int = 0  # inputs written in place taken out of a barrier (in_place_writes)
+    shared: int = 0  # initializers' globals computed again elsewhere, shared (shared_initializers)
 
 
 # Elementwise integer division in a dispatch. With dynamic dims IREE 3.13's
