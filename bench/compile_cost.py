@@ -43,6 +43,7 @@ tokens with HF's ``generate`` on ``from_pretrained(dir, dtype=float32)``.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shlex
@@ -261,7 +262,10 @@ def worker(name: str, params: str, checkpoint: Path | None, dtype_name: str) -> 
 
     bandwidth = read_bandwidth()
     saved = generator.save(scratch / "saved")
+    # Freed before the saved one loads (a cycle holds it until collected):
+    # two 8B modules do not fit the machine at once.
     del generator
+    gc.collect()
     loaded, load_seconds = timed(lambda: anyshape.load(saved))
     loaded_tokens, loaded_first = timed(lambda: generate(loaded, 32))
     if not torch.equal(first_tokens, loaded_tokens):
