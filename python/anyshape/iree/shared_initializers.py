@@ -53,7 +53,7 @@ def _one_round(ir, module) -> dict[str, str]:
     for op in body.operations:
         if op.operation.name == "util.global":
             globals_[ir.StringAttr(op.operation.attributes["sym_name"]).value] = op.operation
-    first_of: dict[tuple[str, str], str] = {}
+    first_of: dict[tuple[str, ...], str] = {}
     renamed: dict[str, str] = {}
     duplicates = []
     for op in body.operations:
@@ -64,8 +64,10 @@ def _one_round(ir, module) -> dict[str, str]:
         if stored is None:
             continue
         name, global_op = stored
-        text = op.get_asm(use_local_scope=True).replace(f"@{name} ", "@__stored ")
-        key = (text, str(global_op.attributes["type"]))
+        # The bodies, and the globals stored (type and attributes), with the
+        # stored global's own name left out.
+        key = tuple(part.get_asm(use_local_scope=True).replace(f"@{name} ", "@__stored ")
+                    for part in (op, global_op))
         if key in first_of:
             renamed[name] = first_of[key]
             duplicates.append((op, global_op))
