@@ -99,7 +99,7 @@ def hoist_argument_bindings(func: ir.Operation) -> None:
             bindings.append(op)
     for op in bindings:
         # The symbols as values, not by their printed names: naming a value
-        # numbers the whole function each time (quadratic in a 22-layer model).
+        # numbers the whole function each time (quadratic in its size).
         key = (op.operands[0].arg_number, tuple(op.operands[1:]),
                str(op.attributes["shape_expressions"]))
         if key in seen:

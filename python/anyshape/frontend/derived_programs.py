@@ -3,8 +3,7 @@ tracing the model again.
 
 Tracing is most of a compile's front half: ``torch.export`` and the
 decomposition each propagate fake tensors with symbolic shapes through every
-op of every layer (for the TinyLlama-1.1B shape, about 20 s per function; see
-docs/benchmarks.md). A causal LM's step that returns the last position's
+op of every layer (docs/benchmarks.md, "Compile cost"). A causal LM's step that returns the last position's
 logits is the step that returns every position's, and one ``select`` after
 it: ``selected_output`` builds it from the decomposed graph, where exporting it
 again would trace the model twice more for one node.

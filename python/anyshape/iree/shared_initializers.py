@@ -9,8 +9,8 @@ packings from the same weights. IREE merges those whose dispatch reads
 parameters straight, but not those that first build a concatenation in a
 new tensor (``flow.tensor.empty`` and ``flow.tensor.update``, which are not
 merged as equal values): in bfloat16, where every product is IREE's, the
-decode functions' Q, K and V then stay packed apart from the step's, 12 % more
-memory for a 2-layer model of Llama-3-8B's widths (docs/benchmarks.md).
+decode functions' Q, K and V then stay packed apart from the step's
+(docs/benchmarks.md, "Compile cost").
 
 ``share_identical_initializers`` runs on the flow-phase module
 (``workarounds.rewrite_flow``): initializers whose bodies are the same ops,
