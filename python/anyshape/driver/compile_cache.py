@@ -158,11 +158,17 @@ def source_digest() -> str:
 
 
 def program_digest(program) -> str:
-    """SHA-256 of an ExportedProgram: graph, signature, dim ranges, weights."""
+    """SHA-256 of an ExportedProgram: graph, input shapes, signature, dim
+    ranges, weights."""
     import torch
 
     digest = hashlib.sha256()
     digest.update(str(program.graph).encode())
+    # The graph's text has no shapes: programs derived from one graph at
+    # other sizes (frontend/derived_programs.py) differ only in these.
+    digest.update(repr([(node.name, tuple(map(str, node.meta["val"].shape)))
+                        for node in program.graph.nodes if node.op == "placeholder"
+                        and isinstance(node.meta.get("val"), torch.Tensor)]).encode())
     digest.update(str(program.graph_signature).encode())
     digest.update(repr(sorted((str(k), str(v)) for k, v in program.range_constraints.items()))
                   .encode())

@@ -8,18 +8,19 @@ with no bound but the model's positions. One ``CausalLMStep`` is exported
 and compiled (``step.py``), with its cache written in place
 (``BackendOptions(in_place_writes=True)``).
 
-Beside it, in the same module and on the same weights, the step is exported
-again for one new token at a static batch of 1, 4 and 8 rows (only the
-lengths dynamic): ``DECODE_ENTRIES``, which ``generate`` calls for every
+Beside it, in the same module and on the same weights, the step for one new
+token at a static batch of 1, 4 and 8 rows (only the lengths dynamic):
+``DECODE_ENTRIES``, which ``generate`` calls for every
 token after the first, a batch between them padded up to the next. With the
 rows static, IREE packs each product for tiles of that many rows (``mmt4d``
 tiles of 1 x 16, 4 x 16, 8 x 16) instead of 16-row tiles of which a few rows
 are real: GPT-2's decode step at batch 4 with 335 slots took 35.6 ms against
 74.2 ms for the general step (docs/generation.md). And the general step
 returning every new token's logits (``VERIFY_ENTRY``): assisted decoding
-verifies k draft tokens in one call of k + 1 tokens. It is exported first;
-the general step is its graph with the last position selected
-(``frontend/derived_programs.py``), so the model is traced once for both,
+verifies k draft tokens in one call of k + 1 tokens. It is the one exported;
+the general step is its graph with the last position selected, and each
+decode step the general step's graph with its batch and new tokens fixed
+(``frontend/derived_programs.py``), so the model is traced once for all,
 and IREE compiles their shared dispatches once.
 """
 
@@ -34,7 +35,7 @@ import torch
 
 
 from anyshape.generation.model_spec import (DECODE_ENTRIES, DECODE_ENTRY, VERIFY_ENTRY,
-                                             export_or_warn, generation_config_of, model_spec)
+                                             generation_config_of, model_spec, warn_general_decode)
 from anyshape.runtime.generator import Generator
 from anyshape.generation.step import (CausalLMStep, grouped_query_attention_in_sdpa,
                                       probe_cache, takes_additive_mask)
@@ -114,14 +115,14 @@ def _compiled_generator(model, target, dtype, backend, cache, progress, dump_ir_
                                progress=progress, dump_ir_dir=dump_ir_dir)
     started = time.monotonic()
     shapes = probe_cache(model)
-    step = CausalLMStep(model, len(shapes))
-    # The step is the verifier's last position: traced once, for both.
+    # The step is the verifier's last position, and each decode step is the
+    # step with its batch and new tokens fixed: the model is traced once, for all.
     verify = prepare_program(export_step(CausalLMStep(model, len(shapes), every_position=True),
                                          shapes))
     program = selected_output(verify, dim=1, index=-1)
     entries = {}
     for batch, name in DECODE_ENTRIES.items():
-        decode = export_decode_step(step, shapes, batch)
+        decode = decode_step(program, batch)
         if decode is not None:
             entries[name] = decode
     entries[VERIFY_ENTRY] = verify
@@ -162,19 +163,19 @@ def export_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgram:
         return torch.export.export(step, inputs, dynamic_shapes=step_dims(len(shapes)))
 
 
-def export_decode_step(step: CausalLMStep, shapes,
-                       batch: int = 1) -> torch.export.ExportedProgram | None:
-    """The step for ``batch`` rows and one new token, the mask's length and the
-    capacity its only dims; None, with a warning that says why, where
-    torch.export refuses it (the module then decodes with the general step,
-    only slower)."""
-    from torch.export import Dim
+def decode_step(program: torch.export.ExportedProgram,
+                batch: int) -> torch.export.ExportedProgram | None:
+    """The step ``program`` (decomposed) for ``batch`` rows and one new token,
+    the mask's length and the capacity its only dims; None, with a warning
+    that says why, where it cannot be fixed at those sizes (the module then
+    decodes with the general step, only slower)."""
+    from anyshape.frontend.derived_programs import specialized
 
-    inputs = _example_inputs(step, shapes, batch, 1, _EXAMPLE["past"], _EXAMPLE["capacity"])
-    length, capacity = Dim("length", min=2), Dim("capacity", min=2)
-    dims = (None, None, {1: length}, tuple({2: capacity} for _ in inputs[3:]))
-    with grouped_query_attention_in_sdpa():
-        return export_or_warn(step, inputs, dims, batch)
+    try:
+        return specialized(program, {(0, 0): batch, (0, 1): 1})  # ids: [batch, new]
+    except Exception as error:  # noqa: BLE001  only speed depends on it: said, not raised
+        warn_general_decode(batch, "specialize", error)
+        return None
 
 
 def step_dims(layers: int) -> tuple:

@@ -31,11 +31,17 @@ def export_or_warn(step: torch.nn.Module, inputs: tuple, dims, batch: int):
         with torch.no_grad():
             return torch.export.export(step, inputs, dynamic_shapes=dims)
     except Exception as error:  # noqa: BLE001  only speed depends on it: said, not raised
-        first = next((line for line in str(error).splitlines() if line.strip()), "")
-        warnings.warn(f"compile_generator: the batch-{batch} decode step did not export "
-                      f"({type(error).__name__}: {first[:200]}); batch-{batch} decode runs "
-                      f"the general step", stacklevel=4)
+        warn_general_decode(batch, "export", error)
         return None
+
+
+def warn_general_decode(batch: int, failed: str, error: Exception) -> None:
+    """Say that the batch-``batch`` decode step did not ``failed`` and why: that
+    batch then runs the general step, only slower."""
+    first = next((line for line in str(error).splitlines() if line.strip()), "")
+    warnings.warn(f"compile_generator: the batch-{batch} decode step did not {failed} "
+                  f"({type(error).__name__}: {first[:200]}); batch-{batch} decode runs "
+                  f"the general step", stacklevel=5)
 
 
 def max_positions(config) -> int | None:
