@@ -35,7 +35,7 @@ import torch
 
 
 from anyshape.generation.model_spec import (DECODE_ENTRIES, DECODE_ENTRY, VERIFY_ENTRY,
-                                             generation_config_of, model_spec, warn_general_decode)
+                                             decode_step, generation_config_of, model_spec)
 from anyshape.runtime.generator import Generator
 from anyshape.generation.step import (CausalLMStep, grouped_query_attention_in_sdpa,
                                       probe_cache, takes_additive_mask)
@@ -161,21 +161,6 @@ def export_step(step: CausalLMStep, shapes) -> torch.export.ExportedProgram:
                              _EXAMPLE["capacity"])
     with torch.no_grad(), grouped_query_attention_in_sdpa():
         return torch.export.export(step, inputs, dynamic_shapes=step_dims(len(shapes)))
-
-
-def decode_step(program: torch.export.ExportedProgram,
-                batch: int) -> torch.export.ExportedProgram | None:
-    """The step ``program`` (decomposed) for ``batch`` rows and one new token,
-    the mask's length and the capacity its only dims; None, with a warning
-    that says why, where it cannot be fixed at those sizes (the module then
-    decodes with the general step, only slower)."""
-    from anyshape.frontend.derived_programs import specialized
-
-    try:
-        return specialized(program, {(0, 0): batch, (0, 1): 1})  # ids: [batch, new]
-    except Exception as error:  # noqa: BLE001  only speed depends on it: said, not raised
-        warn_general_decode(batch, "specialize", error)
-        return None
 
 
 def step_dims(layers: int) -> tuple:

@@ -1,6 +1,6 @@
 """What the causal-LM and the encoder-decoder compiles share: the decode
-entries, the spec and generation config a compiled generator records of its
-model, and the export of a decode step that torch.export may refuse."""
+entries and their programs, and the spec and generation config a compiled
+generator records of its model."""
 
 from __future__ import annotations
 
@@ -23,25 +23,22 @@ VERIFY_ENTRY = "verify_draft"
 SOURCE_ROWS_ENTRY = "select_source_rows"
 
 
-def export_or_warn(step: torch.nn.Module, inputs: tuple, dims, batch: int):
-    """``torch.export`` of a decode step for ``batch`` rows; None, with a warning
-    that says why, where torch.export refuses it (that batch then runs the
-    general step, only slower)."""
+def decode_step(program: torch.export.ExportedProgram,
+                batch: int) -> torch.export.ExportedProgram | None:
+    """The step ``program`` (decomposed; its first input the new tokens' ids
+    [batch, new]) for ``batch`` rows and one new token, its lengths its only
+    dims; None, with a warning that says why, where it cannot be fixed at
+    those sizes (that batch then runs the general step, only slower)."""
+    from anyshape.frontend.derived_programs import specialized
+
     try:
-        with torch.no_grad():
-            return torch.export.export(step, inputs, dynamic_shapes=dims)
+        return specialized(program, {(0, 0): batch, (0, 1): 1})
     except Exception as error:  # noqa: BLE001  only speed depends on it: said, not raised
-        warn_general_decode(batch, "export", error)
+        first = next((line for line in str(error).splitlines() if line.strip()), "")
+        warnings.warn(f"compile_generator: the batch-{batch} decode step could not be derived "
+                      f"({type(error).__name__}: {first[:200]}); batch-{batch} decode runs "
+                      f"the general step", stacklevel=4)
         return None
-
-
-def warn_general_decode(batch: int, failed: str, error: Exception) -> None:
-    """Say that the batch-``batch`` decode step did not ``failed`` and why: that
-    batch then runs the general step, only slower."""
-    first = next((line for line in str(error).splitlines() if line.strip()), "")
-    warnings.warn(f"compile_generator: the batch-{batch} decode step did not {failed} "
-                  f"({type(error).__name__}: {first[:200]}); batch-{batch} decode runs "
-                  f"the general step", stacklevel=5)
 
 
 def max_positions(config) -> int | None:

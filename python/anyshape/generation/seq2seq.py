@@ -30,10 +30,12 @@ The encoder's mask reaches the cross-attention as a 4-D mask, the decoder's
 causal mask likewise, each used by HF as given: boolean for SDPA, additive
 for eager attention (``step.attention_mask_for``).
 
-The decoder is fed one token a step, so beside ``main`` the step is exported
-again at a static batch of 1, 4 and 8 rows and one token, its lengths
-dynamic (``model_spec.DECODE_ENTRIES``), as for causal LMs: IREE then packs the
-products for tiles of that many rows. A batch between them runs as the next
+The decoder is fed one token a step, so beside ``main`` is the step at a
+static batch of 1, 4 and 8 rows and one token, its lengths dynamic
+(``model_spec.DECODE_ENTRIES``), as for causal LMs: IREE then packs the
+products for tiles of that many rows. As there, only the step returning
+every new token's logits is traced; ``main`` and the decode steps are
+derived from it (``frontend/derived_programs.py``). A batch between them runs as the next
 one up, from ``encode`` on.
 """
 
@@ -168,26 +170,10 @@ def _step_inputs(model, own_shapes, cross_shapes, batch: int, new: int, states) 
             *own, *cross)
 
 
-def export_decode_entry(model, own_shapes, cross_shapes, batch: int, states):
-    """The decoder step for ``batch`` rows and one token, its lengths (source,
-    decoder mask, capacity) its only dims; None, with a warning that says
-    why, where torch.export refuses it (that batch then runs ``main``)."""
-    from torch.export import Dim
-
-    from anyshape.generation.model_spec import export_or_warn
-
-    inputs = _step_inputs(model, own_shapes, cross_shapes, batch, 1, states)
-    s, length, cap = Dim("source", min=1), Dim("length", min=2), Dim("capacity", min=2)
-    layers = len(own_shapes)
-    dims = (None, {1: length}, {1: s}, {1: s},
-            tuple([{2: cap}] * (2 * layers) + [{2: s}] * (2 * layers)))
-    return export_or_warn(Seq2SeqDecoderStep(model, layers), inputs, dims, batch)
-
-
 def export_seq2seq(model, own_shapes, cross_shapes):
-    """The decoder step and ``encode``, exported: (step program, its dims as
-    its flat inputs, encode program, encoder states of the example, the
-    step returning every new token's logits)."""
+    """The decoder step returning every new token's logits and ``encode``,
+    exported: (the step's dims as its flat inputs, encode program, encoder
+    states of the example, the step program)."""
     from torch.export import Dim
 
     layers = len(own_shapes)
@@ -197,7 +183,6 @@ def export_seq2seq(model, own_shapes, cross_shapes):
     ids = torch.randint(3, 100, (batch, source))
     mask = torch.ones(batch, source, dtype=torch.long)
     encode = Seq2SeqEncode(model)
-    step = Seq2SeqDecoderStep(model, layers)
     with torch.no_grad():
         encode_program = torch.export.export(encode, (ids, mask),
                                              dynamic_shapes=({0: b, 1: s}, {0: b, 1: s}))
@@ -205,10 +190,9 @@ def export_seq2seq(model, own_shapes, cross_shapes):
         inputs = _step_inputs(model, own_shapes, cross_shapes, batch, new, states)
         dims = ({0: b, 1: n}, {0: b, 1: length}, {0: b, 1: s}, {0: b, 1: s},
                 tuple([{0: b, 2: cap}] * (2 * layers) + [{0: b, 2: s}] * (2 * layers)))
-        step_program = torch.export.export(step, inputs, dynamic_shapes=dims)
         verify_program = torch.export.export(
             Seq2SeqDecoderStep(model, layers, every_position=True), inputs, dynamic_shapes=dims)
-    return step_program, (*dims[:4], *dims[4]), encode_program, states, verify_program
+    return (*dims[:4], *dims[4]), encode_program, states, verify_program
 
 
 def export_source_rows(states, cross_shapes) -> torch.export.ExportedProgram:
@@ -231,16 +215,22 @@ def export_source_rows(states, cross_shapes) -> torch.export.ExportedProgram:
 def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
     """``compile_generator`` for an encoder-decoder (``backend`` as it set it)."""
     import anyshape
+    from anyshape.frontend.derived_programs import selected_output
+    from anyshape.frontend.export import prepare_program
     from anyshape.generation.model_spec import (DECODE_ENTRIES, SOURCE_ROWS_ENTRY, VERIFY_ENTRY,
-                                                 generation_config_of, model_spec)
+                                                 decode_step, generation_config_of, model_spec)
     from anyshape.runtime.generator import Seq2SeqGenerator
 
     own_shapes, cross_shapes = probe_caches(model)
-    step_program, names, encode_program, states, verify_program = export_seq2seq(
-        model, own_shapes, cross_shapes)
+    names, encode_program, states, verify_program = export_seq2seq(model, own_shapes,
+                                                                   cross_shapes)
+    # Traced once: the step is the verifier's last position, each decode
+    # step the step with its batch and new tokens fixed (as causal_lm.py).
+    verify_program = prepare_program(verify_program)
+    step_program = selected_output(verify_program, dim=1, index=-1)
     decode = {}
     for batch, name in DECODE_ENTRIES.items():
-        program = export_decode_entry(model, own_shapes, cross_shapes, batch, states)
+        program = decode_step(step_program, batch)
         if program is not None:
             decode[name] = program
     others = {SOURCE_ROWS_ENTRY: export_source_rows(states, cross_shapes),

@@ -199,3 +199,21 @@ def test_negative_specialized_refuses_sizes_it_cannot_fix(steps):
     with pytest.raises(ValueError, match=r"sizes: input 2's axis 0 is the size fixed at 4 "
                                          r"elsewhere, got 2"):
         specialized(last, {(0, 0): 4, (2, 0): 2})  # ids and mask share their batch
+
+
+def test_negative_a_decode_step_not_derivable_is_said_and_left_out(llama):
+    # A step exported at a static batch has no batch to fix: that batch's
+    # decode then runs the general step, and the compile says why.
+    from anyshape.generation.model_spec import decode_step
+
+    shapes = probe_cache(llama)
+    inputs = (torch.randint(3, 97, (2, 3)), torch.arange(3).expand(2, 3).contiguous(),
+              torch.ones(2, 8, dtype=torch.long),
+              *[torch.zeros(2, heads, 11, dim) for layer in shapes for heads, dim in layer])
+    with torch.no_grad():
+        static = prepare_program(torch.export.export(CausalLMStep(llama, len(shapes)), inputs))
+    with pytest.warns(UserWarning, match=r"the batch-4 decode step could not be derived "
+                                         r"\(ValueError: sizes: expected a symbolic size at "
+                                         r"input 0, axis 0; it is 2\); batch-4 decode runs "
+                                         r"the general step"):
+        assert decode_step(static, 4) is None
