@@ -124,10 +124,10 @@ def drop_aliased_values_from_barriers(ir, module) -> int:
     for barrier in barriers:
         sources = list(barrier.operands)[:-1]  # the last operand is the signal fence
         kept = [i for i, value in enumerate(sources) if not _is_alias(ir, value)]
+        reached = _computed_into(ir, [sources[k] for k in kept])
         aliased = [i for i in range(len(sources)) if i not in kept and
                    not list(barrier.results[i].uses) and
-                   any(_computed_from(ir, sources[k], sources[i].owner.operands[0])
-                       for k in kept)]
+                   sources[i].owner.operands[0] in reached]
         if not aliased:
             continue
         kept = [i for i in range(len(sources)) if i not in aliased]
@@ -147,22 +147,22 @@ def _is_alias(ir, value) -> bool:
     return not isinstance(value.owner, ir.Block) and value.owner.name == "hal.tensor.alias"
 
 
-def _computed_from(ir, value, source) -> bool:
-    """Whether ``value`` is ``source`` or computed from it, through the ops of
-    its function (operands, not nested regions)."""
-    seen, pending = set(), [value]
+def _computed_into(ir, values) -> set:
+    """``values`` and every value they are computed from, through the ops of
+    their function (operands, not nested regions): one walk for all the
+    aliases a barrier joins."""
+    reached, seen_ops, pending = set(), set(), list(values)
     while pending:
         current = pending.pop()
-        if current == source:
-            return True
+        reached.add(current)
         if isinstance(current.owner, ir.Block):
             continue
         op = current.owner.operation
-        if op in seen:
+        if op in seen_ops:
             continue
-        seen.add(op)
+        seen_ops.add(op)
         pending.extend(op.operands)
-    return False
+    return reached
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,14 +40,19 @@ def share_identical_initializers(ir, module) -> int:
     earlier one does, reading the earlier one's global instead. Returns how
     many globals were shared."""
     shared = 0
+    keys: dict[str, tuple[str, ...]] = {}  # stored global -> its initializer's key
     while True:
-        renamed = _one_round(ir, module)
+        renamed = _one_round(ir, module, keys)
         if not renamed:
             return shared
         shared += len(renamed)
+        # Only the initializers that loaded a global renamed print otherwise now.
+        loaded = tuple(f"@{name} " for name in renamed)
+        keys = {name: key for name, key in keys.items()
+                if name not in renamed and not any(old in key[0] for old in loaded)}
 
 
-def _one_round(ir, module) -> dict[str, str]:
+def _one_round(ir, module, keys: dict[str, tuple[str, ...]]) -> dict[str, str]:
     body = module.body
     globals_ = {}
     for op in body.operations:
@@ -65,9 +70,14 @@ def _one_round(ir, module) -> dict[str, str]:
             continue
         name, global_op = stored
         # The bodies, and the globals stored (type and attributes), with the
-        # stored global's own name left out.
-        key = tuple(part.get_asm(use_local_scope=True).replace(f"@{name} ", "@__stored ")
-                    for part in (op, global_op))
+        # stored global's own name left out. The module was verified when
+        # read; verifying each op again to print it looked up every dispatch's
+        # executable through the whole module (9 s for 22 layers).
+        key = keys.get(name)
+        if key is None:
+            key = keys[name] = tuple(part.get_asm(use_local_scope=True, assume_verified=True)
+                                     .replace(f"@{name} ", "@__stored ")
+                                     for part in (op, global_op))
         if key in first_of:
             renamed[name] = first_of[key]
             duplicates.append((op, global_op))
