@@ -171,14 +171,22 @@ def weight_bytes(model) -> int:
 
 
 def read_bandwidth() -> float:
-    """Bytes/s of a sum over 1 GiB (all threads), the best of 5."""
-    data = torch.ones(256 * 1024 * 1024, dtype=torch.float32)
-    best = 0.0
-    for _ in range(5):
-        start = time.perf_counter()
-        data.sum()
-        best = max(best, data.numel() * 4 / (time.perf_counter() - start))
-    return best
+    """Bytes/s of a sum over 1 GiB on every core, the best of 5, in a fresh
+    process. In the process that had just run a module, the same sum read at
+    the one-thread rate in some runs and at the all-core rate in others
+    (docs/benchmarks.md): the bound moved by 2x from run to run."""
+    code = ("import os, time, torch\n"
+            "torch.set_num_threads(os.cpu_count())\n"
+            "data = torch.ones(256 * 1024 * 1024, dtype=torch.float32)\n"
+            "best = 0.0\n"
+            "for _ in range(5):\n"
+            "    start = time.perf_counter()\n"
+            "    data.sum()\n"
+            "    best = max(best, data.numel() * 4 / (time.perf_counter() - start))\n"
+            "print(best)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=300)
+    return float(done.stdout.strip().splitlines()[-1])
 
 
 # -- systems: each returns generate(ids, mask, new_tokens) -> new tokens [B, new] -------------
