@@ -133,8 +133,8 @@ def _compiled_generator(model, target, dtype, backend, cache, progress, dump_ir_
     module = anyshape.compile(program, dynamic_shapes=names, target=target, backend=backend,
                               cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
                               entries=entries)
-    # torch.export of the steps, and the verifier's decomposition (the
-    # others decompose in the compile's "export" stage).
+    # torch.export of the verifier, its decomposition and the programs derived
+    # from it: the whole front half (the compile's own "export" stage is 0).
     module.stage_seconds = {"export-steps": traced, **module.stage_seconds}
     spec = {**model_spec(model, shapes),
             "decode_entry": DECODE_ENTRY if DECODE_ENTRY in entries else None,

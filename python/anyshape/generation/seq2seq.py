@@ -42,6 +42,7 @@ one up, from ``encode`` on.
 from __future__ import annotations
 
 import functools
+import time
 
 import torch
 
@@ -221,6 +222,7 @@ def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
                                                  decode_step, generation_config_of, model_spec)
     from anyshape.runtime.generator import Seq2SeqGenerator
 
+    started = time.monotonic()
     own_shapes, cross_shapes = probe_caches(model)
     names, encode_program, states, verify_program = export_seq2seq(model, own_shapes,
                                                                    cross_shapes)
@@ -236,9 +238,13 @@ def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
     others = {SOURCE_ROWS_ENTRY: export_source_rows(states, cross_shapes),
               VERIFY_ENTRY: verify_program}
 
+    traced = time.monotonic() - started
     module = anyshape.compile(step_program, dynamic_shapes=names, target=target, backend=backend,
                               cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
                               entries={"encode": encode_program, **decode, **others})
+    # The exports, the verifier's decomposition and the programs derived from
+    # it (encode and the source rows decompose in the compile's "export" stage).
+    module.stage_seconds = {"export-steps": traced, **module.stage_seconds}
     spec = {**model_spec(model, own_shapes), "kind": "seq2seq",
             "cross_cache": [[list(k), list(v)] for k, v in cross_shapes],
             "decode_entry": None,

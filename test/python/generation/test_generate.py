@@ -401,10 +401,11 @@ def test_a_step_writes_only_its_new_rows(entry):
 @pytest.mark.parametrize("model_type", ["gpt2", "llama"])
 def test_batch_1_decodes_with_its_own_function(model_type, monkeypatch):
     # After the prompt, every batch-1 step runs the function specialized for one
-    # row and one token (one more export, same weights), and the tokens stay HF's;
-    # two rows run as four (the four-row function), nine (more than the largest,
-    # eight) with the general step.
+    # row and one token (the step with those sizes fixed, same weights), and the
+    # tokens stay HF's; two rows run as four (the four-row function), nine (more
+    # than the largest, eight) with the general step.
     model, generator = built(model_type)
+    assert next(iter(generator.module.stage_seconds)) == "export-steps"
     assert generator.spec["decode_entry"] == "decode_one"
     assert generator.spec["decode_entries"] == {"1": "decode_one", "4": "decode_four",
                                                 "8": "decode_eight"}

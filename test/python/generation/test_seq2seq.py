@@ -130,6 +130,7 @@ def test_each_batch_decodes_with_its_own_function(model_type, monkeypatch):
     model, generator = built(model_type)
     assert generator.spec["decode_entries"] == {"1": "decode_one", "4": "decode_four",
                                                 "8": "decode_eight"}
+    assert next(iter(generator.module.stage_seconds)) == "export-steps"
     calls = record_invocations(monkeypatch, generator.module)
     for lengths, entry, rows in (([9], "decode_one", 1), ([9, 4], "decode_four", 4),
                                  ([5, 1, 9, 2, 7, 3, 8, 6, 4], None, 9)):
