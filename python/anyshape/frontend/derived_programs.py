@@ -3,10 +3,11 @@ tracing the model again.
 
 Tracing is most of a compile's front half: ``torch.export`` and the
 decomposition each propagate fake tensors with symbolic shapes through every
-op of every layer (docs/benchmarks.md, "Compile cost"). A causal LM's step that returns the last position's
-logits is the step that returns every position's, and one ``select`` after
-it: ``selected_output`` builds it from the decomposed graph, where exporting it
-again would trace the model twice more for one node. A step for a fixed
+op of every layer (docs/benchmarks.md, "Compile cost"). A causal LM's step
+that returns the last position's logits is the step that returns every
+position's, and one ``select`` after it: ``selected_output`` builds it from
+the decomposed graph, where exporting it again would trace the model twice
+more for one node. A step for a fixed
 batch and one new token is that step with two of its sizes fixed:
 ``specialized`` propagates fake tensors of those sizes through the decomposed
 graph once, where exporting and decomposing it again traces it twice.
@@ -32,10 +33,7 @@ def selected_output(program: torch.export.ExportedProgram, dim: int,
     if len(user) != 1 or not isinstance(specs[user[0]].arg, TensorArgument):
         raise ValueError(f"program: expected one tensor output to select from, got outputs "
                          f"{[spec.kind.name for spec in specs]}")
-    graph = torch.fx.Graph()
-    values: dict = {}
-    returned, old_output = graph.graph_copy(program.graph, values, return_output_node=True)
-    outputs = list(returned)
+    graph, outputs, old_output = _graph_copy(program)
     chosen = outputs[user[0]]
     rank = chosen.meta["val"].dim()
     if not -rank <= dim < rank:
@@ -48,10 +46,7 @@ def selected_output(program: torch.export.ExportedProgram, dim: int,
         if key in chosen.meta:
             selected.meta[key] = chosen.meta[key]
     outputs[user[0]] = selected
-    graph.output(tuple(outputs)).meta.update(old_output.meta)
-    graph.lint()
-    module = torch.fx.GraphModule(program.graph_module, graph)
-    module.meta.update(program.graph_module.meta)
+    module = _graph_module(program, graph, outputs, old_output)
     signature = ExportGraphSignature(
         input_specs=list(program.graph_signature.input_specs),
         output_specs=[OutputSpec(kind=spec.kind, arg=TensorArgument(name=selected.name),
@@ -110,11 +105,7 @@ def specialized(program: torch.export.ExportedProgram,
                                             [size(d) for d in value.stride()],
                                             dtype=value.dtype, device=value.device)
         inputs.append(size(value))
-    graph = torch.fx.Graph()
-    returned, old_output = graph.graph_copy(program.graph, {}, return_output_node=True)
-    graph.output(returned).meta.update(old_output.meta)
-    module = torch.fx.GraphModule(program.graph_module, graph)
-    module.meta.update(program.graph_module.meta)
+    module = _graph_module(program, *_graph_copy(program))
     with mode:
         FakeTensorProp(module, mode).propagate_dont_convert_inputs(*inputs)
     _tensor_metadata_from_values(module.graph)
@@ -129,6 +120,25 @@ def specialized(program: torch.export.ExportedProgram,
     derived._guards_code = list(program._guards_code) + \
         [code for code in derived._guards_code if code not in program._guards_code]
     return derived
+
+
+def _graph_copy(program) -> tuple[torch.fx.Graph, list, torch.fx.Node]:
+    """A copy of ``program``'s graph without its output node: the graph, the
+    copied values it returned, and the old output node (for its meta)."""
+    graph = torch.fx.Graph()
+    returned, old_output = graph.graph_copy(program.graph, {}, return_output_node=True)
+    return graph, list(returned), old_output
+
+
+def _graph_module(program, graph: torch.fx.Graph, outputs: list,
+                  old_output: torch.fx.Node) -> torch.fx.GraphModule:
+    """``graph`` returning ``outputs``, as a module over ``program``'s
+    attributes with its graph module's meta."""
+    graph.output(tuple(outputs)).meta.update(old_output.meta)
+    graph.lint()
+    module = torch.fx.GraphModule(program.graph_module, graph)
+    module.meta.update(program.graph_module.meta)
+    return module
 
 
 def _fixed_symbols(program, placeholders, source_env, sizes) -> dict:

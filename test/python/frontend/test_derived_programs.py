@@ -29,11 +29,10 @@ def llama():
 
 @pytest.fixture(scope="module")
 def steps(llama):
-    model = llama
-    shapes = probe_cache(model)
-    every = prepare_program(export_step(CausalLMStep(model, len(shapes), every_position=True),
+    shapes = probe_cache(llama)
+    every = prepare_program(export_step(CausalLMStep(llama, len(shapes), every_position=True),
                                         shapes))
-    last = prepare_program(export_step(CausalLMStep(model, len(shapes)), shapes))
+    last = prepare_program(export_step(CausalLMStep(llama, len(shapes)), shapes))
     return every, last, shapes
 
 
@@ -201,12 +200,12 @@ def test_negative_specialized_refuses_sizes_it_cannot_fix(steps):
         specialized(last, {(0, 0): 4, (2, 0): 2})  # ids and mask share their batch
 
 
-def test_negative_a_decode_step_not_derivable_is_said_and_left_out(llama):
+def test_negative_a_decode_step_not_derivable_is_said_and_left_out(llama, steps):
     # A step exported at a static batch has no batch to fix: that batch's
     # decode then runs the general step, and the compile says why.
     from anyshape.generation.model_spec import decode_step
 
-    shapes = probe_cache(llama)
+    _, _, shapes = steps
     inputs = (torch.randint(3, 97, (2, 3)), torch.arange(3).expand(2, 3).contiguous(),
               torch.ones(2, 8, dtype=torch.long),
               *[torch.zeros(2, heads, 11, dim) for layer in shapes for heads, dim in layer])
