@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dump-ir-dir", default=None, help="write the IR after every stage here")
     parser.add_argument("--load-passes", action="append", default=[], metavar="FILE.py",
                         help="a Python file that registers more passes")
+    parser.add_argument("--progress", choices=["bars", "lines", "none"], default=None,
+                        help="how stages are shown on stderr: a line per stage with its "
+                             "clock running (bars, the default on a terminal), a printed line "
+                             "per message with the seconds since the start (lines, the "
+                             "default otherwise), or not at all")
     return parser
 
 
@@ -228,15 +233,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"anyshape-compile: cannot load passes from '{plugin}': {error}",
                   file=sys.stderr)
             return 1
-    report = _progress()
+    from anyshape.stages import close_progress
+
+    report = _progress(args.progress)
     described = None
     try:
-        if args.input:
-            compiled = _compile_mlir(args, report)
-            if compiled is None:
-                return 1
-        else:
-            compiled, described = _compile_torch(args, report)
+        try:
+            if args.input:
+                compiled = _compile_mlir(args, report)
+            else:
+                compiled, described = _compile_torch(args, report)
+        finally:  # the running stage's line closed before an error is printed
+            close_progress(report)
+        if compiled is None:
+            return 1
     except MLIRError as error:
         name = "<stdin>" if args.input == "-" else args.input or "<module>"
         for diag in diagnostics_of(error, name):
@@ -264,16 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _progress():
-    import time
+def _progress(style: str | None):
+    from anyshape.stages import on_terminal, progress_printer
 
-    start = time.monotonic()
-
-    def report(msg: str) -> None:
-        print(f"[anyshape-compile {time.monotonic() - start:6.1f}s] {msg}", file=sys.stderr,
-              flush=True)
-
-    return report
+    if style is None:
+        style = "bars" if on_terminal() else "lines"
+    return progress_printer(False if style == "none" else style, prefix="anyshape-compile")
 
 
 def _target(args):

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
-import time
 import warnings
 from pathlib import Path
-from typing import Callable
 
 CACHE_ENV = "ANYSHAPE_CACHE_DIR"
 
@@ -128,19 +125,3 @@ def resolve_backend(backend: BackendOptions | None, keywords: dict, *,
                   f"compile(..., backend=anyshape.BackendOptions({spelled}))",
                   DeprecationWarning, stacklevel=stacklevel + 1)
     return BackendOptions(**given)
-
-
-def progress_printer(progress) -> Callable[[str], None]:
-    """``progress`` (as ``anyshape.compile`` takes it) as a function of a message:
-    itself when callable, a printer to stderr with the seconds since when
-    True, nothing when False."""
-    if callable(progress):
-        return progress
-    if not progress:
-        return lambda msg: None
-    start = time.monotonic()
-
-    def report(msg: str) -> None:
-        print(f"[anyshape {time.monotonic() - start:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    return report

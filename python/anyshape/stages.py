@@ -16,12 +16,32 @@ removed, or when upstream changes so that it can go), and when it can go.
 (``test_docs.py`` fails when that page is stale, and when a declared guard
 names a test that does not exist). It is the page the next IREE or
 torch-mlir upgrade starts from.
+
+What a long compile is doing, shown while it runs (``progress=``): every
+stage reports through one function of a message. A message that opens with
+two spaces is a detail of the stage running; any other message starts a
+stage. ``progress_printer`` makes that function from ``progress=``:
+
+- ``"bars"`` (what ``True`` means where stderr is a terminal, and the CLI's
+  default there): a line per stage whose clock runs while the stage does
+  (tqdm); its details are printed above it as they come. A finished stage
+  keeps its line, with its time.
+- ``"lines"`` (``True`` elsewhere: a log, a notebook's captured stderr): a
+  line per message, with the seconds since the compile began.
+- a callable: called with each message, as it is.
+- ``False``: nothing.
 """
+
+from __future__ import annotations
 
 import dataclasses
 import shutil
+import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
+from typing import Callable, TextIO
 
 IMPORT_STAGE = "import"          # the torch dialect as imported
 IREE_INPUT_STAGE = "iree-input"  # exactly what IREE receives (IREE's own ops included)
@@ -82,3 +102,129 @@ class Workaround:
             object.__setattr__(self, "guard", (self.guard,))
         if not self.guard and not self.unguarded:
             raise ValueError(f"workaround {self.name!r}: no guard, and no word on why")
+
+STYLES = ("bars", "lines")
+_DETAIL = "  "
+_DESCRIPTION_CHARS = 72
+_TICK_SECONDS = 0.5
+
+
+class LinePrinter:
+    """Each message on a line of its own, after the seconds since the first."""
+
+    def __init__(self, prefix: str = "anyshape", stream: TextIO | None = None):
+        self.prefix, self.stream = prefix, stream
+        self.started = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        print(f"[{self.prefix} {time.monotonic() - self.started:6.1f}s] {message}",
+              file=self.stream or sys.stderr, flush=True)
+
+    def finish(self, message: str) -> None:
+        self(message)
+
+
+class StageBars:
+    """A tqdm line per stage, its clock kept running by a thread while the
+    stage does (tqdm redraws a line only when it is updated)."""
+
+    def __init__(self, stream: TextIO | None = None):
+        from tqdm import tqdm
+
+        self._tqdm, self.stream = tqdm, stream
+        self._bar = None
+        self._lock = threading.Lock()
+        self._ticking = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def __call__(self, message: str) -> None:
+        with self._lock:
+            if message.startswith(_DETAIL) and self._bar is not None:
+                self._tqdm.write(message, file=self._stream())
+                return
+            self._close()
+            # The size asked once: a terminal that reports 0 by 0 (a
+            # pseudo-terminal nobody sized) gets 80 by 24; tqdm would draw
+            # nothing there (its bars below the last row are hidden).
+            size = shutil.get_terminal_size()
+            self._bar = self._tqdm(total=None, desc=_shortened(message.strip()),
+                                   bar_format="{desc}  {elapsed}", file=self._stream(),
+                                   leave=True, ncols=size.columns, nrows=size.lines)
+        self._start_ticking()
+
+    def finish(self, message: str) -> None:
+        """Close the running stage's line and print ``message`` under it."""
+        self.close()
+        self._tqdm.write(message, file=self._stream())
+
+    def close(self) -> None:
+        """Close the running stage's line (a failed compile leaves one open)."""
+        with self._lock:
+            self._close()
+            self._ticking.clear()
+
+    def _stream(self) -> TextIO:
+        return self.stream or sys.stderr
+
+    def _close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def _start_ticking(self) -> None:
+        self._ticking.set()
+        if self._ticker is None or not self._ticker.is_alive():
+            self._ticker = threading.Thread(target=self._tick, name="anyshape-progress",
+                                            daemon=True)
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        while self._ticking.is_set():
+            time.sleep(_TICK_SECONDS)
+            with self._lock:
+                if self._bar is not None:
+                    self._bar.refresh()
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= _DESCRIPTION_CHARS else text[:_DESCRIPTION_CHARS - 3] + "..."
+
+
+def _silent(message: str) -> None:
+    pass
+
+
+def progress_printer(progress, prefix: str = "anyshape",
+                     stream: TextIO | None = None) -> Callable[[str], None]:
+    """``progress`` (as ``anyshape.compile`` takes it) as a function of a
+    message; a function given is returned as it is, so that the stages of one
+    compile share one clock."""
+    if callable(progress):
+        return progress
+    if progress is False or progress is None:
+        return _silent
+    if progress is True:
+        progress = "bars" if on_terminal(stream) else "lines"
+    if progress == "bars":
+        return StageBars(stream)
+    if progress == "lines":
+        return LinePrinter(prefix, stream)
+    raise ValueError(f"progress: expected True, False, 'bars', 'lines' or a function of a "
+                     f"message, got {progress!r}")
+
+
+def on_terminal(stream: TextIO | None = None) -> bool:
+    isatty = getattr(stream or sys.stderr, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def close_progress(report: Callable[[str], None]) -> None:
+    """Close the line of the stage ``report`` shows running, if any."""
+    closing = getattr(report, "close", None)
+    if closing is not None:
+        closing()
+
+
+def finish_progress(report: Callable[[str], None], message: str) -> None:
+    """``message`` as the last of a run of stages: a bar's line is closed first."""
+    getattr(report, "finish", report)(message)

@@ -40,12 +40,12 @@ from anyshape.iree.invocation import compile_with_iree, stop_phase
 from anyshape.iree.kernels.linear_rows import kernel_for
 from anyshape.iree.parameters import ARCHIVE
 from anyshape.mlir import MLIRError, diagnostics_of, ir, parse_module, versions
-from anyshape.options import UNSET, BackendOptions, progress_printer, resolve_backend
+from anyshape.options import UNSET, BackendOptions, resolve_backend
 from anyshape.passes.eliminate_padding.pass_ import dense_twin
 from anyshape.runtime.compiled_module import CompiledModule
 from anyshape.runtime.signature import ModuleSignature
 from anyshape.stages import (IMPORT_STAGE, IREE_COMPILE_STAGE, IREE_INPUT_STAGE, Workaround,
-                             keep_reproducer)
+                             finish_progress, keep_reproducer, progress_printer)
 
 
 def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any = None,
@@ -70,7 +70,10 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
     the dims (as the manifest and error messages call them).
 
     ``passes=None`` runs the default anyshape pipeline, ``[]`` none, or a list of
-    pass arguments. ``progress=True`` prints each stage as it runs. ``threads``:
+    pass arguments. ``progress=True`` shows each stage as it runs (a line per
+    stage whose clock runs on a terminal, else printed lines; "bars" or
+    "lines" choose, a function of a message gets the messages:
+    ``stages.py``). ``threads``:
     CPU worker threads the module runs on (None: one per core this process may
     use); IREE fixes the count for the whole process when the first CPU module
     runs, so modules of one process must agree on it. ``data_tiling``: IREE's
@@ -169,7 +172,7 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
                                               if issubclass(w.category, DataTilingFallback)])
     for warning in caught:  # raised again, at the caller's line
         warnings.warn(warning.message, warning.category, stacklevel=2)
-    report(f"done in {time.monotonic() - started:.0f}s")
+    finish_progress(report, f"done in {time.monotonic() - started:.0f}s")
     return module
 
 
@@ -247,8 +250,8 @@ def _from_cache(hit, build, report, started: float, exported: float) -> Compiled
     module.stage_source = lambda: build()[0]
     for text in fallbacks:
         warnings.warn(text, DataTilingFallback, stacklevel=3)
-    report(f"from the compile cache ({module.vmfb_path.parent}) in "
-           f"{time.monotonic() - started:.1f}s")
+    finish_progress(report, f"from the compile cache ({module.vmfb_path.parent}) in "
+                   f"{time.monotonic() - started:.1f}s")
     return module
 
 

@@ -33,6 +33,7 @@ import dataclasses
 import numpy as np
 import torch
 
+from anyshape.stages import progress_printer
 from anyshape.iree.quantized_weights import (QuantizationError, WeightFormat, check_shape,
                                              dequantized, exact_codes, quantizable_modules,
                                              quantize, weight_format)
@@ -93,7 +94,7 @@ def calibrated(model: torch.nn.Module, samples, *, weights: str = "int4",
         raise ValueError("model: already quantized (it has a quantization_config, or it was "
                          "calibrated); calibrate the float model")
     samples = _checked_samples(samples)
-    report = progress if callable(progress) else (print if progress else (lambda _: None))
+    report = progress_printer(progress)
     copied = copy.deepcopy(model).eval()
     layers, tables = _quantizable(copied, fmt)
     for _, table in tables:

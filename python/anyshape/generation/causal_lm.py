@@ -36,6 +36,7 @@ import torch
 
 from anyshape.generation.model_spec import (DECODE_ENTRIES, DECODE_ENTRY, VERIFY_ENTRY,
                                              decode_step, generation_config_of, model_spec)
+from anyshape.stages import finish_progress, progress_printer
 from anyshape.runtime.generator import Generator
 from anyshape.generation.step import (CausalLMStep, grouped_query_attention_in_sdpa,
                                       probe_cache, takes_additive_mask)
@@ -72,24 +73,24 @@ def compile_generator(model: torch.nn.Module | str | os.PathLike, *, target: str
 
         model, dtype = load_checkpoint(model, dtype), None
     _check_model(model)
+    report = progress_printer(progress)  # one clock, one set of bars, for every stage
     with float_images(model, dtype) as checkpoint:
         if checkpoint is not None:
             backend = checkpoint.backend(backend)
-        generator = _compiled_generator(model, target, dtype, backend, cache, progress,
+        generator = _compiled_generator(model, target, dtype, backend, cache, report,
                                         dump_ir_dir, threads)
     # Loaded now (its weights packed, HF's generation imported), not in the
     # first generate: the time is the "load" stage's.
-    from anyshape.options import progress_printer
-
-    progress_printer(progress)("loading the module into its context (IREE's initializers "
-                               "read and pack its weights) and HF's generation utilities")
+    report("loading the module into its context (IREE's initializers read and pack its "
+           "weights) and HF's generation utilities")
     started = time.monotonic()
     generator.preload()
     generator.module.stage_seconds["load"] = time.monotonic() - started
+    finish_progress(report, f"loaded in {generator.module.stage_seconds['load']:.0f}s")
     return generator
 
 
-def _compiled_generator(model, target, dtype, backend, cache, progress, dump_ir_dir,
+def _compiled_generator(model, target, dtype, backend, cache, report, dump_ir_dir,
                         threads) -> Generator:
     import anyshape
     from anyshape.frontend.derived_programs import selected_output
@@ -112,14 +113,18 @@ def _compiled_generator(model, target, dtype, backend, cache, progress, dump_ir_
         from anyshape.generation.seq2seq import compile_seq2seq
 
         return compile_seq2seq(model, target=target, backend=backend, cache=cache,
-                               progress=progress, dump_ir_dir=dump_ir_dir)
+                               report=report, dump_ir_dir=dump_ir_dir)
     started = time.monotonic()
+    report(f"exporting the step of {type(model).__name__} with torch.export, and "
+             f"decomposing it")
     shapes = probe_cache(model)
     # The step is the verifier's last position, and each decode step is the
     # step with its batch and new tokens fixed: the model is traced once, for all.
     verify = prepare_program(export_step(CausalLMStep(model, len(shapes), every_position=True),
                                          shapes))
     program = selected_output(verify, dim=1, index=-1)
+    report(f"  deriving the decode steps of batch {', '.join(map(str, DECODE_ENTRIES))} "
+             f"from the step")
     entries = {}
     for batch, name in DECODE_ENTRIES.items():
         decode = decode_step(program, batch)
@@ -131,7 +136,7 @@ def _compiled_generator(model, target, dtype, backend, cache, progress, dump_ir_
 
     traced = time.monotonic() - started
     module = anyshape.compile(program, dynamic_shapes=names, target=target, backend=backend,
-                              cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
+                              cache=cache, progress=report, dump_ir_dir=dump_ir_dir,
                               entries=entries)
     # torch.export of the verifier, its decomposition and the programs derived
     # from it: the whole front half (the compile's own "export" stage is 0).

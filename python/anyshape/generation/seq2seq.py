@@ -213,8 +213,9 @@ def export_source_rows(states, cross_shapes) -> torch.export.ExportedProgram:
                                    dynamic_shapes=dims)
 
 
-def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
-    """``compile_generator`` for an encoder-decoder (``backend`` as it set it)."""
+def compile_seq2seq(model, *, target, backend, cache, report, dump_ir_dir):
+    """``compile_generator`` for an encoder-decoder (``backend`` as it set it;
+    ``report``: its progress function)."""
     import anyshape
     from anyshape.frontend.derived_programs import selected_output
     from anyshape.frontend.export import prepare_program
@@ -223,6 +224,8 @@ def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
     from anyshape.runtime.generator import Seq2SeqGenerator
 
     started = time.monotonic()
+    report(f"exporting the encoder and the decoder step of {type(model).__name__} with "
+             f"torch.export, and decomposing them")
     own_shapes, cross_shapes = probe_caches(model)
     names, encode_program, states, verify_program = export_seq2seq(model, own_shapes,
                                                                    cross_shapes)
@@ -230,6 +233,8 @@ def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
     # step the step with its batch and new tokens fixed (as causal_lm.py).
     verify_program = prepare_program(verify_program)
     step_program = selected_output(verify_program, dim=1, index=-1)
+    report(f"  deriving the decode steps of batch {', '.join(map(str, DECODE_ENTRIES))} "
+             f"from the step")
     decode = {}
     for batch, name in DECODE_ENTRIES.items():
         program = decode_step(step_program, batch)
@@ -240,7 +245,7 @@ def compile_seq2seq(model, *, target, backend, cache, progress, dump_ir_dir):
 
     traced = time.monotonic() - started
     module = anyshape.compile(step_program, dynamic_shapes=names, target=target, backend=backend,
-                              cache=cache, progress=progress, dump_ir_dir=dump_ir_dir,
+                              cache=cache, progress=report, dump_ir_dir=dump_ir_dir,
                               entries={"encode": encode_program, **decode, **others})
     # The exports, the verifier's decomposition and the programs derived from
     # it (encode and the source rows decompose in the compile's "export" stage).

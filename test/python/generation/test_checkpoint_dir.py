@@ -11,6 +11,7 @@ shards) of a compile in a fresh process.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -210,6 +211,11 @@ def _cli(*args):
                           capture_output=True, text=True, timeout=900)
 
 
+STAGE_HEADS = ("reading the checkpoint", "exporting the step of GPT2LMHeadModel",
+               "running anyshape-canonicalize-shapes", "compiling with IREE", "done in",
+               "loading the module", "loaded in")
+
+
 @pytest.mark.builds_after_export
 def test_the_cli_compiles_a_checkpoint_dir_with_external_parameters(tmp_path):
     """/// anyshape-compile --hf-dir DIR --params external writes params.irpa
@@ -223,6 +229,15 @@ def test_the_cli_compiles_a_checkpoint_dir_with_external_parameters(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "out" / "params.irpa").is_file()
     assert "params.irpa" in done.stdout and "GPT2LMHeadModel, torch.float32" in done.stdout
+    # Its progress (printed lines: stderr is no terminal here): every stage
+    # in order, on one clock from the checkpoint's reading to the load.
+    said = re.findall(r"^\[anyshape-compile +(\d+\.\d)s\] (\S.*)$", done.stderr, re.M)
+    heads = [message for _, message in said]
+    for before, after in zip(STAGE_HEADS, STAGE_HEADS[1:]):
+        assert heads.index(next(h for h in heads if h.startswith(before))) < \
+            heads.index(next(h for h in heads if h.startswith(after))), heads
+    seconds = [float(at) for at, _ in said]
+    assert seconds == sorted(seconds) and seconds[-1] > 1.0, said
     generated = subprocess.run(
         [sys.executable, "-m", "anyshape.tools.generate", str(tmp_path / "out"), "--ids", "5,6,7",
          "--max-new-tokens", "12"], capture_output=True, text=True, timeout=600)

@@ -1,5 +1,6 @@
 """The console scripts as a user runs them."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,8 +79,10 @@ def test_compile_cli_data_tiling_auto_by_default_off_on_request(tmp_path):
                                                                    dynamic_shapes=dynamic)))
     for flags, tiled in (((), True), (("--data-tiling=off",), False), (("--data-tiling",), True)):
         out = tmp_path / f"art-{tiled}"
-        result = run("anyshape-compile", str(tmp_path / "model.mlir"), "-o", str(out), *flags)
+        result = run("anyshape-compile", str(tmp_path / "model.mlir"), "-o", str(out), *flags,
+                     "--progress", "none")
         assert result.returncode == 0, result.stderr
+        assert "running" not in result.stderr and "[anyshape-compile" not in result.stderr
         compiled = anyshape.load(out)
         assert compiled.target.data_tiling is tiled
         assert ("--iree-global-opt-data-tiling" in compiled.iree_flags) is tiled
@@ -113,7 +116,9 @@ def test_compile_cli_hf_model_with_external_parameters(tmp_path):
                  *TINY_GPT2, "--max-batch", "16", "--max-seq", "32", "--params", "external",
                  "-o", str(out))
     assert result.returncode == 0, result.stderr
-    assert "running anyshape-hoist-slices" in result.stderr  # progress, stage by stage
+    # Progress, stage by stage: printed lines where stderr is no terminal.
+    assert re.search(r"^\[anyshape-compile +\d+\.\ds\] running anyshape-hoist-slices$",
+                     result.stderr, re.M), result.stderr
     summary = result.stdout
     assert "model: gpt2 causal-lm-last-token (LastTokenLogits)" in summary
     assert "stages: export " in summary and "iree-compile " in summary
@@ -138,8 +143,13 @@ def test_compile_cli_hf_model_uses_the_default_dims(tmp_path):
     /// (n_positions) the call is refused by the position read's size check."""
     out = tmp_path / "art"
     result = run("anyshape-compile", "--hf", "gpt2", "--task", "causal-lm-last-token",
-                 *TINY_GPT2, "-o", str(out))
+                 *TINY_GPT2, "-o", str(out), "--progress", "bars")
     assert result.returncode == 0, result.stderr
+    # A line per stage with its clock, as on a terminal (where each redraw
+    # returns to the line's start; text mode reads those returns as new lines).
+    assert re.search(r"^running anyshape-hoist-slices  00:\d\d$", result.stderr, re.M), \
+        result.stderr
+    assert "[anyshape-compile" not in result.stderr
     assert "dynamic dims: 'batch' in [1, inf], 'seq' in [1, inf]" in result.stdout
     built = _tiny_gpt2()
     inputs = built.example_inputs(33, 64, seed=3)
