@@ -37,7 +37,7 @@ from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts
 from anyshape.iree.flags import Target, iree_flags, with_constants_for
 from anyshape.iree.invocation import compile_with_iree, stop_phase
-from anyshape.iree.kernels.linear_rows import kernel_for
+from anyshape.iree.kernels.linear_rows import kernel_for, start_building
 from anyshape.iree.parameters import ARCHIVE
 from anyshape.mlir import MLIRError, diagnostics_of, ir, parse_module, versions
 from anyshape.options import UNSET, BackendOptions, resolve_backend
@@ -133,6 +133,7 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
         "cuda_arch": cuda_arch, "opt_level": opt_level, "data_tiling": data_tiling,
         "threads": threads, "params": params, "target_cpu": target_cpu}, stacklevel=2)
     compile_target = target_from(target, backend, padding)
+    start_building(compile_target)  # while the model exports
     if dtype is not None:
         model, args, kwargs = in_dtype(dtype, model, args, kwargs)
     pass_names = pass_names_from(passes, padding)

@@ -84,7 +84,7 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
             inject_dim_facts(current, bytecode, text if last == "facts" else None)
             current = bytecode
         if kernel is not None:
-            attention_kernel = attention.kernel()
+            attention_kernel = attention.kernel(compilation.target.cpu)
             routed = route_linears(current, bytecode, kernel, iree_flags(compilation.target),
                                    text if last == "kernel" and attention_kernel is None else None,
                                    workers=compilation.target.workers or 1, weights=quantized,

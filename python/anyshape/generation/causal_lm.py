@@ -35,7 +35,8 @@ import torch
 
 
 from anyshape.generation.model_spec import (DECODE_ENTRIES, DECODE_ENTRY, VERIFY_ENTRY,
-                                             decode_step, generation_config_of, model_spec)
+                                             decode_step, generation_config_of, model_spec,
+                                             start_building_kernels)
 from anyshape.stages import finish_progress, progress_printer
 from anyshape.runtime.generator import Generator
 from anyshape.generation.step import (CausalLMStep, grouped_query_attention_in_sdpa,
@@ -114,6 +115,7 @@ def _compiled_generator(model, target, dtype, backend, cache, report, dump_ir_di
 
         return compile_seq2seq(model, target=target, backend=backend, cache=cache,
                                report=report, dump_ir_dir=dump_ir_dir)
+    start_building_kernels(target, backend)
     started = time.monotonic()
     report(f"exporting the step of {type(model).__name__} with torch.export, and "
              f"decomposing it")

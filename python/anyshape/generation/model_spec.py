@@ -41,6 +41,25 @@ def decode_step(program: torch.export.ExportedProgram,
         return None
 
 
+def start_building_kernels(target: str, backend) -> None:
+    """anyshape's CPU kernels, where the compile of ``target`` with
+    ``backend`` will link them, built on a thread of their own while the
+    steps export (``linear_rows.start_building``). A bad option is left for
+    ``anyshape.compile`` to name."""
+    from anyshape.iree.flags import make_target, with_matmul_precision, with_product_kernel
+    from anyshape.iree.kernels.linear_rows import start_building
+
+    try:
+        compile_target = with_product_kernel(
+            with_matmul_precision(make_target(target, backend.cuda_arch, backend.opt_level,
+                                              backend.data_tiling, backend.target_cpu),
+                                  backend.matmul_precision),
+            backend.product_kernel)
+    except (TypeError, ValueError):
+        return
+    start_building(compile_target)
+
+
 def max_positions(config) -> int | None:
     for name in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"):
         value = getattr(config, name, None)

@@ -220,9 +220,11 @@ def compile_seq2seq(model, *, target, backend, cache, report, dump_ir_dir):
     from anyshape.frontend.derived_programs import selected_output
     from anyshape.frontend.export import prepare_program
     from anyshape.generation.model_spec import (DECODE_ENTRIES, SOURCE_ROWS_ENTRY, VERIFY_ENTRY,
-                                                 decode_step, generation_config_of, model_spec)
+                                                 decode_step, generation_config_of, model_spec,
+                                                 start_building_kernels)
     from anyshape.runtime.generator import Seq2SeqGenerator
 
+    start_building_kernels(target, backend)
     started = time.monotonic()
     report(f"exporting the encoder and the decoder step of {type(model).__name__} with "
              f"torch.export, and decomposing them")

@@ -10,6 +10,8 @@ import os
 import re
 import shutil
 import subprocess
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -180,3 +182,52 @@ def test_the_object_for_a_cpu_without_avx512_has_no_avx512_code(kernel):
     assert "vpdpbusd" not in disassembly("skylake-avx512")
     if kernel == "linear_rows":
         assert "vpdpbusd" in disassembly("cascadelake")
+
+
+@needs_compiler
+def test_a_build_under_way_is_waited_for_not_started_again(tmp_path, monkeypatch, fresh_builds):
+    """/// A compile starts the kernels' build before its export
+    (linear_rows.start_building); its own call for the object later waits for
+    that build: the C compiler runs once, and both get the same object."""
+    monkeypatch.setenv("ANYSHAPE_CACHE_DIR", str(tmp_path / "cache"))
+    source = shutil.copy(KERNELS["linear_rows"], tmp_path / "linear_rows.c")
+    for header in KERNELS["linear_rows"].parent.glob("*.h"):
+        shutil.copy(header, tmp_path)
+    compiles = []
+    real_run = subprocess.run
+
+    def counted(command, *args, **kwargs):
+        if "-c" in command:
+            compiles.append(command)
+        return real_run(command, *args, **kwargs)
+
+    monkeypatch.setattr(build.subprocess, "run", counted)
+    background = []
+    thread = build.build_in_background(
+        lambda: background.append(build.kernel_object(Path(source), build.ISA_AVX2)))
+    built, why = build.kernel_object(Path(source), build.ISA_AVX2)
+    thread.join()
+    assert built is not None, why
+    assert background == [(built, "")]
+    assert len(compiles) == 1, compiles
+
+
+@needs_compiler
+def test_start_building_builds_what_the_compile_then_links(tmp_path, monkeypatch, fresh_builds):
+    """/// The objects start_building leaves are the ones kernel_for and
+    /// attention.kernel return for the target; a target that does not link
+    /// them (product_kernel="iree") builds nothing."""
+    from anyshape.iree.flags import make_target, with_product_kernel
+
+    monkeypatch.setenv("ANYSHAPE_CACHE_DIR", str(tmp_path / "cache"))
+    iree_products = with_product_kernel(make_target("cpu", target_cpu="x86-64-v3"), "iree")
+    linear_rows.start_building(iree_products)
+    target = make_target("cpu", target_cpu="x86-64-v3")
+    linear_rows.start_building(target)
+    for thread in [t for t in threading.enumerate()
+                   if t.name == "anyshape-kernel-build"]:
+        thread.join()
+    built = sorted(p.name for p in (tmp_path / "cache" / "kernels").glob("*.o"))
+    assert len(built) == 2, built
+    assert sorted([linear_rows.kernel_for(target)[0].name,
+                   attention.kernel(target.cpu).name]) == built

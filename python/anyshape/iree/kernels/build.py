@@ -31,8 +31,9 @@ import stat
 import struct
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from anyshape.iree.cpu import HOST, compile_probe, resolve
 from anyshape.stages import Workaround
@@ -182,14 +183,46 @@ def _elf_problem(data: bytes, machine: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
 def kernel_object(source: Path, isa: int = ISA_AVX512_VNNI) -> tuple[Path | None, str]:
     """(the object file of the kernel ``source``, its code for instruction
     sets up to ``isa``, "") or (None, why it could not be built or fails
     ``object_problem``). Kept in ``cache_dir`` under a name that hashes the
     source, the headers beside it, the compiler's identity and the flags;
     written under a temporary name and renamed, so concurrent builds each see
-    a whole file."""
+    a whole file. A build of the same object under way on another thread
+    (``build_in_background``) is waited for, not started again."""
+    with _BUILDING_LOCK:
+        lock = _building.setdefault((source, isa), threading.Lock())
+    with lock:
+        return _kernel_object(source, isa)
+
+
+kernel_object.cache_clear = lambda: _kernel_object.cache_clear()
+
+_BUILDING_LOCK = threading.Lock()
+_building: dict[tuple[Path, int], threading.Lock] = {}
+
+
+def build_in_background(build: Callable[[], object]) -> threading.Thread:
+    """``build`` (calls of ``kernel_object``) run on a thread of its own: a
+    compile starts it before its export, which keeps one core busy for
+    seconds, so that the C compiler runs on another meanwhile (the first
+    compile on a machine builds the kernels: about 6 s). Its result and
+    errors are the later calls' (``kernel_object`` is cached, and a failed
+    build is reported where the compile asks for the object)."""
+    def run() -> None:
+        try:
+            build()
+        except Exception:  # the compile's own call meets it again and says why
+            pass
+
+    thread = threading.Thread(target=run, name="anyshape-kernel-build", daemon=True)
+    thread.start()
+    return thread
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_object(source: Path, isa: int) -> tuple[Path | None, str]:
     machine = platform.machine()
     if machine.lower() not in ("x86_64", "amd64"):
         return None, f"the kernel is written for x86-64, this host is {machine}"

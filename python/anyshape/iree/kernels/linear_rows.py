@@ -36,7 +36,9 @@ from typing import Sequence
 from anyshape.dialects import computed_from_constants, vtensor_shape
 from anyshape.iree.constant_values import erase_if_unused, evaluate
 from anyshape.iree.flags import Target, routes_products
-from anyshape.iree.kernels.build import (KernelUnavailable, binding_pointers, entry_function,
+from anyshape.iree.kernels.attention import SOURCE as ATTENTION_SOURCE
+from anyshape.iree.kernels.build import (KernelUnavailable, binding_pointers,
+                                         build_in_background, entry_function,
                                          executable_target, isa_for_cpu, kernel_executable,
                                          kernel_object, pipeline_layout)
 from anyshape.mlir import rewrite_with_iree_bindings
@@ -89,6 +91,19 @@ def kernel_for(target: Target) -> tuple[Path | None, str]:
     if not routes_products(target):
         return None, ""
     return kernel_object(SOURCE, isa_for_cpu(target.cpu))
+
+
+def start_building(target: Target) -> None:
+    """Both kernels' objects, where ``target`` links them, built on a thread
+    of their own while the caller exports (``build.build_in_background``);
+    ``kernel_for`` and ``attention.kernel`` then find them built."""
+    if routes_products(target):
+        def build() -> None:
+            isa = isa_for_cpu(target.cpu)
+            kernel_object(SOURCE, isa)
+            kernel_object(ATTENTION_SOURCE, isa)
+
+        build_in_background(build)
 
 
 def warn_unavailable(reason: str) -> None:
