@@ -102,3 +102,57 @@ def test_a_full_disk_names_the_working_directory_and_tmpdir(monkeypatch):
     weights = 4 * (33 * 65 + 65 + 65 * 17 + 17)
     assert f"the compile needs about {2 * weights / 1e3:.1f} kB there" in message  # inline: twice
     assert Path(info.value.filename).name.startswith("anyshape-")
+
+
+def _iree_compile_running() -> bool:
+    """Whether a child process of this one is iree-compile."""
+    import os
+
+    for status in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = status.read_text().rsplit(")", 1)[1].split()
+            cmdline = (status.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and b"iree-compile" in cmdline:
+            return True
+    return False
+
+
+@pytest.mark.builds_after_export
+def test_the_parameter_archive_is_written_while_iree_compile_runs(monkeypatch):
+    """/// iree-compile never reads params.irpa: the archive is written once its
+    /// process has started, not before it (a 4.1 GB archive: seconds)."""
+    real = anyshape.driver.stage_files.write_archive
+    seen = []
+
+    def watched(path, arrays):
+        seen.append((Path(path).name, _iree_compile_running()))
+        real(path, arrays)
+
+    monkeypatch.setattr(anyshape.driver.stage_files, "write_archive", watched)
+    torch.manual_seed(0)
+    model = TwoLayers().eval()
+    compiled = anyshape.compile(model, (torch.randn(7, 33),),
+                                dynamic_shapes={"x": {0: Dim("rows")}}, cache=False,
+                                backend=anyshape.BackendOptions(params="external"))
+    assert seen == [("params.irpa", True)]
+    x = torch.randn(5, 33)
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.builds_after_export
+def test_a_full_disk_while_writing_the_archive_stops_iree_compile_and_is_named(monkeypatch):
+    """/// The archive's write failing for want of space stops the iree-compile
+    /// it overlapped, and says where the space ran out and how much is needed."""
+    def full(path, arrays):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(anyshape.driver.stage_files, "write_archive", full)
+    with pytest.raises(OSError) as info:
+        anyshape.compile(TwoLayers().eval(), (torch.randn(7, 33),), cache=False,
+                         backend=anyshape.BackendOptions(params="external"))
+    assert info.value.errno == errno.ENOSPC
+    weights = 4 * (33 * 65 + 65 + 65 * 17 + 17)
+    assert f"the compile needs about {weights / 1e3:.1f} kB there" in str(info.value)  # once
+    assert not _iree_compile_running()

@@ -366,7 +366,8 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
     def compile_iree(iree_input: Path, with_facts: bool) -> Path:
         nonlocal flags  # without peeling once, without it in the retry too
         vmfb, flags = without_peeling(
-            lambda flags: compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu),
+            lambda flags: compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu,
+                                            meanwhile=stages.write_deferred_archive),
             flags, made(with_facts), report, dump_ir_dir)
         return vmfb
 
@@ -384,6 +385,7 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
     vmfb_path = without_dim_facts(
         lambda: compile_iree(iree_input, facts), without_facts, made(facts)(flags), report,
         dump_ir_dir, stages.forget_last, keep_retry)
+    stages.write_deferred_archive()  # where no iree-compile run wrote it
     seconds = {**stages.seconds, IREE_COMPILE_STAGE: time.monotonic() - started}
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
                           cpu=dataclasses.asdict(resolve_cpu(target.cpu)) if cpu else None,

@@ -136,12 +136,14 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
         # weights' bytes.
         if weights is not None:
             names = externalize_weights(current, bytecode, weights, archive,
-                                        text if last == "weights" else None)
+                                        text if last == "weights" else None,
+                                        write=stages.defer_archive)
             stages.parameter_specs = {name: {"shape": list(weights[name].shape),
                                              "dtype": str(weights[name].dtype)}
                                       for name in names}
-            report(f"moved {len(names)} weights to {archive.name} "
-                   f"({archive.stat().st_size / 1e6:.1f} MB)")
+            report(f"  {len(names)} weights are parameters in {archive.name} "
+                   f"({sum(weights[name].nbytes for name in names) / 1e6:.1f} MB, written "
+                   f"while iree-compile runs)")
             current = bytecode
         elif attached:
             count = attach_weights(current, bytecode, attached,

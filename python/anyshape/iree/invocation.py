@@ -48,19 +48,22 @@ def stop_phase() -> str | None:
 
 def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
                       report: Callable[[str], None], cpu: bool,
-                      output: Path | None = None, phase: str | None = None) -> Path:
+                      output: Path | None = None, phase: str | None = None,
+                      meanwhile: Callable[[], None] | None = None) -> Path:
     """iree-compile in two runs around the flow-level workarounds
     (``workarounds.rewrite_flow``; float64 math for the CPU only), into
     ``output`` (default: ``module.vmfb`` beside the input). ``phase``: stop
     there (``--compile-to``: "executable-configurations" writes each
-    dispatch's configuration, as ``iree/dispatch_census.py`` reads it)."""
+    dispatch's configuration, as ``iree/dispatch_census.py`` reads it).
+    ``meanwhile``: called once the first run has started (the parameter
+    archive's write)."""
     phase = phase or stop_phase()
     flow = input_file.with_name("iree-flow.mlirbc")
     untied = input_file.with_name("iree-flow-untied.mlirbc")
     vmfb = output if output is not None else \
         input_file.with_name(f"{phase}.mlir" if phase else "module.vmfb")
     run_iree_compile(input_file, [*flags, "--compile-to=flow", "--emit-mlir-bytecode"], flow,
-                     dump_ir_dir, report, repro_stem=IREE_INPUT_STAGE)
+                     dump_ir_dir, report, repro_stem=IREE_INPUT_STAGE, meanwhile=meanwhile)
     rewritten = rewrite_flow(flow, untied, f64_math_in_f32=cpu)
     report(f"  made {rewritten.untied} repeated dispatch workload sizes distinct")
     if rewritten.narrowed:
@@ -86,13 +89,21 @@ def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
 
 
 def run_iree_compile(input_file: Path, flags: list[str], output: Path, dump_ir_dir,
-                     report: Callable[[str], None], repro_stem: str) -> None:
+                     report: Callable[[str], None], repro_stem: str,
+                     meanwhile: Callable[[], None] | None = None) -> None:
     command = [iree_tool("iree-compile"), str(input_file), *flags, "-o", str(output)]
     started = time.monotonic()
     with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as proc:
         stderr_chunks: list[bytes] = []
         reader = threading.Thread(target=lambda: stderr_chunks.append(proc.stderr.read()))
         reader.start()
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except BaseException:
+                proc.kill()
+                reader.join()
+                raise
         while True:
             try:
                 proc.wait(timeout=15)

@@ -18,6 +18,7 @@ when the module loads. The archive holds each weight once, as the model does
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -33,12 +34,16 @@ ARCHIVE = PARAMETERS
 
 
 def externalize_weights(in_file: Path, out_file: Path, weights: dict[str, np.ndarray],
-                       archive: Path, text_file: Path | None = None) -> list[str]:
+                       archive: Path, text_file: Path | None = None,
+                       write: Callable[[Path, dict[str, np.ndarray]], None] = write_archive
+                       ) -> list[str]:
     """Rewrite ``in_file`` (the IREE input, bytecode or text) into ``out_file``
     (bytecode; ``text_file`` as text when given): every ``dense_resource``
     literal whose blob is one of ``weights`` reads a parameter of that name
-    instead, and ``archive`` gets those arrays. Blobs a pass made (not in
-    ``weights``) stay inline. Returns the parameters' names."""
+    instead, and ``archive`` gets those arrays (``write(archive, arrays)``:
+    now, by default; the compile defers it to overlap ``iree-compile``,
+    which never reads the archive). Blobs a pass made (not in ``weights``)
+    stay inline. Returns the parameters' names."""
     iree_ir = iree_bindings()
     with iree_ir.Context(), iree_ir.Location.unknown():
         try:
@@ -81,7 +86,7 @@ def externalize_weights(in_file: Path, out_file: Path, weights: dict[str, np.nda
         if text_file is not None:
             with open(text_file, "w") as f:
                 module.operation.print(file=f)
-    write_archive(archive, {key: weights[key] for key in globals_})
+    write(archive, {key: weights[key] for key in globals_})
     return list(globals_)
 
 
