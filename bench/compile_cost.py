@@ -31,6 +31,11 @@ in a fresh process, right before) over the weights' bytes, which each step
 reads once (the embedding table too: a slight overcount of what a step
 reads). Three such pairs; the table shows the median pair.
 
+``--weights int8|int4`` (with ``--params external``): the weights quantized
+as the compile writes them (``BackendOptions(weights=...)``); the bound's
+bytes are then the parameter archive's, the weights as the module reads
+them (codes and scales, the float ones it keeps, the embedding table).
+
 ``llama3-8b`` (and ``llama3-8b-2-layers``, its widths with 2 layers) is
 written tensor by tensor as a checkpoint, never built (``--source dir``).
 ``--exact`` compiles each checkpoint in float32 and compares its greedy
@@ -38,7 +43,7 @@ tokens with HF's ``generate`` on ``from_pretrained(dir, dtype=float32)``.
 
     python bench/compile_cost.py [--models gpt2,qwen2-0.5b,tinyllama-1.1b]
         [--params inline|external] [--source model|dir] [--dtype float32|bfloat16]
-        [--exact] [--out bench/results/compile-cost]
+        [--weights float32|int8|int4] [--exact] [--out bench/results/compile-cost]
 """
 
 from __future__ import annotations
@@ -209,7 +214,8 @@ def write_checkpoint(name: str, directory: Path, dtype) -> None:
     config.save_pretrained(directory)
 
 
-def worker(name: str, params: str, checkpoint: Path | None, dtype_name: str) -> dict:
+def worker(name: str, params: str, checkpoint: Path | None, dtype_name: str,
+           weight_format: str = "float32") -> dict:
     import psutil
     import torch
 
@@ -235,10 +241,17 @@ def worker(name: str, params: str, checkpoint: Path | None, dtype_name: str) -> 
     scratch = Path(tempfile.gettempdir())
     with Peaks(scratch) as peaks:
         start = time.monotonic()
+        # The kernel quantizes float32 products: a checkpoint of another
+        # dtype compiles in float32, each weight cast as it is quantized.
         generator = anyshape.compile_generator(
             model if model is not None else str(checkpoint), cache=False,
-            backend=anyshape.BackendOptions(params=params), progress=peaks.progress)
+            dtype=None if weight_format == "float32" else torch.float32,
+            backend=anyshape.BackendOptions(params=params, weights=weight_format),
+            progress=peaks.progress)
         compile_seconds = time.monotonic() - start
+    stored_weights = weights
+    if weight_format != "float32":  # what each decode step reads: the archive's weights
+        weights = generator.module.parameters_path.stat().st_size
     stage_seconds = dict(generator.module.stage_seconds)
     del model
     prompt = torch.randint(0, config.vocab_size, (1, 17),
@@ -280,8 +293,9 @@ def worker(name: str, params: str, checkpoint: Path | None, dtype_name: str) -> 
     if not torch.equal(first_tokens, loaded_tokens):
         raise AssertionError("the loaded generator's tokens are not the compiled one's")
     return {"model": name, "params": params, "source": "dir" if checkpoint else "model",
-            "dtype": dtype_name, "parameters": parameters,
-            "weights_bytes": weights, "compile_s": compile_seconds,
+            "dtype": dtype_name, "weights": weight_format, "parameters": parameters,
+            "weights_bytes": stored_weights, "read_bytes_per_step": weights,
+            "compile_s": compile_seconds,
             "stage_seconds": stage_seconds,
             "peak_tree_rss_bytes": peaks.memory, "peak_tree_anonymous_bytes": peaks.anonymous,
             "load_peak_tree_rss_bytes": peaks.load_memory,
@@ -328,6 +342,9 @@ def main(argv=None) -> int:
     parser.add_argument("--source", choices=["model", "dir"], default="model")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                         help="the weights' dtype, written and compiled in (default float32)")
+    parser.add_argument("--weights", choices=["float32", "int8", "int4"], default="float32",
+                        help="the weights as compiled (BackendOptions(weights=...); int8 and "
+                             "int4 with --params external)")
     parser.add_argument("--exact", action="store_true",
                         help="instead: write each model's checkpoint and compare "
                              "compile_generator(dir, dtype=float32)'s tokens with HF's generate")
@@ -344,9 +361,12 @@ def main(argv=None) -> int:
         return 0
     if args.worker:
         row = exactness(args.checkpoint) if args.exact else \
-            worker(args.worker, args.params, args.checkpoint, args.dtype)
+            worker(args.worker, args.params, args.checkpoint, args.dtype, args.weights)
         print(json.dumps(row), flush=True)
         return 0
+    if args.weights != "float32" and args.params != "external":
+        parser.error(f"--weights {args.weights}: needs --params external (the bound is read "
+                     f"from the parameter archive)")
     names = args.models.split(",")
     unknown = sorted(set(names) - set(SHAPES))
     if unknown:
@@ -368,7 +388,8 @@ def main(argv=None) -> int:
                 source = ["--checkpoint", str(checkpoint)]
             env = {**os.environ, "TMPDIR": str(scratch), "ANYSHAPE_CACHE_DIR": str(cache)}
             run = subprocess.run([sys.executable, __file__, "--worker", name,
-                                  "--params", args.params, "--dtype", args.dtype, *source,
+                                  "--params", args.params, "--dtype", args.dtype,
+                                  "--weights", args.weights, *source,
                                   *(["--exact"] if args.exact else [])], env=env,
                                  capture_output=True, text=True)
             if run.returncode:
@@ -382,11 +403,14 @@ def main(argv=None) -> int:
     host = host_cpu()
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"compile-cost-{args.params}" + ("-from-dir" if args.source == "dir" else "") + \
-        ("" if args.dtype == "float32" else f"-{args.dtype}")
+        ("" if args.dtype == "float32" else f"-{args.dtype}") + \
+        ("" if args.weights == "float32" else f"-{args.weights}")
     (args.out / f"{stem}.json").write_text(json.dumps(
         {"host": host, "command": command, "results": results}, indent=1))
     gb = 2 ** 30
-    lines = [f"# Compile cost against model size ({args.dtype}, params={args.params}, "
+    lines = [f"# Compile cost against model size ({args.dtype}"
+             f"{'' if args.weights == 'float32' else ', weights ' + args.weights}, "
+             f"params={args.params}, "
              f"from the {'checkpoint directory' if args.source == 'dir' else 'model object'}, "
              f"cold cache)", "",
              f"Host: {host}. Command: `{command}`.", "",
