@@ -111,10 +111,31 @@ def check_shape(fmt: WeightFormat, n: int, k: int, name: str) -> None:
 def quantize(weight: np.ndarray, fmt: WeightFormat) -> tuple[np.ndarray, np.ndarray]:
     """(q, scales) of ``weight`` [n, k]: int8 q [n, k] and float32 scales [n]
     (int8), or q in [-8, 7] as int8 [n, k] and float16 scales [n, k / group]
-    (int4). Rounding is to nearest, ties to even."""
-    w = np.asarray(weight, dtype=np.float32)
+    (int4). Rounding is to nearest, ties to even. Computed a run of rows at
+    a time: each row's codes depend on that row alone, and the float
+    temporaries of a whole 128256 x 4096 table (2 GiB each) would be the
+    compile's peak memory."""
+    w = np.asarray(weight)
     if w.ndim != 2:
         raise ValueError(f"weight: expected 2 dims [n, k], got shape {list(w.shape)}")
+    n, k = w.shape
+    if fmt.name not in ("int8", "int4"):
+        raise ValueError(f"weights: {fmt.name!r} is not a quantized format")
+    if fmt.name == "int4":
+        check_shape(fmt, n, k, "given")
+    rows = max(1, _ROWS_AT_ONCE_ELEMENTS // max(k, 1))
+    parts = [_quantized_rows(np.asarray(w[start:start + rows], dtype=np.float32), fmt)
+             for start in range(0, max(n, 1), rows)]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate([q for q, _ in parts]), np.concatenate([s for _, s in parts])
+
+
+# Rows ``quantize`` takes at once: about 4 MiB of float32.
+_ROWS_AT_ONCE_ELEMENTS = 1 << 20
+
+
+def _quantized_rows(w: np.ndarray, fmt: WeightFormat) -> tuple[np.ndarray, np.ndarray]:
     if not np.isfinite(w).all():
         raise QuantizationError("weight: holds inf or NaN, which no scale can quantize")
     n, k = w.shape
@@ -122,9 +143,6 @@ def quantize(weight: np.ndarray, fmt: WeightFormat) -> tuple[np.ndarray, np.ndar
         scale = np.abs(w).max(axis=1, initial=0.0) / np.float32(127)
         q = np.rint(w / np.where(scale > 0, scale, 1)[:, None])
         return np.clip(q, -127, 127).astype(np.int8), scale.astype(np.float32)
-    if fmt.name != "int4":
-        raise ValueError(f"weights: {fmt.name!r} is not a quantized format")
-    check_shape(fmt, n, k, "given")
     groups = w.reshape(n, k // fmt.group_size, fmt.group_size)
     at = np.abs(groups).argmax(axis=2)
     extreme = np.take_along_axis(groups, at[..., None], axis=2)[..., 0]

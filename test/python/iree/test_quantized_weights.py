@@ -68,6 +68,23 @@ def test_quantized_values_are_within_half_a_step(fmt):
     assert np.all(deq[1] == 0) and np.isfinite(deq).all()
 
 
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f"{f.name}-{f.group_size}")
+def test_quantizing_a_run_of_rows_at_a_time_gives_the_whole_weights_codes(fmt, monkeypatch):
+    """/// quantize takes about 4 MiB of rows at a time (an 8B model's
+    /// embedding table whole would need 2 GiB per temporary): runs of 5 rows,
+    /// and a last one shorter, give the codes and scales of the whole at once;
+    /// an inf in a later run is still refused."""
+    w = _weights(np.random.default_rng(3), 37, 256)
+    whole = qw.quantize(w, fmt)
+    monkeypatch.setattr(qw, "_ROWS_AT_ONCE_ELEMENTS", 5 * 256)
+    runs = qw.quantize(w, fmt)
+    for got, want in zip(runs, whole):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    w[33, 7] = np.inf
+    with pytest.raises(qw.QuantizationError, match="holds inf or NaN"):
+        qw.quantize(w, fmt)
+
+
 @pytest.mark.parametrize("fmt", [INT8, INT4, qw.WeightFormat("int4", 128),
                                  qw.WeightFormat("int4", 64, activations="int8")],
                          ids=lambda f: f"{f.name}-{f.group_size}-{f.activations}")
