@@ -151,13 +151,43 @@ class _Mappings:
 def _cast_into_scratch(casts: dict[str, tuple[StoredTensor, torch.dtype]],
                        mappings: _Mappings, directory: Path) -> dict[str, torch.Tensor]:
     """``casts`` (name -> the stored tensor and the dtype it is compiled in),
-    each cast in turn and written to one scratch file in ``directory``, which
-    is deleted once mapped (its pages live as long as the views). Returns the
-    views."""
-    places, total = {}, 0
+    each cast in turn and written to scratch files in ``directory``, each
+    deleted once mapped (its pages live as long as the views). Returns the
+    views. A file holds at most ``SCRATCH_FILE_BYTES`` (or one tensor larger
+    than that): Linux refuses a copy-on-write mapping larger than the
+    machine's memory and swap (the heuristic overcommit's check of one
+    request), and Llama-3-8B's weights cast to float32 are 32 GB."""
+    needed = sum(_aligned(math.prod(stored.shape) * dtype.itemsize)
+                 for stored, dtype in casts.values())
+    views: dict[str, torch.Tensor] = {}
+    batch: dict[str, tuple[StoredTensor, torch.dtype]] = {}
+    size = 0
     for name, (stored, dtype) in casts.items():
-        places[name] = total
-        total += -(-math.prod(stored.shape) * dtype.itemsize // _ALIGNMENT) * _ALIGNMENT
+        nbytes = _aligned(math.prod(stored.shape) * dtype.itemsize)
+        if batch and size + nbytes > SCRATCH_FILE_BYTES:
+            views.update(_cast_into_file(batch, mappings, directory, size, needed))
+            batch, size = {}, 0
+        batch[name] = (stored, dtype)
+        size += nbytes
+    if batch:
+        views.update(_cast_into_file(batch, mappings, directory, size, needed))
+    return views
+
+
+# The most one scratch file of casts holds (``_cast_into_scratch``).
+SCRATCH_FILE_BYTES = 2 << 30
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // _ALIGNMENT) * _ALIGNMENT
+
+
+def _cast_into_file(casts: dict[str, tuple[StoredTensor, torch.dtype]], mappings: _Mappings,
+                    directory: Path, total: int, needed: int) -> dict[str, torch.Tensor]:
+    places, at = {}, 0
+    for name, (stored, dtype) in casts.items():
+        places[name] = at
+        at += _aligned(math.prod(stored.shape) * dtype.itemsize)
     handle, path = tempfile.mkstemp(prefix="anyshape-cast-", suffix=".bin", dir=directory)
     path = Path(path)
     try:
@@ -169,16 +199,15 @@ def _cast_into_scratch(casts: dict[str, tuple[StoredTensor, torch.dtype]],
                 out.write(memoryview(cast.reshape(-1).view(torch.uint8).numpy()))
                 del cast
             out.truncate(max(total, 1))
-        views = {name: mappings.view(path, places[name], dtype, stored.shape)
-                 for name, (stored, dtype) in casts.items()}
+        return {name: mappings.view(path, places[name], dtype, stored.shape)
+                for name, (stored, dtype) in casts.items()}
     except OSError as error:
         raise OSError(error.errno, (
-            f"cannot write the {total / 1e9:.1f} GB of weights cast to the compiled dtype to "
+            f"cannot write the {needed / 1e9:.1f} GB of weights cast to the compiled dtype to "
             f"{directory}: {error.strerror} (set TMPDIR to a directory with room, or compile "
             f"in the checkpoint's own dtype)"), str(directory)) from error
     finally:
         path.unlink(missing_ok=True)
-    return views
 
 
 def checkpoint_dtype(config, stored: dict[str, StoredTensor]) -> torch.dtype:

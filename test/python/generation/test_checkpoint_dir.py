@@ -72,6 +72,35 @@ def test_the_checkpoint_model_is_from_pretrained_s(model_type, tmp_path):
             assert torch.equal(ours(**inputs).logits, theirs(**inputs).logits)
 
 
+def test_casts_are_split_into_scratch_files_each_mapped_within_the_bound(tmp_path, monkeypatch):
+    """/// Linux refuses one copy-on-write mapping larger than memory and swap
+    /// (Llama-3-8B cast to float32 is 32 GB): the casts go to files of at most
+    /// SCRATCH_FILE_BYTES (a larger tensor alone), and the model read from
+    /// them computes HF's logits bit for bit."""
+    import anyshape.frontend.checkpoint as checkpoint
+
+    model = small_causal_lm("llama")
+    directory = _saved(model, tmp_path / "ckpt", torch.bfloat16)
+    bound = 40_000  # bytes: the 256 x 64 float32 embedding (65,536 bytes) is one file alone
+    monkeypatch.setattr(checkpoint, "SCRATCH_FILE_BYTES", bound)
+    files = []
+    real = checkpoint._cast_into_file
+
+    def recorded(casts, mappings, where, total, needed):
+        files.append((total, len(casts)))
+        return real(casts, mappings, where, total, needed)
+
+    monkeypatch.setattr(checkpoint, "_cast_into_file", recorded)
+    ours = load_checkpoint(directory, torch.float32)
+    assert len(files) > 3, files
+    assert all(total <= bound or count == 1 for total, count in files), files
+    assert any(total > bound for total, _ in files), files
+    ids = torch.randint(3, 200, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(ours(input_ids=ids).logits,
+                           _from_pretrained(directory, torch.float32)(input_ids=ids).logits)
+
+
 @pytest.mark.builds_after_export
 def test_a_bfloat16_checkpoint_generates_hf_s_tokens_in_float32(tmp_path):
     """/// Sharded bfloat16 safetensors compiled in float32: the tokens of HF's
