@@ -103,7 +103,7 @@ class Workaround:
         if not self.guard and not self.unguarded:
             raise ValueError(f"workaround {self.name!r}: no guard, and no word on why")
 
-STYLES = ("bars", "lines")
+
 _DETAIL = "  "
 _DESCRIPTION_CHARS = 72
 _TICK_SECONDS = 0.5
@@ -139,7 +139,7 @@ class StageBars:
 
     def __call__(self, message: str) -> None:
         with self._lock:
-            if message.startswith(_DETAIL) and self._bar is not None:
+            if message.startswith(_DETAIL):
                 self._tqdm.write(message, file=self._stream())
                 return
             self._close()

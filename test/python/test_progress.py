@@ -67,11 +67,13 @@ def test_closing_twice_or_with_no_stage_is_harmless():
     terminal = Terminal()
     bars = StageBars(terminal)
     close_progress(bars)
+    bars("  a detail before any stage starts none")
     bars("a stage")
     close_progress(bars)
     close_progress(bars)
     close_progress(print)  # a function of a message has nothing to close
-    assert drawn_lines(terminal.getvalue()) == ["a stage  00:00"]
+    assert drawn_lines(terminal.getvalue()) == ["  a detail before any stage starts none",
+                                                "a stage  00:00"]
 
 
 def test_lines_share_one_clock_and_finish_is_a_line():
