@@ -99,7 +99,7 @@ class StageFiles:
         runs (``write_deferred_archive``): iree-compile never reads it (the
         module reads its parameters when it loads), and IREE's writer holds
         the GIL, so it is written on the compile's thread once the compiler's
-        process has started (4.1 GB: about 4 s off the 1.1B shape's compile)."""
+        process has started (docs/benchmarks.md, "fourth session")."""
         self._archive = (path, arrays)
 
     def write_deferred_archive(self) -> None:
