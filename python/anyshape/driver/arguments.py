@@ -9,8 +9,7 @@ import re
 from typing import Sequence
 
 from anyshape.driver.pipeline import make_anyshape_pass
-from anyshape.iree.flags import (Target, make_target, with_matmul_precision, with_product_kernel,
-                                 with_weights)
+from anyshape.iree.flags import Target, products_target, with_weights
 from anyshape.options import BackendOptions
 from anyshape.passes import DEFAULT_PIPELINE
 from anyshape.runtime.compiled_module import available_cores, check_threads
@@ -43,15 +42,12 @@ def check_model_and_inputs(model, args, kwargs, dtype, entries: dict | None) -> 
 
 def target_from(target: str, backend: BackendOptions, padding: str | None) -> Target:
     """The ``Target`` that ``target`` and ``backend`` (resolved) ask for."""
-    compile_target = make_target(target, backend.cuda_arch, backend.opt_level,
-                                 backend.data_tiling, backend.target_cpu)
+    compile_target = products_target(target, backend)
     if not isinstance(backend.outer_dim_concat, bool):
         raise TypeError(f"outer_dim_concat: expected True or False, got "
                         f"{backend.outer_dim_concat!r}")
     if not backend.outer_dim_concat:
         compile_target = dataclasses.replace(compile_target, outer_dim_concat=False)
-    compile_target = with_matmul_precision(compile_target, backend.matmul_precision)
-    compile_target = with_product_kernel(compile_target, backend.product_kernel)
     compile_target = with_weights(compile_target, backend.weights, backend.group_size,
                                   backend.weights_from, backend.activations)
     if not isinstance(backend.in_place_writes, bool):

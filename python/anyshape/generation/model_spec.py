@@ -46,15 +46,11 @@ def start_building_kernels(target: str, backend) -> None:
     ``backend`` will link them, built on a thread of their own while the
     steps export (``linear_rows.start_building``). A bad option is left for
     ``anyshape.compile`` to name."""
-    from anyshape.iree.flags import make_target, with_matmul_precision, with_product_kernel
+    from anyshape.iree.flags import products_target
     from anyshape.iree.kernels.linear_rows import start_building
 
     try:
-        compile_target = with_product_kernel(
-            with_matmul_precision(make_target(target, backend.cuda_arch, backend.opt_level,
-                                              backend.data_tiling, backend.target_cpu),
-                                  backend.matmul_precision),
-            backend.product_kernel)
+        compile_target = products_target(target, backend)
     except (TypeError, ValueError):
         return
     start_building(compile_target)

@@ -155,6 +155,18 @@ def with_product_kernel(target: Target, kernel) -> Target:
     return dataclasses.replace(target, product_kernel=kernel)
 
 
+def products_target(target: str, backend) -> Target:
+    """The ``Target`` that ``target`` ("cpu", "cuda") and ``backend`` (an
+    ``anyshape.BackendOptions``) make, as far as how its products are built:
+    what the compile starts from (``driver/arguments.target_from``), and what
+    a generator's kernels are built for while it exports."""
+    return with_product_kernel(
+        with_matmul_precision(make_target(target, backend.cuda_arch, backend.opt_level,
+                                          backend.data_tiling, backend.target_cpu),
+                              backend.matmul_precision),
+        backend.product_kernel)
+
+
 def routes_products(target: Target) -> bool:
     """Whether ``target`` builds its products with a constant weight with
     anyshape's kernel (where the kernel can be built: iree/kernels/linear_rows.py)."""
