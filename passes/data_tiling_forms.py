@@ -85,7 +85,7 @@ from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int
                                                 int_list_construct, is_none, list_items,
                                                 none_constant)
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
-from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, same_size
 from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions, is_a, rebuilt,
                                              typed, users, vtensor_type)
 from anyshape.stages import Workaround
@@ -154,7 +154,7 @@ class _Rewrites:
             return True  # static and equal
         da, db = self.analysis.dims.get(a), self.analysis.dims.get(b)
         return (da is not None and db is not None and
-                all(da[i] is not None and db[i] is not None and sympy.simplify(da[i] - db[i]) == 0
+                all(same_size(da[i], db[i])
                     for i in axes))
 
     def is_row(self, start, size) -> bool:

@@ -76,7 +76,7 @@ from anyshape.passes.torch_ir.constants import (constant_bool, constant_int, int
 from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, SOFTMAXES,
                                           dropout_in_eval, keepdim, reduced_axes)
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
-from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, same_size
 from anyshape.passes.torch_ir.values import (defining_op, erase_unused, functions,
                                              hoist_argument_bindings, is_a, rebuilt,
                                              static_info_cast, typed, users, vtensor_type)
@@ -472,7 +472,7 @@ class _Hoister:
         return None if shape is None else [None if s is None else sympy.Integer(s) for s in shape[0]]
 
     def same(self, a, b) -> bool:
-        return a is not None and b is not None and sympy.simplify(a - b) == 0
+        return same_size(a, b)
 
     def inside(self, row, size) -> bool:
         """0 <= row < size, provably (a row index inside an axis of ``size``)."""

@@ -33,13 +33,10 @@ from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int_constant,
                                                 int_list_construct, list_items)
-from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, same_size
 from anyshape.passes.torch_ir.values import (defining_op, is_a, rebuilt, static_info_cast, typed,
                                              vtensor_type)
 
-
-def _same(a, b) -> bool:
-    return a is not None and b is not None and sympy.simplify(a - b) == 0
 
 
 def _expand_parts(op, analysis: ShapeAnalysis):
@@ -62,7 +59,7 @@ def rewrite_expand(op, rewriter, analysis: ShapeAnalysis) -> bool:
     source, in_dims, items = parts
     new_axes = len(items) - len(in_dims)
     exprs = [analysis.scalar(v) for v in items]
-    keep = [i >= new_axes and (exprs[i] == -1 or _same(exprs[i], in_dims[i - new_axes]))
+    keep = [i >= new_axes and (exprs[i] == -1 or same_size(exprs[i], in_dims[i - new_axes]))
             for i in range(len(items))]
     if all(keep):
         with ir.InsertionPoint(op), op.location:
@@ -126,7 +123,7 @@ def drop_implied_expand(op, rewriter, analysis: ShapeAnalysis) -> bool:
         if any(s is None for s in shapes):
             continue
         implied = ShapeAnalysis.broadcast(shapes, len(result_dims))
-        if implied is None or not all(_same(a, b) for a, b in zip(implied, result_dims)):
+        if implied is None or not all(same_size(a, b) for a, b in zip(implied, result_dims)):
             continue
         static = [vtensor_shape(operands[i].type)[0] for i in tensors]
         if any(len(s) > len(result_dims) for s in static):
@@ -246,7 +243,7 @@ def and_with_all_true(op, rewriter, analysis: ShapeAnalysis, builder) -> bool:
         offset = len(result_dims) - len(kept_dims)
         if offset < 0:
             continue
-        same = [i >= offset and _same(kept_dims[i - offset], result_dims[i])
+        same = [i >= offset and same_size(kept_dims[i - offset], result_dims[i])
                 for i in range(len(result_dims))]
         named = [result_dims[i] for i, s in enumerate(same) if not s]
         if any(d is None or not (d.is_Integer or (d.is_Symbol and analysis.root_of(d) is not None))

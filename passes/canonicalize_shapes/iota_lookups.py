@@ -26,7 +26,7 @@ from anyshape.dialects import iota_like, vtensor_shape
 from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int_constant,
                                                 int_list_construct, list_items)
-from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, size_query
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, same_size, size_query
 from anyshape.passes.torch_ir.values import (defining_op, dtype_code, is_a, static_info_cast, typed,
                                              vtensor_type)
 
@@ -240,7 +240,7 @@ def rewrite_iota_index(op, rewriter, analysis: ShapeAnalysis) -> bool:
         if found is None or len(vtensor_shape(index.type)[0]) != len(result[0]):
             return False
         length, axis = found
-        if length is None or dims[position] is None or sympy.simplify(length - dims[position]) != 0:
+        if not same_size(length, dims[position]):
             return False  # not the whole axis
         axes.append(axis)
     if axes != sorted(set(axes)):

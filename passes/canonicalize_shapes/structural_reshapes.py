@@ -20,7 +20,7 @@ from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import (constant_int, int_constant, int_list_construct,
                                                 list_items)
-from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, same_size
 from anyshape.passes.torch_ir.values import rebuilt, vtensor_type
 from anyshape.stages import Workaround
 
@@ -37,7 +37,7 @@ def group_dims(in_dims: list, out_dims: list) -> list[tuple[list[int], list[int]
     while i < len(in_dims) and j < len(out_dims):
         gi, gj = [i], [j]
         a, b = in_dims[i], out_dims[j]
-        while sympy.simplify(a - b) != 0:
+        while not same_size(a, b):
             if _divides(a, b) and i + len(gi) < len(in_dims):
                 a = a * in_dims[i + len(gi)]
                 gi.append(i + len(gi))

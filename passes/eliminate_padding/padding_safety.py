@@ -34,6 +34,7 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import constant_int, constant_number, list_items
+from anyshape.passes.torch_ir.shape_analysis import same_size
 from anyshape.passes.torch_ir.ops import (BROADCASTING, ELEMENTWISE, LAYER_NORMS,
                                           REDUCTIONS, SOFTMAXES, VIEWS, dropout_in_eval,
                                           keepdim, reduced_axes)
@@ -374,7 +375,7 @@ class PaddingSafety:
                         for part in parts:
                             part.add("L*")
                 continue
-            hits = [i for i, s in enumerate(sizes) if any(_same(s, w) for w in wants)]
+            hits = [i for i, s in enumerate(sizes) if any(same_size(s, w) for w in wants)]
             if role == "BL" and len(hits) == 2:
                 parts[hits[0]].add("B")
                 parts[hits[1]].add("L")
@@ -551,9 +552,6 @@ def _kind(roles: frozenset) -> str | None:
         return "both"
     return "positions" if positions else "sequences" if "B" in roles else None
 
-
-def _same(a, b) -> bool:
-    return a is not None and b is not None and sympy.simplify(a - b) == 0
 
 
 def _rank(value: ir.Value) -> int | None:

@@ -54,7 +54,7 @@ from anyshape.passes.torch_ir.constants import (constant_int, int_constant, int_
 from anyshape.passes.torch_ir.ops import (ELEMENTWISE, LAYER_NORMS, REDUCTIONS, RESHAPES,
                                           SOFTMAXES, dropout_in_eval, reduced_axes)
 from anyshape.passes.torch_ir.scalar_builder import ScalarBuilder
-from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis
+from anyshape.passes.torch_ir.shape_analysis import ShapeAnalysis, same_size
 from anyshape.passes.torch_ir.values import (IDENTITY, defining_op, functions,
                                              hoist_argument_bindings, is_a, rebuilt, typed, users,
                                              vtensor_type)
@@ -158,10 +158,10 @@ class _Packer:
         def free(rest):
             return all(d is not None and not (d.free_symbols & symbols) for d in rest)
 
-        if len(dims) >= 2 and _same(dims[0], self.batch) and _same(dims[1], self.length) \
+        if len(dims) >= 2 and same_size(dims[0], self.batch) and same_size(dims[1], self.length) \
                 and free(dims[2:]):
             return "BL"
-        if len(dims) >= 1 and _same(dims[0], self.batch * self.length) and free(dims[1:]):
+        if len(dims) >= 1 and same_size(dims[0], self.batch * self.length) and free(dims[1:]):
             return "F"
         return None
 
@@ -636,9 +636,6 @@ def _unsafe(poison: Poison, reader: str) -> PassFailure:
 def _show(roles) -> str:
     return "[" + ", ".join("{" + ",".join(sorted(r)) + "}" for r in roles) + "]"
 
-
-def _same(a, b) -> bool:
-    return a is not None and b is not None and sympy.simplify(a - b) == 0
 
 
 def _product(sizes) -> int:
