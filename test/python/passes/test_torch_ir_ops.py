@@ -148,3 +148,22 @@ def test_padding_proof_reads_each_fill_by_name():
         block = module.body.operations[0].regions[0].blocks[0]
         returned = list(block.operations)[-1].operation.operands
         assert [held_number(v) for v in returned] == [-3.5] * 4
+
+
+def test_is_a_matches_an_op_by_its_generated_classes():
+    from anyshape.passes.torch_ir.values import is_a
+
+    with new_context(), ir.Location.unknown():
+        module = ir.Module.parse("""
+          func.func @f(%x: !torch.vtensor<[2],f32>) -> !torch.vtensor<[2],f32> {
+            %0 = torch.aten.neg %x : !torch.vtensor<[2],f32> -> !torch.vtensor<[2],f32>
+            return %0 : !torch.vtensor<[2],f32>
+          }""")
+        neg = list(module.body.operations[0].regions[0].blocks[0].operations)[0]
+        assert is_a(neg, torch_ops.AtenNegOp)
+        assert is_a(neg.operation, torch_ops.AtenAbsOp, torch_ops.AtenNegOp)
+        assert not is_a(neg, torch_ops.AtenAbsOp)
+        assert not is_a(None, torch_ops.AtenNegOp)
+        # A class that names no op is a mistake in the pass, not a non-match.
+        with pytest.raises(TypeError, match="is_a: expected generated op classes.*OpView"):
+            is_a(neg, ir.OpView)
