@@ -107,27 +107,68 @@ def build(name: str, dtype=None):
 
 
 class Peaks:
-    """The process tree's resident bytes and a directory's bytes, sampled until stopped."""
+    """The process tree's resident bytes and a directory's bytes, sampled until
+    stopped, by a process of its own (``monitor``): sampled on a thread of
+    the compile's process, the scans of /proc held the GIL and made the
+    export, which runs in Python, about 8 % slower (docs/benchmarks.md)."""
 
     def __init__(self, directory: Path, every: float = 0.1):
-        import psutil
-
-        self.process, self.directory, self.every = psutil.Process(), directory, every
+        self.directory, self.every = directory, every
         self.memory = self.anonymous = self.disk = 0
         # the same peaks from the load stage on (compile_generator's report
         # "loading the module ..."): what running the module holds
-        self.loading = False
         self.load_memory = self.load_anonymous = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._monitor = None
 
-    def _tree_rss(self) -> tuple[int, int]:
-        """(resident, anonymous) bytes of the tree; psutil's ``shared`` is the
-        file-backed part of the resident (RssFile + RssShmem)."""
-        import psutil
+    def progress(self, message: str) -> None:
+        if message.startswith("loading the module"):
+            self._monitor.stdin.write("loading\n")
+            self._monitor.stdin.flush()
 
+    def __enter__(self):
+        self._monitor = subprocess.Popen(
+            [sys.executable, __file__, "--monitor", str(os.getpid()), str(self.directory),
+             str(self.every)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._monitor.stdout.readline()  # "sampling": the first sample is taken
+        return self
+
+    def __exit__(self, *_):
+        out, _ = self._monitor.communicate("stop\n", timeout=60)
+        peaks = json.loads(out.strip().splitlines()[-1])
+        self.memory, self.anonymous, self.disk = peaks["memory"], peaks["anonymous"], peaks["disk"]
+        self.load_memory, self.load_anonymous = peaks["load_memory"], peaks["load_anonymous"]
+
+
+def monitor(pid: int, directory: Path, every: float) -> dict:
+    """Sample process ``pid``'s tree (this process left out) and ``directory``
+    every ``every`` seconds until stdin says "stop" (or closes); "loading"
+    starts the load stage's peaks. Returns the peaks."""
+    import psutil
+
+    root, me = psutil.Process(pid), os.getpid()
+    peaks = dict.fromkeys(("memory", "anonymous", "disk", "load_memory", "load_anonymous"), 0)
+    state = {"loading": False}
+    stop = threading.Event()
+
+    def read_commands():
+        for line in sys.stdin:
+            if line.strip() == "loading":
+                state["loading"] = True
+            elif line.strip() == "stop":
+                break
+        stop.set()
+
+    def tree_rss() -> tuple[int, int]:
+        """(resident, anonymous) bytes; psutil's ``shared`` is the file-backed
+        part of the resident (RssFile + RssShmem)."""
         total = anonymous = 0
-        for process in [self.process, *self.process.children(recursive=True)]:
+        try:
+            processes = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return 0, 0
+        for process in processes:
+            if process.pid == me:
+                continue
             try:
                 info = process.memory_info()
             except psutil.Error:
@@ -136,39 +177,29 @@ class Peaks:
             anonymous += info.rss - info.shared
         return total, anonymous
 
-    def _disk(self) -> int:
+    def disk() -> int:
         total = 0
-        for root, _, names in os.walk(self.directory):
+        for base, _, names in os.walk(directory):
             for name in names:
                 try:
-                    total += os.lstat(os.path.join(root, name)).st_blocks * 512
+                    total += os.lstat(os.path.join(base, name)).st_blocks * 512
                 except OSError:
                     continue
         return total
 
-    def _run(self):
-        while not self._stop.is_set():
-            resident, anonymous = self._tree_rss()
-            if self.loading:
-                self.load_memory = max(self.load_memory, resident)
-                self.load_anonymous = max(self.load_anonymous, anonymous)
-            else:
-                self.memory = max(self.memory, resident)
-                self.anonymous = max(self.anonymous, anonymous)
-            self.disk = max(self.disk, self._disk())
-            self._stop.wait(self.every)
-
-    def progress(self, message: str) -> None:
-        if message.startswith("loading the module"):
-            self.loading = True
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_):
-        self._stop.set()
-        self._thread.join()
+    threading.Thread(target=read_commands, daemon=True).start()
+    first = True
+    while True:
+        resident, anonymous = tree_rss()
+        prefix = "load_" if state["loading"] else ""
+        peaks[prefix + "memory"] = max(peaks[prefix + "memory"], resident)
+        peaks[prefix + "anonymous"] = max(peaks[prefix + "anonymous"], anonymous)
+        peaks["disk"] = max(peaks["disk"], disk())
+        if first:
+            print("sampling", flush=True)
+            first = False
+        if stop.wait(every):
+            return peaks
 
 
 def write_checkpoint(name: str, directory: Path, dtype) -> None:
@@ -349,10 +380,15 @@ def main(argv=None) -> int:
                         help="instead: write each model's checkpoint and compare "
                              "compile_generator(dir, dtype=float32)'s tokens with HF's generate")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--monitor", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--write-checkpoint", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "compile-cost")
     args = parser.parse_args(argv)
+    if args.monitor:
+        pid, directory, every = args.monitor
+        print(json.dumps(monitor(int(pid), Path(directory), float(every))), flush=True)
+        return 0
     if args.write_checkpoint:
         import torch
 
