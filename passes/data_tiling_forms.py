@@ -154,8 +154,7 @@ class _Rewrites:
             return True  # static and equal
         da, db = self.analysis.dims.get(a), self.analysis.dims.get(b)
         return (da is not None and db is not None and
-                all(same_size(da[i], db[i])
-                    for i in axes))
+                all(same_size(da[i], db[i]) for i in axes))
 
     def is_row(self, start, size) -> bool:
         """0 <= start < size for every size in range."""

@@ -173,7 +173,7 @@ def _broadcast(h: _Hoister, producer, axis: int, positions) -> Plan | None:
         if aligned < 0 or shape[0][aligned] == 1:
             continue  # broadcast along the axis: left whole
         dims = h.dims(operand)
-        if dims is None or not h.same(dims[aligned], result_dims[axis]):
+        if dims is None or not same_size(dims[aligned], result_dims[axis]):
             return None  # may be 1 at run time, or differ: cannot tell
         moves[i] = aligned
     return Plan(moves) if moves else None
@@ -345,7 +345,7 @@ def through_flatten(h, producer, axis, cut) -> Plan | None:
     step_expr = h.analysis.scalar(step)
     first_expr = h.analysis.scalar(first)
     last_value = constant_int(last)
-    if inner is None or not h.same(step_expr, inner) or last_value is None or \
+    if inner is None or not same_size(step_expr, inner) or last_value is None or \
             last_value < _INT64_MAX // 2:
         return None
     if not h.inside(first_expr, inner):
@@ -471,14 +471,11 @@ class _Hoister:
         shape = vtensor_shape(value.type)
         return None if shape is None else [None if s is None else sympy.Integer(s) for s in shape[0]]
 
-    def same(self, a, b) -> bool:
-        return same_size(a, b)
-
     def inside(self, row, size) -> bool:
         """0 <= row < size, provably (a row index inside an axis of ``size``)."""
         if row is None or size is None:
             return False
-        if self.same(row, size - 1):
+        if same_size(row, size - 1):
             return True
         low = self.analysis.min_of(row)
         return low is not None and low >= 0 and row.is_Integer and (
@@ -675,7 +672,7 @@ def gather_as_index_select(h: _Hoister, op, rewriter) -> bool:
         return False  # the index differs along another axis: a per-row gather
     index_dims, source_dims = h.dims(index), h.dims(source)
     if index_dims is None or source_dims is None or any(
-            not h.same(index_dims[i], source_dims[i]) for i in range(rank) if i != axis):
+            not same_size(index_dims[i], source_dims[i]) for i in range(rank) if i != axis):
         return False  # gather would read only a corner of x there
     result = vtensor_shape(op.results[0].type)[0]
     if not h.movable(source, axis, _Cut("index", None, result[axis])):

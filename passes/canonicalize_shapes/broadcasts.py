@@ -38,7 +38,6 @@ from anyshape.passes.torch_ir.values import (defining_op, is_a, rebuilt, static_
                                              vtensor_type)
 
 
-
 def _expand_parts(op, analysis: ShapeAnalysis):
     """(source, source dims, [size expr per item]) of an expand/broadcast_to, or None."""
     source = op.operands[0]

@@ -34,10 +34,10 @@ import sympy
 from anyshape.dialects import vtensor_shape
 from anyshape.mlir import ir, torch_ops
 from anyshape.passes.torch_ir.constants import constant_int, constant_number, list_items
-from anyshape.passes.torch_ir.shape_analysis import same_size
 from anyshape.passes.torch_ir.ops import (BROADCASTING, ELEMENTWISE, LAYER_NORMS,
                                           REDUCTIONS, SOFTMAXES, VIEWS, dropout_in_eval,
                                           keepdim, reduced_axes)
+from anyshape.passes.torch_ir.shape_analysis import same_size
 from anyshape.passes.torch_ir.values import defining_op, is_a, typed
 
 BIG_NEGATIVE = -1e30
@@ -551,7 +551,6 @@ def _kind(roles: frozenset) -> str | None:
     if "BL" in roles or ("B" in roles and positions):
         return "both"
     return "positions" if positions else "sequences" if "B" in roles else None
-
 
 
 def _rank(value: ir.Value) -> int | None:

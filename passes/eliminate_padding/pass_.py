@@ -637,7 +637,6 @@ def _show(roles) -> str:
     return "[" + ", ".join("{" + ",".join(sorted(r)) + "}" for r in roles) + "]"
 
 
-
 def _product(sizes) -> int:
     out = 1
     for n in sizes:
