@@ -108,9 +108,9 @@ def build(name: str, dtype=None):
 
 class Peaks:
     """The process tree's resident bytes and a directory's bytes, sampled until
-    stopped, by a process of its own (``monitor``): sampled on a thread of
-    the compile's process, the scans of /proc held the GIL and made the
-    export, which runs in Python, about 8 % slower (docs/benchmarks.md)."""
+    stopped, by a process of its own (``monitor``): on a thread of the
+    compile's process, its scans of /proc held the GIL and slowed the stages
+    that run Python (docs/benchmarks.md, "fifth session")."""
 
     def __init__(self, directory: Path, every: float = 0.1):
         self.directory, self.every = directory, every

@@ -42,10 +42,10 @@ def size_query(value: ir.Value) -> tuple[ir.Value, int] | None:
 
 def same_size(a, b) -> bool:
     """``a`` and ``b`` (sympy sizes, None unknown) are the same size for every
-    value of their symbols. A polynomial difference is decided by expanding it
-    (a few microseconds); only what is not a polynomial (floor divisions, Min,
-    Max) goes to ``sympy.simplify``, which took about a millisecond a call and
-    1.2 s of GPT-2's shape canonicalization (docs/benchmarks.md)."""
+    value of their symbols. A polynomial difference is decided by expanding it;
+    only what is not a polynomial (floor divisions, Min, Max) goes to
+    ``sympy.simplify``, which is slow on every difference that is not zero
+    (docs/benchmarks.md, "fifth session")."""
     if a is None or b is None:
         return False
     difference = sympy.expand(a - b)

@@ -1,7 +1,7 @@
 """``same_size``: whether two symbolic sizes agree for every value of their
 symbols, which the passes ask for each view, broadcast and slice they rewrite.
-Polynomials are decided by expansion; ``sympy.simplify`` (about a millisecond
-a call, 1.2 s of GPT-2's shape canonicalization) only sees the rest."""
+Polynomials are decided by expansion; ``sympy.simplify``, slow on every
+difference that is not zero, only sees the rest."""
 
 import sympy
 import pytest

@@ -10,7 +10,7 @@ import pytest
 from anyshape.mlir import ir, torch_ops
 from anyshape.dialects import new_context
 from anyshape.passes.torch_ir.ops import REDUCTIONS, keepdim, reduced_axes
-from anyshape.passes.torch_ir.values import rebuilt, typed
+from anyshape.passes.torch_ir.values import is_a, rebuilt, typed
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -151,8 +151,6 @@ def test_padding_proof_reads_each_fill_by_name():
 
 
 def test_is_a_matches_an_op_by_its_generated_classes():
-    from anyshape.passes.torch_ir.values import is_a
-
     with new_context(), ir.Location.unknown():
         module = ir.Module.parse("""
           func.func @f(%x: !torch.vtensor<[2],f32>) -> !torch.vtensor<[2],f32> {
