@@ -635,8 +635,12 @@ def summary(compiled, out: Path, described: dict | None) -> str:
         lines.append(f"  stages: {times} (total {sum(compiled.stage_seconds.values()):.1f}s)")
     files = [f"module.vmfb {_size(compiled.vmfb_path.stat().st_size)}"]
     if compiled.parameters_path is not None:
+        packed = compiled.encoder_path is not None
         files.append(f"params.irpa {_size(compiled.parameters_path.stat().st_size)} "
-                     f"(the weights)")
+                     f"(the weights{', packed' if packed else ''})")
+        if packed:
+            files.append(f"encoder.vmfb {_size(compiled.encoder_path.stat().st_size)} "
+                         f"(packs new weights: anyshape.write_parameters)")
     else:
         files.append("weights inside module.vmfb")
     lines.append(f"  files: {', '.join(files)}, manifest.json")

@@ -11,6 +11,7 @@ from torch.export import Dim
 
 import anyshape
 import anyshape.driver.stage_files
+from anyshape.runtime import parameter_encoding
 
 
 class TwoLayers(torch.nn.Module):
@@ -121,8 +122,9 @@ def _iree_compile_running() -> bool:
 
 @pytest.mark.builds_after_export
 def test_the_parameter_archive_is_written_while_iree_compile_runs(monkeypatch):
-    """/// iree-compile never reads params.irpa: the archive is written once its
-    /// process has started, not before it (a 4.1 GB archive: seconds)."""
+    """/// A CUDA module's weights go into params.irpa as they are, which
+    /// iree-compile never reads: the archive is written once its process has
+    /// started, not before it (a 4.1 GB archive: seconds)."""
     real = anyshape.driver.stage_files.write_archive
     seen = []
 
@@ -131,14 +133,11 @@ def test_the_parameter_archive_is_written_while_iree_compile_runs(monkeypatch):
         real(path, arrays)
 
     monkeypatch.setattr(anyshape.driver.stage_files, "write_archive", watched)
-    torch.manual_seed(0)
-    model = TwoLayers().eval()
-    compiled = anyshape.compile(model, (torch.randn(7, 33),),
-                                dynamic_shapes={"x": {0: Dim("rows")}}, cache=False,
+    compiled = anyshape.compile(TwoLayers().eval(), (torch.randn(7, 33),),
+                                dynamic_shapes={"x": {0: Dim("rows")}}, cache=False, target="cuda",
                                 backend=anyshape.BackendOptions(params="external"))
     assert seen == [("params.irpa", True)]
-    x = torch.randn(5, 33)
-    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    assert compiled.encoder_path is None
 
 
 @pytest.mark.builds_after_export
@@ -150,9 +149,27 @@ def test_a_full_disk_while_writing_the_archive_stops_iree_compile_and_is_named(m
 
     monkeypatch.setattr(anyshape.driver.stage_files, "write_archive", full)
     with pytest.raises(OSError) as info:
-        anyshape.compile(TwoLayers().eval(), (torch.randn(7, 33),), cache=False,
+        anyshape.compile(TwoLayers().eval(), (torch.randn(7, 33),), cache=False, target="cuda",
                          backend=anyshape.BackendOptions(params="external"))
     assert info.value.errno == errno.ENOSPC
     weights = 4 * (33 * 65 + 65 + 65 * 17 + 17)
     assert f"the compile needs about {weights / 1e3:.1f} kB there" in str(info.value)  # once
+    assert not _iree_compile_running()
+
+
+@pytest.mark.builds_after_export
+def test_a_full_disk_while_packing_the_weights_is_named(monkeypatch):
+    """/// A CPU module's archive is written by its encoder after iree-compile;
+    /// IREE's "failed to extend file" there is a full disk, named as one."""
+    real = parameter_encoding.create_archive_file
+
+    def onto_a_full_device(index, path):
+        real(index, Path("/dev/full"))
+
+    monkeypatch.setattr(parameter_encoding, "create_archive_file", onto_a_full_device)
+    with pytest.raises(OSError) as info:
+        anyshape.compile(TwoLayers().eval(), (torch.randn(7, 33),), cache=False,
+                         backend=anyshape.BackendOptions(params="external"))
+    assert info.value.errno == errno.ENOSPC
+    assert "no space left on the device of the compile's working directory" in str(info.value)
     assert not _iree_compile_running()

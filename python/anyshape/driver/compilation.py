@@ -33,6 +33,8 @@ class Compilation:
     # The weights the module's blobs hold no data for (resource blob name ->
     # array): the iree-input stage attaches them (iree/detached_weights.py)
     detached: dict | None = None
+    # The CPU threads the module runs on (None: one per core): its encoder's too
+    threads: int | None = None
 
     def with_data_tiling(self, data_tiling: bool) -> "Compilation":
         return dataclasses.replace(self, target=dataclasses.replace(self.target,

@@ -42,7 +42,8 @@ from anyshape.iree.parameters import ARCHIVE
 from anyshape.mlir import MLIRError, diagnostics_of, ir, parse_module, versions
 from anyshape.options import UNSET, BackendOptions, resolve_backend
 from anyshape.passes.eliminate_padding.pass_ import dense_twin
-from anyshape.runtime.compiled_module import CompiledModule
+from anyshape.runtime.compiled_module import CompiledModule, cpu_device
+from anyshape.runtime.parameter_encoding import ENCODER
 from anyshape.runtime.signature import ModuleSignature
 from anyshape.stages import (IMPORT_STAGE, IREE_COMPILE_STAGE, IREE_INPUT_STAGE, Workaround,
                              finish_progress, keep_reproducer, progress_printer)
@@ -151,7 +152,7 @@ def compile(model, args=None, kwargs: dict | None = None, *, dynamic_shapes: Any
 
     def build() -> tuple[CompiledModule, list[warnings.WarningMessage]]:
         return _built(program, entries, signature, compile_target, pass_names, backend.params,
-                      dump_ir_dir, report, written)
+                      dump_ir_dir, report, written, backend.threads)
 
     key = None
     if cache and stop_phase() is None:  # a census's build is no artifact
@@ -209,7 +210,8 @@ def _signatures(program, entries: dict, dynamic_shapes) -> tuple[ModuleSignature
 
 def _built(program, entries: dict, signature: ModuleSignature, target: Target,
            pass_names: list[str], params: str, dump_ir_dir, report,
-           written: dict) -> tuple[CompiledModule, list[warnings.WarningMessage]]:
+           written: dict, threads: int | None
+           ) -> tuple[CompiledModule, list[warnings.WarningMessage]]:
     """Import, passes and IREE: the module, and the warnings its build gave."""
     from anyshape.frontend.importer import import_programs
 
@@ -228,7 +230,7 @@ def _built(program, entries: dict, signature: ModuleSignature, target: Target,
                                dump_ir_dir=dump_ir_dir, report=report, weights=weights,
                                arrays=arrays, written=written,
                                # as imported: quantizing adds its own blobs to arrays
-                               detached=dict(detached))
+                               detached=dict(detached), threads=threads)
     built.stage_seconds = {IMPORT_STAGE: import_seconds,
                            **{k: v for k, v in built.stage_seconds.items() if k != IMPORT_STAGE}}
     return built, caught
@@ -269,7 +271,7 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
                    entry: str = "main", weights: dict | None = None,
                    written: dict[str, list[int]] | None = None,
                    arrays: dict | None = None,
-                   detached: dict | None = None) -> CompiledModule:
+                   detached: dict | None = None, threads: int | None = None) -> CompiledModule:
     """Run the pass stages on an imported module, then IREE. ``module`` is consumed.
     With data tiling, ``anyshape-data-tiling-forms`` joins the stages
     (``with_data_tiling_forms``). ``target.data_tiling`` None (auto): on where
@@ -285,7 +287,8 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
     ``target.weights`` "int8" or "int4" quantizes. ``detached`` (resource
     blob name -> array, from ``import_program(..., detach=True)``): the
     weights whose blobs the module holds without data; the iree-input stage
-    gives them their data, or makes them parameters (``weights``)."""
+    gives them their data, or makes them parameters (``weights``). ``threads``:
+    the CPU threads the module runs on, and packs its weights with."""
     workdir = tempfile.TemporaryDirectory(prefix="anyshape-")
     weight_bytes = sum(array.nbytes for array in (detached or {}).values())
     with space_named(Path(workdir.name), weight_bytes * (1 if weights is not None else 2)):
@@ -296,7 +299,8 @@ def compile_module(module: ir.Module, signature: ModuleSignature, target: Target
         in_place = {name: positions for name, positions in written.items() if positions} \
             if target.in_place_writes else None
         compilation = Compilation(workdir, signature, target, pass_names, dump_ir_dir, report,
-                                  entry, weights, in_place or None, arrays, detached or None)
+                                  entry, weights, in_place or None, arrays, detached or None,
+                                  threads)
         if target.data_tiling is not None:
             return _compile_stages(module, stages, compilation)
         tiled = data_tiling_applies(target, signature, pass_names)
@@ -362,13 +366,27 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
         return lambda flags: Build(tuple(flags), bool(target.data_tiling), False, with_facts)
 
     flags = iree_flags(target)
+    # A CPU module's weights are written packed, as its initializers would
+    # pack them at each load (runtime/parameter_encoding.py); CUDA's encoder
+    # would need a GPU to run at compile time.
+    encoder = stages.workdir / ENCODER if archive is not None and cpu else None
+    layout: list[str] = []  # the last build's, where its encoder packed the weights
+
+    def encode(encoder: Path, build_layout: str) -> None:
+        report(f"  packing the weights into {archive.name} (runtime/parameter_encoding.py)")
+        stages.encode_deferred_archive(encoder, build_layout, cpu_device(compilation.threads))
+        layout.append(build_layout)
+
+    def build(iree_input: Path, flags: list[str]) -> Path:
+        layout.clear()
+        return compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu,
+                                 meanwhile=stages.write_deferred_archive, encoder=encoder,
+                                 encode=encode)
 
     def compile_iree(iree_input: Path, with_facts: bool) -> Path:
         nonlocal flags  # without peeling once, without it in the retry too
-        vmfb, flags = without_peeling(
-            lambda flags: compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu,
-                                            meanwhile=stages.write_deferred_archive),
-            flags, made(with_facts), report, dump_ir_dir)
+        vmfb, flags = without_peeling(lambda flags: build(iree_input, flags), flags,
+                                      made(with_facts), report, dump_ir_dir)
         return vmfb
 
     def without_facts() -> Path:
@@ -385,13 +403,16 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
     vmfb_path = without_dim_facts(
         lambda: compile_iree(iree_input, facts), without_facts, made(facts)(flags), report,
         dump_ir_dir, stages.forget_last, keep_retry)
-    stages.write_deferred_archive()  # where no iree-compile run wrote it
+    if not layout:
+        stages.write_deferred_archive()  # where no iree-compile run wrote it
     seconds = {**stages.seconds, IREE_COMPILE_STAGE: time.monotonic() - started}
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
                           cpu=dataclasses.asdict(resolve_cpu(target.cpu)) if cpu else None,
                           stage_files=stages.files, stage_text=stage_text,
                           workdir=compilation.workdir, entry=compilation.entry,
                           parameters_path=archive, stage_seconds=seconds,
+                          encoder_path=encoder if layout else None,
+                          parameter_layout=layout[0] if layout else None,
                           parameter_specs=stages.parameter_specs)
 
 

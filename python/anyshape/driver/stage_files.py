@@ -18,7 +18,8 @@ from typing import Callable
 
 from anyshape.dialects import new_context
 from anyshape.mlir import ir, iree_bindings, write_bytecode
-from anyshape.runtime.compiled_module import write_archive
+from anyshape.runtime.compiled_module import PARAMETER_SCOPE, write_archive
+from anyshape.runtime.parameter_encoding import encode_parameters
 from anyshape.stages import IMPORT_STAGE, IREE_INPUT_STAGE
 
 
@@ -34,6 +35,9 @@ class StageFiles:
         self.seconds: dict[str, float] = {}  # stage -> seconds since the stage before it
         self.parameter_specs: dict[str, dict] | None = None  # params="external": name -> spec
         self._archive: tuple[Path, dict] | None = None
+        # What the archive holds now: None (nothing yet), "by name", or the
+        # layout the weights are packed in
+        self.archive_form: str | None = None
         self._since = time.monotonic()
         if dump_dir:
             dump_dir.mkdir(parents=True, exist_ok=True)
@@ -103,11 +107,17 @@ class StageFiles:
         self._archive = (path, arrays)
 
     def write_deferred_archive(self) -> None:
-        """Write the archive ``defer_archive`` kept, if any (once)."""
-        if self._archive is not None:
-            path, arrays = self._archive
-            self._archive = None
-            write_archive(path, arrays)
+        """Write the archive ``defer_archive`` kept, if any, by name (once)."""
+        if self._archive is not None and self.archive_form != "by name":
+            write_archive(*self._archive)
+            self.archive_form = "by name"
+
+    def encode_deferred_archive(self, encoder: Path, layout: str, device) -> None:
+        """Write the archive ``defer_archive`` kept as ``encoder`` packs it
+        in ``layout`` (``runtime/parameter_encoding.py``), not by name."""
+        path, arrays = self._archive
+        encode_parameters(encoder, arrays, PARAMETER_SCOPE, path, layout, device)
+        self.archive_form = layout
 
     def release_after_import(self) -> None:
         """Delete every stage file but the import's (an abandoned attempt's)."""

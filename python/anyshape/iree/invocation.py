@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 import re
 import shlex
 import subprocess
@@ -49,14 +50,22 @@ def stop_phase() -> str | None:
 def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
                       report: Callable[[str], None], cpu: bool,
                       output: Path | None = None, phase: str | None = None,
-                      meanwhile: Callable[[], None] | None = None) -> Path:
+                      meanwhile: Callable[[], None] | None = None,
+                      encoder: Path | None = None,
+                      encode: Callable[[Path, str], None] | None = None) -> Path:
     """iree-compile in two runs around the flow-level workarounds
     (``workarounds.rewrite_flow``; float64 math for the CPU only), into
     ``output`` (default: ``module.vmfb`` beside the input). ``phase``: stop
     there (``--compile-to``: "executable-configurations" writes each
     dispatch's configuration, as ``iree/dispatch_census.py`` reads it).
     ``meanwhile``: called once the first run has started (the parameter
-    archive's write)."""
+    archive's write). ``encoder``: where to build the module that packs the
+    weights into an archive of their own (``runtime/parameter_encoding.py``),
+    so that the main module reads them packed; ``encode(encoder, layout)`` is
+    then called, instead of ``meanwhile``, while IREE builds the main module's
+    code (``layout``: the SHA-256 of the main module before its code is built,
+    which fixes where it reads each packed weight). Neither is called where
+    IREE found nothing to move out of the module's initializers."""
     phase = phase or stop_phase()
     flow = input_file.with_name("iree-flow.mlirbc")
     untied = input_file.with_name("iree-flow-untied.mlirbc")
@@ -81,11 +90,64 @@ def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
         report(f"  kept {rewritten.guarded} integer divisions from dividing by 0 past a "
                f"partial vector's end")
     flow.unlink()
+    if encoder is not None and not phase:
+        return _compile_with_encoder(untied, flags, vmfb, dump_ir_dir, report, encoder, encode,
+                                     meanwhile)
     last = [f"--compile-to={phase}"] if phase else []
     run_iree_compile(untied, [*flags, "--compile-from=flow", *last], vmfb, dump_ir_dir, report,
                      repro_stem=untied.stem)
     untied.unlink()
     return vmfb
+
+
+def _compile_with_encoder(flow: Path, flags: list[str], vmfb: Path, dump_ir_dir,
+                          report: Callable[[str], None], encoder: Path,
+                          encode: Callable[[Path, str], None],
+                          meanwhile: Callable[[], None] | None) -> Path:
+    """From the flow phase in two runs: to the stream phase, where IREE
+    splits the packing of the weights out into an encoder module, then the
+    main module's code, while the encoder is built and run (``meanwhile``
+    where there is none)."""
+    stream = flow.with_name("iree-stream.mlirbc")
+    encoder_input = flow.with_name("iree-encoder.mlirbc")
+    encoder_input.unlink(missing_ok=True)
+    run_iree_compile(flow, [*flags, "--compile-from=flow", "--compile-to=stream",
+                            "--emit-mlir-bytecode",
+                            f"--iree-parameter-encoder-output-file={encoder_input}"],
+                     stream, dump_ir_dir, report, repro_stem=flow.stem)
+    flow.unlink()
+    layout = file_digest(stream)
+
+    def build_and_run_encoder() -> None:
+        if encoder_input.is_file():
+            report("  compiling the encoder that packs the weights, while IREE builds the code")
+            run_iree_compile(encoder_input, encoder_flags(flags), encoder, dump_ir_dir, report,
+                             repro_stem=encoder_input.stem)
+            encoder_input.unlink()
+            encode(encoder, layout)
+        elif meanwhile is not None:
+            meanwhile()
+
+    run_iree_compile(stream, [*flags, "--compile-from=stream"], vmfb, dump_ir_dir, report,
+                     repro_stem=stream.stem, meanwhile=build_and_run_encoder)
+    stream.unlink()
+    return vmfb
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def encoder_flags(flags: list[str]) -> list[str]:
+    """The flags that build the weights' encoder for the device and CPU the
+    module is for (the encoder runs wherever the module's weights are written)."""
+    kept = ("--iree-hal-target-device=", "--iree-hal-local-target-device-backends=",
+            "--iree-llvmcpu-target-cpu=", "--iree-llvmcpu-target-cpu-features=")
+    return [flag for flag in flags if flag.startswith(kept)]
 
 
 def run_iree_compile(input_file: Path, flags: list[str], output: Path, dump_ir_dir,

@@ -20,6 +20,8 @@ from anyshape.runtime import index_bounds, size_conditions
 from anyshape.runtime.host_arrays import host_tensor
 from anyshape.errors import RunError
 from anyshape.runtime.host_cpu import check_runs_here
+from anyshape.runtime.parameter_encoding import (ENCODED_SCOPE, ENCODER, check_archive,
+                                                 create_archive_file, encode_parameters)
 from anyshape.runtime.target import Target
 from anyshape.runtime.signature import (SCHEMA_VERSION, ModuleSignature, TensorSpec, decode_tree,
                                         flatten_argument)
@@ -46,7 +48,9 @@ class CompiledModule:
                  entry: str = "main", threads: int | None = None,
                  parameters_path: str | os.PathLike | None = None,
                  stage_seconds: dict[str, float] | None = None,
-                 parameter_specs: dict[str, dict] | None = None, cpu: dict | None = None):
+                 parameter_specs: dict[str, dict] | None = None, cpu: dict | None = None,
+                 encoder_path: str | os.PathLike | None = None,
+                 parameter_layout: str | None = None):
         self.threads = check_threads(threads)
         self.signature = signature
         self.target = target
@@ -58,6 +62,12 @@ class CompiledModule:
         self._vmfb_path = Path(vmfb_path)
         # The IREE parameter archive the weights live in (params="external"), or None.
         self.parameters_path = Path(parameters_path) if parameters_path is not None else None
+        # The module that writes them packed (runtime/parameter_encoding.py):
+        # the archive then holds them as that encoder wrote them, in the
+        # compile's parameter_layout, not by name; None: by name, as the model
+        # holds them.
+        self.encoder_path = Path(encoder_path) if encoder_path is not None else None
+        self.parameter_layout = parameter_layout
         # name -> {"shape", "dtype"} of each parameter the module reads (None: not
         # recorded; an artifact saved before they were)
         self.parameter_specs = dict(parameter_specs) if parameter_specs is not None else None
@@ -352,13 +362,17 @@ class CompiledModule:
                                     f"module's weights are in is missing")
         index = rt.ParameterIndex()
         index.load(str(self.parameters_path))  # mapped, not read into memory
+        if self.encoder_path is not None:
+            check_archive(index, self.parameters_path, self.parameter_layout)
+        scope = ENCODED_SCOPE if self.encoder_path is not None else PARAMETER_SCOPE
         return rt.create_io_parameters_module(config.vm_instance,
-                                              index.create_provider(scope=PARAMETER_SCOPE))
+                                              index.create_provider(scope=scope))
 
     # -- persistence ---------------------------------------------------------
     def save(self, directory: str | os.PathLike) -> Path:
         """Write ``module.vmfb`` and ``manifest.json`` into ``directory`` (and
-        ``params.irpa`` for a module compiled with ``params="external"``)."""
+        ``params.irpa`` for a module compiled with ``params="external"``, and
+        ``encoder.vmfb``, which writes it, where the weights are packed)."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         if (out / VMFB).resolve() != self._vmfb_path.resolve():
@@ -366,12 +380,17 @@ class CompiledModule:
         if self.parameters_path is not None and \
                 (out / PARAMETERS).resolve() != self.parameters_path.resolve():
             shutil.copyfile(self.parameters_path, out / PARAMETERS)
+        if self.encoder_path is not None and \
+                (out / ENCODER).resolve() != self.encoder_path.resolve():
+            shutil.copyfile(self.encoder_path, out / ENCODER)
         manifest = {
             "format": ARTIFACT_FORMAT,
             "schema": SCHEMA_VERSION,
             "vmfb": VMFB,
             "parameters": PARAMETERS if self.parameters_path is not None else None,
             "parameter_specs": self.parameter_specs,
+            "parameter_encoder": ENCODER if self.encoder_path is not None else None,
+            "parameter_layout": self.parameter_layout,
             "entry": self._entry,
             "target": self.target.to_json(),
             "cpu": self.cpu,
@@ -391,6 +410,22 @@ def load(directory: str | os.PathLike, *, threads: int | None = None,
     compiled for: "cpu", or "cuda" (the first CUDA device) or "cuda:N";
     None: the default device of its target."""
     path = Path(directory)
+    module = read_artifact(path, threads=threads, device=device)
+    from anyshape.runtime.generator import GENERATOR_FILE, load_generator
+
+    if (path / GENERATOR_FILE).is_file():
+        # A generator is loaded now, not in its first generate (Generator.preload).
+        # A plain module stays unloaded until its first call (its preload() loads
+        # it): an artifact loads for its signature and checks without IREE.
+        generator = load_generator(path, module)
+        generator.preload()
+        return generator
+    return module
+
+
+def read_artifact(path: Path, *, threads: int | None = None,
+                  device: str | None = None) -> CompiledModule:
+    """The compiled module of the artifact in ``path``, not loaded into IREE."""
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
         raise FileNotFoundError(f"{path}: no {MANIFEST}; not an anyshape artifact directory")
@@ -428,21 +463,15 @@ def load(directory: str | os.PathLike, *, threads: int | None = None,
         parameters_path=path / manifest["parameters"] if manifest.get("parameters") else None,
         parameter_specs=manifest.get("parameter_specs"),
         cpu=manifest.get("cpu"),
+        encoder_path=path / manifest["parameter_encoder"]
+        if manifest.get("parameter_encoder") else None,
+        parameter_layout=manifest.get("parameter_layout"),
     )
     module.cuda_ordinal = cuda_ordinal
-    from anyshape.runtime.generator import GENERATOR_FILE, load_generator
-
-    if (path / GENERATOR_FILE).is_file():
-        # A generator is loaded now, not in its first generate (Generator.preload).
-        # A plain module stays unloaded until its first call (its preload() loads
-        # it): an artifact loads for its signature and checks without IREE.
-        generator = load_generator(path, module)
-        generator.preload()
-        return generator
     return module
 
 
-def write_parameters(directory: str | os.PathLike, weights) -> Path:
+def write_parameters(directory: str | os.PathLike, weights, *, threads: int | None = None) -> Path:
     """Write the weights of an artifact compiled with ``params="external"``: its
     ``params.irpa`` from ``weights``, a ``torch.nn.Module`` (its parameters and
     buffers by state name, as the compile named them; a tied tensor under each
@@ -450,9 +479,11 @@ def write_parameters(directory: str | os.PathLike, weights) -> Path:
     module reads must be there, with the shape and dtype it was compiled for;
     other entries are left out. Needs only the runtime's packages, so that an
     artifact can travel without its weights and get them where it runs (the
-    CUDA benchmark's recipe), or take fine-tuned weights of the same shapes."""
-    loaded = load(directory)
-    module = getattr(loaded, "module", loaded)  # a Generator's compiled module
+    CUDA benchmark's recipe), or take fine-tuned weights of the same shapes.
+    A CPU module's weights are packed as they are written, by its encoder
+    (``encoder.vmfb``), on ``threads`` CPU threads (as for ``load``)."""
+    # Read, not loaded: the archive there may be missing, or another module's.
+    module = read_artifact(Path(directory))
     if module.parameters_path is None:
         raise ValueError(f"directory: {directory} holds its weights inside its .vmfb "
                          f"(compiled with params='inline'); only an artifact compiled with "
@@ -475,7 +506,14 @@ def write_parameters(directory: str | os.PathLike, weights) -> Path:
             raise ValueError(f"weights: '{name}' expected shape {tuple(spec['shape'])} "
                              f"{spec['dtype']}, got shape {tuple(array.shape)} {array.dtype}")
         arrays[name] = array
-    write_archive(module.parameters_path, arrays)
+    if module.encoder_path is None:
+        write_archive(module.parameters_path, arrays)
+    elif not module.encoder_path.is_file():
+        raise FileNotFoundError(f"{module.encoder_path}: the encoder that packs this module's "
+                                f"weights is missing")
+    else:
+        encode_parameters(module.encoder_path, arrays, PARAMETER_SCOPE, module.parameters_path,
+                          module.parameter_layout, cpu_device(check_threads(threads)))
     return module.parameters_path
 
 
@@ -486,7 +524,7 @@ def write_archive(path: Path, arrays: dict[str, np.ndarray]) -> None:
     index = rt.ParameterIndex()
     for name, array in arrays.items():
         index.add_buffer(name, np.ascontiguousarray(array).view(np.uint8).reshape(-1))
-    index.create_archive_file(str(path))
+    create_archive_file(index, path)
 
 
 def _check_device(device: str | None, target: Target, path: Path) -> int | None:
@@ -520,6 +558,14 @@ def check_threads(threads: int | None) -> int | None:
         raise ValueError(f"threads: expected a positive int (or None: all {available_cores()} "
                          f"cores), got {threads!r}")
     return threads
+
+
+def cpu_device(threads: int | None):
+    """IREE's CPU device, its workers started with ``threads`` (``use_cpu_threads``)."""
+    import iree.runtime as rt
+
+    use_cpu_threads(threads)
+    return rt.get_device("local-task")
 
 
 def use_cpu_threads(threads: int | None) -> None:

@@ -1,0 +1,127 @@
+"""A CPU module compiled with ``params="external"`` keeps its weights packed as
+its products read them (runtime/parameter_encoding.py): its load maps them
+and copies nothing, an archive written for another module is refused, and
+new weights are packed when they are written."""
+
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch.export import Dim
+
+import anyshape
+
+WIDTH = 1024
+
+
+class Layers(torch.nn.Module):
+    def __init__(self, count: int, width: int = WIDTH):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(count))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x
+
+
+def _compile(model, width: int = WIDTH):
+    return anyshape.compile(model, (torch.randn(5, width),),
+                            dynamic_shapes={"x": {0: Dim("rows")}}, cache=False,
+                            backend=anyshape.BackendOptions(params="external"))
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    torch.manual_seed(0)
+    model = Layers(4).eval()
+    compiled = _compile(model)
+    directory = tmp_path_factory.mktemp("encoded") / "artifact"
+    compiled.save(directory)
+    return model, compiled, directory
+
+
+@pytest.mark.builds_after_export
+def test_the_archive_holds_the_weights_packed_for_this_module(saved):
+    model, compiled, directory = saved
+    assert "--iree-global-opt-data-tiling" in compiled.iree_flags
+    assert compiled.encoder_path is not None
+    assert sorted(path.name for path in directory.iterdir()) == [
+        "encoder.vmfb", "manifest.json", "module.vmfb", "params.irpa"]
+    x = torch.randn(17, WIDTH)
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+_LOAD = textwrap.dedent("""
+    import sys, torch, anyshape
+
+    def anonymous():
+        for line in open("/proc/self/status"):
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+
+    module = anyshape.load(sys.argv[1])
+    torch.manual_seed(1)
+    x = torch.randn(7, int(sys.argv[2]))
+    module(x)  # compiled to a kernel per shape: the first call's code, not the weights
+    before = anonymous()
+    del module
+    module = anyshape.load(sys.argv[1])
+    module(x)
+    print(anonymous() - before)
+""")
+
+
+@pytest.mark.builds_after_export
+def test_the_load_maps_the_packed_weights_without_copying_them(saved):
+    """/// Without the encoder the load packed every weight into new memory:
+    /// the weights' bytes again, in anonymous pages."""
+    model, compiled, directory = saved
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    result = subprocess.run([sys.executable, "-c", _LOAD, str(directory), str(WIDTH)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    grown = int(result.stdout.split()[-1])
+    assert grown < weights / 4, (grown, weights)
+
+
+@pytest.mark.builds_after_export
+def test_an_archive_written_for_another_module_is_refused(saved, tmp_path):
+    """/// The packed layout is one compile's: read by another module, the
+    /// same bytes would be other weights, silently."""
+    _, _, directory = saved
+    other = _compile(Layers(3).eval())
+    other.save(tmp_path / "other")
+    shutil.copyfile(directory / "params.irpa", tmp_path / "other" / "params.irpa")
+    loaded = anyshape.load(tmp_path / "other")
+    with pytest.raises(ValueError, match=r"other/params.irpa: expected weights packed for this "
+                                         r"module's layout sha256:\w+, got one packed for "
+                                         r"layout sha256:\w+ \(another compile's\); write "
+                                         r"them again with anyshape.write_parameters"):
+        loaded(torch.randn(2, WIDTH))
+
+
+@pytest.mark.builds_after_export
+def test_new_weights_are_packed_as_they_are_written(saved, tmp_path):
+    _, _, directory = saved
+    copy = tmp_path / "copy"
+    shutil.copytree(directory, copy)
+    torch.manual_seed(2)
+    retrained = Layers(4).eval()
+    anyshape.write_parameters(copy, retrained)
+    x = torch.randn(33, WIDTH)
+    torch.testing.assert_close(anyshape.load(copy)(x), retrained(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.builds_after_export
+def test_writing_weights_without_the_encoder_is_refused(saved, tmp_path):
+    _, _, directory = saved
+    copy = tmp_path / "copy"
+    shutil.copytree(directory, copy)
+    (copy / "encoder.vmfb").unlink()
+    with pytest.raises(FileNotFoundError, match=r"copy/encoder.vmfb: the encoder that packs this "
+                                                r"module's weights is missing"):
+        anyshape.write_parameters(copy, Layers(4).eval())
