@@ -7,6 +7,7 @@ on a machine without torch-mlir or the IREE compiler.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import re
 import shutil
@@ -83,6 +84,7 @@ class CompiledModule:
         self._workdir = workdir  # keeps a TemporaryDirectory alive with the module
         self._functions = {}  # entry name -> IREE function, from _context
         self._context = None  # the IREE SystemContext that owns _functions
+        self._parameter_pages: mmap.mmap | None = None  # the CPU module's mapped archive
         self.cuda_ordinal: int | None = None  # load(device="cuda:N"); None: the first device
         # A module from the compile cache: compiles it again, for its stages, when
         # they are first asked for (compiler.compile)
@@ -361,7 +363,14 @@ class CompiledModule:
             raise FileNotFoundError(f"{self.parameters_path}: the parameter archive this "
                                     f"module's weights are in is missing")
         index = rt.ParameterIndex()
-        index.load(str(self.parameters_path))  # mapped, not read into memory
+        if self.target.driver == "local-task":
+            # The CPU module reads its weights where they are mapped: its
+            # first call would otherwise fault in every page of them.
+            self._parameter_pages = mapped_in_full(self.parameters_path)
+            index.load_from_file_handle(rt.FileHandle.wrap_memory(
+                self._parameter_pages, readable=True, writable=False), "irpa")
+        else:
+            index.load(str(self.parameters_path))  # mapped, not read into memory
         if self.encoder_path is not None:
             check_archive(index, self.parameters_path, self.parameter_layout)
         scope = ENCODED_SCOPE if self.encoder_path is not None else PARAMETER_SCOPE
@@ -515,6 +524,24 @@ def write_parameters(directory: str | os.PathLike, weights, *, threads: int | No
         encode_parameters(module.encoder_path, arrays, PARAMETER_SCOPE, module.parameters_path,
                           module.parameter_layout, cpu_device(check_threads(threads)))
     return module.parameters_path
+
+
+_MADV_POPULATE_READ = 22  # Linux 5.14; not in Python 3.11's mmap module
+
+
+def mapped_in_full(path: Path) -> mmap.mmap:
+    """``path`` mapped read-only, every page of it read in and mapped now
+    (``MADV_POPULATE_READ``, or ``MAP_POPULATE`` on kernels without it)."""
+    with open(path, "rb") as f:
+        pages = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    try:
+        pages.madvise(_MADV_POPULATE_READ)
+    except OSError:  # EINVAL: a kernel before 5.14
+        pages.close()
+        with open(path, "rb") as f:
+            pages = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ,
+                              flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
+    return pages
 
 
 def write_archive(path: Path, arrays: dict[str, np.ndarray]) -> None:

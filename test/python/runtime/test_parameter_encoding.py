@@ -125,3 +125,30 @@ def test_writing_weights_without_the_encoder_is_refused(saved, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"copy/encoder.vmfb: the encoder that packs this "
                                                 r"module's weights is missing"):
         anyshape.write_parameters(copy, Layers(4).eval())
+
+
+_PAGES = textwrap.dedent("""
+    import sys, anyshape
+
+    def mapped():
+        for line in open("/proc/self/status"):
+            if line.startswith("RssFile:"):
+                return int(line.split()[1]) * 1024
+
+    module = anyshape.load(sys.argv[1])
+    before = mapped()
+    assert module.preload()
+    print(mapped() - before)
+""")
+
+
+@pytest.mark.builds_after_export
+def test_the_load_maps_every_page_of_the_archive(saved):
+    """/// The first call does not fault in the weights page by page: the load
+    /// has mapped them all (docs/api.md, params="external")."""
+    _, _, directory = saved
+    archive = (directory / "params.irpa").stat().st_size
+    result = subprocess.run([sys.executable, "-c", _PAGES, str(directory)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout.split()[-1]) >= 0.9 * archive, (result.stdout, archive)
