@@ -6,11 +6,12 @@ iree-base-runtime. Everything is imported on first use, so the command-line
 tools start without importing torch.
 """
 
-from anyshape.errors import CompileError, DataTilingFallback, DimBoundedByConfig, RunError
+from anyshape.errors import (CompileError, DataTilingFallback, DimBoundedByConfig,
+                             PackedWeightsFallback, RunError)
 
 __all__ = ["compile", "compile_generator", "calibrated", "import_torch", "load", "write_parameters",
            "BackendOptions", "CompiledModule", "Generator", "Scheduler", "CompileError", "CudaArchSubstituted", "DataTilingFallback",
-           "DimBoundedByConfig", "RunError"]
+           "DimBoundedByConfig", "PackedWeightsFallback", "RunError"]
 __version__ = "0.1.0"
 
 _LAZY = {

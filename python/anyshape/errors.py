@@ -32,6 +32,13 @@ class DataTilingFallback(UserWarning):
     compiled without it."""
 
 
+class PackedWeightsFallback(UserWarning):
+    """IREE failed to build or run the encoder that packs a CPU module's
+    weights into its archive (``params="external"``,
+    ``runtime/parameter_encoding.py``); the module was compiled again without
+    it, and packs them when it loads."""
+
+
 class DimBoundedByConfig(UserWarning):
     """A dim of ``dynamic_shapes`` was given the max the model's config implies
     (its position count), which torch.export needed to export the model

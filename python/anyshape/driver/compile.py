@@ -32,11 +32,11 @@ from anyshape.driver.pipeline import (data_tiling_applies, dynamic, opt_command_
                                       split_pass_element, with_data_tiling_forms,
                                       with_padding_elimination)
 from anyshape.driver.stage_files import StageFiles, space_named, stage_text
-from anyshape.errors import CompileError, DataTilingFallback
+from anyshape.errors import CompileError, DataTilingFallback, PackedWeightsFallback
 from anyshape.iree.cpu import resolve as resolve_cpu
 from anyshape.iree.dim_facts import has_dim_facts
 from anyshape.iree.flags import Target, iree_flags, with_constants_for
-from anyshape.iree.invocation import compile_with_iree, stop_phase
+from anyshape.iree.invocation import EncoderFailed, compile_with_iree, stop_phase
 from anyshape.iree.kernels.linear_rows import kernel_for, start_building
 from anyshape.iree.parameters import ARCHIVE
 from anyshape.mlir import MLIRError, diagnostics_of, ir, parse_module, versions
@@ -378,10 +378,21 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
         layout.append(build_layout)
 
     def build(iree_input: Path, flags: list[str]) -> Path:
+        nonlocal encoder
         layout.clear()
-        return compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu,
-                                 meanwhile=stages.write_deferred_archive, encoder=encoder,
-                                 encode=encode)
+        try:
+            return compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu,
+                                     meanwhile=stages.write_deferred_archive, encoder=encoder,
+                                     encode=encode)
+        except EncoderFailed as failure:
+            # The floor is the module without the encoder: it packs at load.
+            warnings.warn(PackedWeightsFallback(
+                f"IREE failed to build or run the encoder that packs the weights "
+                f"({failure.error}); the module packs them when it loads instead"))
+            encoder = None
+            layout.clear()
+            return compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu,
+                                     meanwhile=stages.write_deferred_archive)
 
     def compile_iree(iree_input: Path, with_facts: bool) -> Path:
         nonlocal flags  # without peeling once, without it in the retry too

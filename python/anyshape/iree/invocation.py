@@ -121,10 +121,13 @@ def _compile_with_encoder(flow: Path, flags: list[str], vmfb: Path, dump_ir_dir,
     def build_and_run_encoder() -> None:
         if encoder_input.is_file():
             report("  compiling the encoder that packs the weights, while IREE builds the code")
-            run_iree_compile(encoder_input, encoder_flags(flags), encoder, dump_ir_dir, report,
-                             repro_stem=encoder_input.stem)
-            encoder_input.unlink()
-            encode(encoder, layout)
+            try:
+                run_iree_compile(encoder_input, encoder_flags(flags), encoder, dump_ir_dir,
+                                 report, repro_stem=encoder_input.stem)
+                encoder_input.unlink()
+                encode(encoder, layout)
+            except (CompileError, RuntimeError, ValueError) as error:  # not a full disk's OSError
+                raise EncoderFailed(error) from error
         elif meanwhile is not None:
             meanwhile()
 
@@ -132,6 +135,14 @@ def _compile_with_encoder(flow: Path, flags: list[str], vmfb: Path, dump_ir_dir,
                      repro_stem=stream.stem, meanwhile=build_and_run_encoder)
     stream.unlink()
     return vmfb
+
+
+class EncoderFailed(Exception):
+    """IREE failed to build or run the encoder of the weights (``error``)."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
 
 
 def file_digest(path: Path) -> str:

@@ -13,6 +13,7 @@ import torch
 from torch.export import Dim
 
 import anyshape
+import anyshape.iree.invocation
 
 WIDTH = 1024
 
@@ -152,3 +153,21 @@ def test_the_load_maps_every_page_of_the_archive(saved):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert int(result.stdout.split()[-1]) >= 0.9 * archive, (result.stdout, archive)
+
+
+@pytest.mark.builds_after_export
+def test_a_failing_encoder_leaves_the_module_packing_at_load(monkeypatch):
+    """/// The module without the encoder is the floor: where IREE cannot build
+    /// the encoder, the module is compiled again to pack its weights when it
+    /// loads, with a warning that says why."""
+    monkeypatch.setattr(anyshape.iree.invocation, "encoder_flags",
+                        lambda flags: [*flags[:1], "--iree-no-such-flag"])
+    torch.manual_seed(3)
+    model = Layers(2).eval()
+    with pytest.warns(anyshape.PackedWeightsFallback,
+                      match=r"IREE failed to build or run the encoder that packs the weights "
+                            r"\(stage 'iree-compile' failed: .*no-such-flag"):
+        compiled = _compile(model)
+    assert compiled.encoder_path is None
+    x = torch.randn(7, WIDTH)
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
