@@ -56,23 +56,26 @@ def test_the_archive_holds_the_weights_packed_for_this_module(saved):
     torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
 
 
-_LOAD = textwrap.dedent("""
+# A fresh process's resident bytes of one kind ("RssAnon", "RssFile").
+_RESIDENT = textwrap.dedent("""
     import sys, torch, anyshape
 
-    def anonymous():
+    def resident(kind):
         for line in open("/proc/self/status"):
-            if line.startswith("RssAnon:"):
+            if line.startswith(kind + ":"):
                 return int(line.split()[1]) * 1024
+""")
 
+_LOAD = _RESIDENT + textwrap.dedent("""
     module = anyshape.load(sys.argv[1])
     torch.manual_seed(1)
     x = torch.randn(7, int(sys.argv[2]))
-    module(x)  # compiled to a kernel per shape: the first call's code, not the weights
-    before = anonymous()
+    module(x)  # IREE's runtime and workers started: the second load is the module alone
+    before = resident("RssAnon")
     del module
     module = anyshape.load(sys.argv[1])
     module(x)
-    print(anonymous() - before)
+    print(resident("RssAnon") - before)
 """)
 
 
@@ -128,18 +131,11 @@ def test_writing_weights_without_the_encoder_is_refused(saved, tmp_path):
         anyshape.write_parameters(copy, Layers(4).eval())
 
 
-_PAGES = textwrap.dedent("""
-    import sys, anyshape
-
-    def mapped():
-        for line in open("/proc/self/status"):
-            if line.startswith("RssFile:"):
-                return int(line.split()[1]) * 1024
-
+_PAGES = _RESIDENT + textwrap.dedent("""
     module = anyshape.load(sys.argv[1])
-    before = mapped()
+    before = resident("RssFile")
     assert module.preload()
-    print(mapped() - before)
+    print(resident("RssFile") - before)
 """)
 
 
