@@ -35,6 +35,7 @@ stage. ``progress_printer`` makes that function from ``progress=``:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import shutil
 import sys
 import tempfile
@@ -50,6 +51,15 @@ IREE_COMPILE_STAGE = "iree-compile"
 
 # A reproducer outside dump_ir_dir gets a temporary directory of its own.
 REPRO_PREFIX = "anyshape-repro-"
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of the file ``path``, in hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def keep_reproducer(stage_file: Path, dump_ir_dir, stem: str) -> Path:

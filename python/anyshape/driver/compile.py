@@ -370,11 +370,14 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
     # pack them at each load (runtime/parameter_encoding.py); CUDA's encoder
     # would need a GPU to run at compile time.
     encoder = stages.workdir / ENCODER if archive is not None and cpu else None
+    # Started here, not in the encoder's run, where a thread count the process
+    # already runs with another would read as IREE failing to run the encoder.
+    device = cpu_device(compilation.threads) if encoder is not None else None
     layout: list[str] = []  # the last build's, where its encoder packed the weights
 
-    def encode(encoder: Path, build_layout: str) -> None:
+    def encode(built_encoder: Path, build_layout: str) -> None:
         report(f"  packing the weights into {archive.name} (runtime/parameter_encoding.py)")
-        stages.encode_deferred_archive(encoder, build_layout, cpu_device(compilation.threads))
+        stages.encode_deferred_archive(built_encoder, build_layout, device)
         layout.append(build_layout)
 
     def build(iree_input: Path, flags: list[str]) -> Path:
@@ -390,7 +393,6 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
                 f"IREE failed to build or run the encoder that packs the weights "
                 f"({failure.error}); the module packs them when it loads instead"))
             encoder = None
-            layout.clear()
             return compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu,
                                      meanwhile=stages.write_deferred_archive)
 

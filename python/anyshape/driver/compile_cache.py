@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from anyshape.options import CACHE_ENV, cache_root  # noqa: F401  (CACHE_ENV: read here by callers)
+from anyshape.stages import file_digest
 
 LAYOUT = "v1"  # the entries' layout; bump it when what an entry holds changes
 RECORD = "cache-entry.json"
@@ -199,14 +200,6 @@ def _entry(root: Path, key: str) -> Path:
     return root / LAYOUT / key[:2] / key
 
 
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def lookup(key: str, *, threads: int | None):
     """(module, warnings it was compiled with) from the entry for ``key``, or None.
     An entry that is incomplete, altered or does not load is removed."""
@@ -218,7 +211,7 @@ def lookup(key: str, *, threads: int | None):
     try:
         record = json.loads((entry / RECORD).read_text())
         files = record["files"]
-        if not files or any(_file_digest(entry / name) != digest for name, digest in files.items()):
+        if not files or any(file_digest(entry / name) != digest for name, digest in files.items()):
             raise ValueError("its files are not the ones it was written with")
         module = load(entry, threads=threads)
         _mark_used(entry)
@@ -244,7 +237,7 @@ def store(key: str, module, warnings_text: list[str]) -> Path | None:
         return None
     try:
         module.save(staging)
-        files = {path.name: _file_digest(path) for path in sorted(staging.iterdir())}
+        files = {path.name: file_digest(path) for path in sorted(staging.iterdir())}
         record = {"files": files, "warnings": warnings_text, "written": time.time()}
         (staging / RECORD).write_text(json.dumps(record, indent=1) + "\n")
         os.rename(staging, entry)  # atomic; fails when another process got there first

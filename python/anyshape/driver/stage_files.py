@@ -35,9 +35,7 @@ class StageFiles:
         self.seconds: dict[str, float] = {}  # stage -> seconds since the stage before it
         self.parameter_specs: dict[str, dict] | None = None  # params="external": name -> spec
         self._archive: tuple[Path, dict] | None = None
-        # What the archive holds now: None (nothing yet), "by name", or the
-        # layout the weights are packed in
-        self.archive_form: str | None = None
+        self._written_by_name = False  # the archive holds the arrays by name
         self._since = time.monotonic()
         if dump_dir:
             dump_dir.mkdir(parents=True, exist_ok=True)
@@ -108,16 +106,16 @@ class StageFiles:
 
     def write_deferred_archive(self) -> None:
         """Write the archive ``defer_archive`` kept, if any, by name (once)."""
-        if self._archive is not None and self.archive_form != "by name":
+        if self._archive is not None and not self._written_by_name:
             write_archive(*self._archive)
-            self.archive_form = "by name"
+            self._written_by_name = True
 
     def encode_deferred_archive(self, encoder: Path, layout: str, device) -> None:
         """Write the archive ``defer_archive`` kept as ``encoder`` packs it
         in ``layout`` (``runtime/parameter_encoding.py``), not by name."""
         path, arrays = self._archive
+        self._written_by_name = False
         encode_parameters(encoder, arrays, PARAMETER_SCOPE, path, layout, device)
-        self.archive_form = layout
 
     def release_after_import(self) -> None:
         """Delete every stage file but the import's (an abandoned attempt's)."""

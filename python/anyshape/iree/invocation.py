@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import hashlib
 import re
 import shlex
 import subprocess
@@ -23,7 +22,7 @@ from typing import Callable
 from anyshape.errors import CompileError
 from anyshape.iree.workarounds import rewrite_flow
 from anyshape.mlir import iree_tool
-from anyshape.stages import IREE_COMPILE_STAGE, IREE_INPUT_STAGE, keep_reproducer
+from anyshape.stages import IREE_COMPILE_STAGE, IREE_INPUT_STAGE, file_digest, keep_reproducer
 
 
 # A census of a build (iree/dispatch_census.py) stops IREE at this phase:
@@ -100,7 +99,7 @@ def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
     return vmfb
 
 
-def _compile_with_encoder(flow: Path, flags: list[str], vmfb: Path, dump_ir_dir,
+def _compile_with_encoder(untied: Path, flags: list[str], vmfb: Path, dump_ir_dir,
                           report: Callable[[str], None], encoder: Path,
                           encode: Callable[[Path, str], None],
                           meanwhile: Callable[[], None] | None) -> Path:
@@ -108,15 +107,15 @@ def _compile_with_encoder(flow: Path, flags: list[str], vmfb: Path, dump_ir_dir,
     splits the packing of the weights out into an encoder module, then the
     main module's code, while the encoder is built and run (``meanwhile``
     where there is none)."""
-    stream = flow.with_name("iree-stream.mlirbc")
-    encoder_input = flow.with_name("iree-encoder.mlirbc")
+    stream = untied.with_name("iree-stream.mlirbc")
+    encoder_input = untied.with_name("iree-encoder.mlirbc")
     encoder_input.unlink(missing_ok=True)
-    run_iree_compile(flow, [*flags, "--compile-from=flow", "--compile-to=stream",
-                            "--emit-mlir-bytecode",
-                            f"--iree-parameter-encoder-output-file={encoder_input}"],
-                     stream, dump_ir_dir, report, repro_stem=flow.stem)
-    flow.unlink()
-    layout = file_digest(stream)
+    run_iree_compile(untied, [*flags, "--compile-from=flow", "--compile-to=stream",
+                              "--emit-mlir-bytecode",
+                              f"--iree-parameter-encoder-output-file={encoder_input}"],
+                     stream, dump_ir_dir, report, repro_stem=untied.stem)
+    untied.unlink()
+    layout = f"sha256:{file_digest(stream)}"
 
     def build_and_run_encoder() -> None:
         if encoder_input.is_file():
@@ -145,12 +144,6 @@ class EncoderFailed(Exception):
         self.error = error
 
 
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return f"sha256:{digest.hexdigest()}"
 
 
 def encoder_flags(flags: list[str]) -> list[str]:

@@ -84,7 +84,6 @@ class CompiledModule:
         self._workdir = workdir  # keeps a TemporaryDirectory alive with the module
         self._functions = {}  # entry name -> IREE function, from _context
         self._context = None  # the IREE SystemContext that owns _functions
-        self._parameter_pages: mmap.mmap | None = None  # the CPU module's mapped archive
         self.cuda_ordinal: int | None = None  # load(device="cuda:N"); None: the first device
         # A module from the compile cache: compiles it again, for its stages, when
         # they are first asked for (compiler.compile)
@@ -363,16 +362,20 @@ class CompiledModule:
             raise FileNotFoundError(f"{self.parameters_path}: the parameter archive this "
                                     f"module's weights are in is missing")
         index = rt.ParameterIndex()
+        pages = None
         if self.target.driver == "local-task":
-            # The CPU module reads its weights where they are mapped: its
-            # first call would otherwise fault in every page of them.
-            self._parameter_pages = mapped_in_full(self.parameters_path)
-            index.load_from_file_handle(rt.FileHandle.wrap_memory(
-                self._parameter_pages, readable=True, writable=False), "irpa")
+            with open(self.parameters_path, "rb") as f:
+                pages = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+            index.load_from_file_handle(  # the handle keeps the mapping
+                rt.FileHandle.wrap_memory(pages, readable=True, writable=False), "irpa")
         else:
             index.load(str(self.parameters_path))  # mapped, not read into memory
         if self.encoder_path is not None:
             check_archive(index, self.parameters_path, self.parameter_layout)
+        if pages is not None:
+            # The CPU module reads its weights where they are mapped: its
+            # first call would otherwise fault them in page by page.
+            map_every_page(pages)
         scope = ENCODED_SCOPE if self.encoder_path is not None else PARAMETER_SCOPE
         return rt.create_io_parameters_module(config.vm_instance,
                                               index.create_provider(scope=scope))
@@ -529,19 +532,13 @@ def write_parameters(directory: str | os.PathLike, weights, *, threads: int | No
 _MADV_POPULATE_READ = 22  # Linux 5.14; not in Python 3.11's mmap module
 
 
-def mapped_in_full(path: Path) -> mmap.mmap:
-    """``path`` mapped read-only, every page of it read in and mapped now
-    (``MADV_POPULATE_READ``, or ``MAP_POPULATE`` on kernels without it)."""
-    with open(path, "rb") as f:
-        pages = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+def map_every_page(pages: mmap.mmap) -> None:
+    """Read in and map every page of ``pages`` now (``MADV_POPULATE_READ``;
+    ``MADV_WILLNEED``, a read-ahead only, on kernels before 5.14)."""
     try:
         pages.madvise(_MADV_POPULATE_READ)
-    except OSError:  # EINVAL: a kernel before 5.14
-        pages.close()
-        with open(path, "rb") as f:
-            pages = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ,
-                              flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
-    return pages
+    except OSError:  # EINVAL: a kernel without it
+        pages.madvise(mmap.MADV_WILLNEED)
 
 
 def write_archive(path: Path, arrays: dict[str, np.ndarray]) -> None:

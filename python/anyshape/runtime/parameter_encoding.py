@@ -59,13 +59,29 @@ def _run(rt, encoder: Path, inputs, output: Path, layout: str, device) -> None:
     if [scope for scope, _ in scopes] != [ENCODED_SCOPE]:
         raise RuntimeError(f"{encoder}: expected an encoder writing the one scope "
                            f"'{ENCODED_SCOPE}', got scopes {[scope for scope, _ in scopes]}")
-    _create_archive(rt, scopes[0][1], output, layout)
+    # Written beside the archive and renamed over it once whole: an encode
+    # that fails leaves the archive that was there, not a marked one of zeros.
+    partial = output.with_name(f"{output.name}.partial")
+    try:
+        _create_archive(rt, scopes[0][1], partial, layout)
+        _encode_into(rt, instance, hal, encoder_module, functions, inputs, partial, device)
+        os.replace(partial, output)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _encode_into(rt, instance, hal, encoder_module, functions, inputs, archive: Path,
+                 device) -> None:
     written = rt.ParameterIndex()
     # ParameterIndex.load maps read-only whatever it is asked (IREE 3.13's
-    # binding, io.cc); the encoder writes through a handle opened for writing.
-    descriptor = os.open(output, os.O_RDWR)
-    written.load_from_file_handle(
-        rt.FileHandle.wrap_fd(descriptor, readable=True, writable=True), "irpa")
+    # binding, io.cc); the encoder writes through a handle opened for writing
+    # (wrap_fd keeps a duplicate of the descriptor).
+    descriptor = os.open(archive, os.O_RDWR)
+    try:
+        handle = rt.FileHandle.wrap_fd(descriptor, readable=True, writable=True)
+    finally:
+        os.close(descriptor)
+    written.load_from_file_handle(handle, "irpa")
     context = rt.VmContext(instance, [
         rt.create_io_parameters_module(instance, inputs,
                                        written.create_provider(scope=ENCODED_SCOPE)),

@@ -185,7 +185,7 @@ def test_tied_weights_are_stored_once(model_type):
     # lookups besides its packed copy for the LM head. Some weights are in it
     # in two forms, as the module packed them at load before: the attention's
     # projections concatenated for one product, and each alone for another
-    # (52 entries here for 45 weights: 942 kB for 790 kB).
+    # (docs/benchmarks.md, "sixth session").
     model, generator = built(model_type)
     module = generator.module
     embedding = model.get_input_embeddings().weight
