@@ -144,8 +144,6 @@ class EncoderFailed(Exception):
         self.error = error
 
 
-
-
 def encoder_flags(flags: list[str]) -> list[str]:
     """The flags that build the weights' encoder for the device and CPU the
     module is for (the encoder runs wherever the module's weights are written)."""
