@@ -295,6 +295,75 @@ def _column_parts(ops, n: int):
     return parts if len(parts) > 1 else None
 
 
+def _replace_by_parts(ir, ops, parts, part_product) -> None:
+    """Replace ``ops`` (one product, written once per column slice that reads
+    it: ``parts``, from ``_column_parts``) by one product per part, made by
+    ``part_product(op, start, end, result_type)``."""
+    op = ops[0]
+    made = {}  # (start, end) -> the part's product, in order of first use
+    for start, end, column_slice, unflatten in parts:
+        if (start, end) not in made:
+            with ir.InsertionPoint(op), op.location:
+                sizes, dtype = vtensor_shape(op.results[0].type)
+                part_type = ir.Type.parse(
+                    "!torch.vtensor<[" + ",".join("?" if d is None else str(d)
+                                                  for d in sizes[:-1]) +
+                    f",{end - start}],{dtype}>")
+                made[(start, end)] = part_product(op, start, end, part_type)
+        part = made[(start, end)]
+        if unflatten is not None:
+            with ir.InsertionPoint(column_slice), column_slice.location:
+                part = ir.Operation.create(
+                    "torch.aten.unflatten.int", results=[column_slice.results[0].type],
+                    operands=[part, *unflatten.operands[1:]]).result
+        column_slice.results[0].replace_all_uses_with(part)
+        column_slice.erase()
+    unflattens = []
+    for *_, unflatten in parts:
+        if unflatten is not None and not any(unflatten == u for u in unflattens):
+            unflattens.append(unflatten)
+    for unflatten in unflattens:
+        unflatten.erase()
+    for each in ops:
+        each.erase()
+
+
+def _split_fitted_products(ir, module, columns_of) -> int:
+    """The products of a few static rows that stay IREE's (a decode
+    function's; ``IREE_FITTED_ROWS``) and are read through column slices (Q,
+    K and V on their concatenated weights): one IREE product per part, on
+    the part's columns of the weight. The kernel computes the same products
+    of the step part by part, with each part's weight packed on its own;
+    IREE packs a part's weight the same way (``_function_text``) and keeps
+    one copy for both. Left whole, the fused weight was packed a second time:
+    0.43 GiB more archive and memory for the TinyLlama-1.1B shape
+    (docs/benchmarks.md). Returns how many products were split."""
+    found = matches(ir, module, _PRODUCTS, lambda op: _routable(ir, op, any_rows=True))
+    split = 0
+    for op, shape in found:
+        rows, k, n, layout, has_bias = shape
+        if rows is None or rows > IREE_FITTED_ROWS:
+            continue
+        parts = _column_parts([op], n)
+        if parts is None:
+            continue
+        x_at, w_at, bias_at, _ = _PRODUCTS[op.name]
+
+        def part_product(at, start: int, end: int, result_type, op=op, layout=layout,
+                         has_bias=has_bias, w_at=w_at, bias_at=bias_at):
+            operands = list(at.operands)
+            operands[w_at] = columns_of(op.operands[w_at], 0 if layout == "nk" else 1,
+                                        start, end)
+            if has_bias:
+                operands[bias_at] = columns_of(op.operands[bias_at], 0, start, end)
+            return ir.Operation.create(op.name, results=[result_type],
+                                       operands=operands).result
+
+        _replace_by_parts(ir, [op], parts, part_product)
+        split += 1
+    return split
+
+
 def _function_text(name: str, rows, k: int, n: int, layout: str, has_bias: bool) -> str:
     panels = -(-n // PANEL)
     m = "?" if rows is None else str(rows)
@@ -340,6 +409,7 @@ class Routed:
     products: int = 0
     quantized: int = 0
     embeddings: int = 0  # embedding tables read quantized
+    products_split: int = 0  # IREE's few-row products computed part by part
     kept_float32: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -466,32 +536,8 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
                     each.results[0].replace_all_uses_with(y)
                     each.erase()
                 continue
-            made = {}  # (start, end) -> the part's product, in order of first use
-            for start, end, column_slice, unflatten in parts:
-                if (start, end) not in made:
-                    with ir.InsertionPoint(op), op.location:
-                        sizes, dtype = vtensor_shape(op.results[0].type)
-                        part_type = ir.Type.parse(
-                            "!torch.vtensor<[" + ",".join("?" if d is None else str(d)
-                                                          for d in sizes[:-1]) +
-                            f",{end - start}],{dtype}>")
-                        made[(start, end)] = part_product(op, start, end, part_type)
-                part = made[(start, end)]
-                if unflatten is not None:
-                    with ir.InsertionPoint(column_slice), column_slice.location:
-                        part = ir.Operation.create(
-                            "torch.aten.unflatten.int", results=[column_slice.results[0].type],
-                            operands=[part, *unflatten.operands[1:]]).result
-                column_slice.results[0].replace_all_uses_with(part)
-                column_slice.erase()
-            unflattens = []
-            for *_, unflatten in parts:
-                if unflatten is not None and not any(unflatten == u for u in unflattens):
-                    unflattens.append(unflatten)
-            for unflatten in unflattens:
-                unflatten.erase()
-            for each in ops:
-                each.erase()
+            _replace_by_parts(ir, ops, parts, part_product)
+        routed.products_split += _split_fitted_products(ir, module, columns_of)
         for weight in weights_read:  # the float32 weights now read by nothing
             erase_if_unused(weight)
         if weights.quantized:
