@@ -42,7 +42,7 @@ from anyshape.iree.parameters import ARCHIVE
 from anyshape.mlir import MLIRError, diagnostics_of, ir, parse_module, versions
 from anyshape.options import UNSET, BackendOptions, resolve_backend
 from anyshape.passes.eliminate_padding.pass_ import dense_twin
-from anyshape.runtime.compiled_module import CompiledModule, cpu_device
+from anyshape.runtime.compiled_module import PARAMETER_SCOPE, CompiledModule, cpu_device
 from anyshape.runtime.parameter_encoding import ENCODER
 from anyshape.runtime.signature import ModuleSignature
 from anyshape.stages import (IMPORT_STAGE, IREE_COMPILE_STAGE, IREE_INPUT_STAGE, Workaround,
@@ -374,15 +374,19 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
     # already runs with another would read as IREE failing to run the encoder.
     device = cpu_device(compilation.threads) if encoder is not None else None
     layout: list[str] = []  # the last build's, where its encoder packed the weights
+    by_name: list[str] = []  # the weights its module reads as they are
 
-    def encode(built_encoder: Path, build_layout: str) -> None:
+    def encode(built_encoder: Path, build_layout: str, reads: list) -> None:
         report(f"  packing the weights into {archive.name} (runtime/parameter_encoding.py)")
-        stages.encode_deferred_archive(built_encoder, build_layout, device)
+        kept = [key for scope, key in reads if scope == PARAMETER_SCOPE]
+        stages.encode_deferred_archive(built_encoder, build_layout, device, kept)
         layout.append(build_layout)
+        by_name[:] = kept
 
     def build(iree_input: Path, flags: list[str]) -> Path:
         nonlocal encoder
         layout.clear()
+        by_name.clear()
         try:
             return compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu,
                                      meanwhile=stages.write_deferred_archive, encoder=encoder,
@@ -426,6 +430,7 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
                           parameters_path=archive, stage_seconds=seconds,
                           encoder_path=encoder if layout else None,
                           parameter_layout=layout[0] if layout else None,
+                          parameters_by_name=by_name if layout else (),
                           parameter_specs=stages.parameter_specs)
 
 

@@ -110,12 +110,14 @@ class StageFiles:
             write_archive(*self._archive)
             self._written_by_name = True
 
-    def encode_deferred_archive(self, encoder: Path, layout: str, device) -> None:
+    def encode_deferred_archive(self, encoder: Path, layout: str, device,
+                                by_name: list[str]) -> None:
         """Write the archive ``defer_archive`` kept as ``encoder`` packs it
-        in ``layout`` (``runtime/parameter_encoding.py``), not by name."""
+        in ``layout`` (``runtime/parameter_encoding.py``), with the arrays
+        named in ``by_name`` as they are."""
         path, arrays = self._archive
         self._written_by_name = False
-        encode_parameters(encoder, arrays, PARAMETER_SCOPE, path, layout, device)
+        encode_parameters(encoder, arrays, PARAMETER_SCOPE, path, layout, device, by_name)
 
     def release_after_import(self) -> None:
         """Delete every stage file but the import's (an abandoned attempt's)."""

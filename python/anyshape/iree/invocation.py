@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from anyshape.errors import CompileError
+from anyshape.iree.parameter_reads import parameters_read
 from anyshape.iree.workarounds import rewrite_flow
 from anyshape.mlir import iree_tool
 from anyshape.stages import IREE_COMPILE_STAGE, IREE_INPUT_STAGE, file_digest, keep_reproducer
@@ -51,7 +52,7 @@ def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
                       output: Path | None = None, phase: str | None = None,
                       meanwhile: Callable[[], None] | None = None,
                       encoder: Path | None = None,
-                      encode: Callable[[Path, str], None] | None = None) -> Path:
+                      encode: Callable[[Path, str, list], None] | None = None) -> Path:
     """iree-compile in two runs around the flow-level workarounds
     (``workarounds.rewrite_flow``; float64 math for the CPU only), into
     ``output`` (default: ``module.vmfb`` beside the input). ``phase``: stop
@@ -60,11 +61,13 @@ def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
     ``meanwhile``: called once the first run has started (the parameter
     archive's write). ``encoder``: where to build the module that packs the
     weights into an archive of their own (``runtime/parameter_encoding.py``),
-    so that the main module reads them packed; ``encode(encoder, layout)`` is
-    then called, instead of ``meanwhile``, while IREE builds the main module's
-    code (``layout``: the SHA-256 of the main module before its code is built,
-    which fixes where it reads each packed weight). Neither is called where
-    IREE found nothing to move out of the module's initializers."""
+    so that the main module reads them packed; ``encode(encoder, layout,
+    reads)`` is then called, instead of ``meanwhile``, while IREE builds the
+    main module's code (``layout``: the SHA-256 of the main module before its
+    code is built, which fixes where it reads each packed weight; ``reads``:
+    the (scope, key) of each parameter the main module reads,
+    ``parameter_reads.py``). Neither is called where IREE found nothing to
+    move out of the module's initializers."""
     phase = phase or stop_phase()
     flow = input_file.with_name("iree-flow.mlirbc")
     untied = input_file.with_name("iree-flow-untied.mlirbc")
@@ -101,7 +104,7 @@ def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
 
 def _compile_with_encoder(untied: Path, flags: list[str], vmfb: Path, dump_ir_dir,
                           report: Callable[[str], None], encoder: Path,
-                          encode: Callable[[Path, str], None],
+                          encode: Callable[[Path, str, list], None],
                           meanwhile: Callable[[], None] | None) -> Path:
     """From the flow phase in two runs: to the stream phase, where IREE
     splits the packing of the weights out into an encoder module, then the
@@ -116,6 +119,7 @@ def _compile_with_encoder(untied: Path, flags: list[str], vmfb: Path, dump_ir_di
                      stream, dump_ir_dir, report, repro_stem=untied.stem)
     untied.unlink()
     layout = f"sha256:{file_digest(stream)}"
+    reads = parameters_read(stream)
 
     def build_and_run_encoder() -> None:
         if encoder_input.is_file():
@@ -124,7 +128,7 @@ def _compile_with_encoder(untied: Path, flags: list[str], vmfb: Path, dump_ir_di
                 run_iree_compile(encoder_input, encoder_flags(flags), encoder, dump_ir_dir,
                                  report, repro_stem=encoder_input.stem)
                 encoder_input.unlink()
-                encode(encoder, layout)
+                encode(encoder, layout, reads)
             except (CompileError, RuntimeError, ValueError) as error:  # not a full disk's OSError
                 raise EncoderFailed(error) from error
         elif meanwhile is not None:

@@ -51,7 +51,8 @@ class CompiledModule:
                  stage_seconds: dict[str, float] | None = None,
                  parameter_specs: dict[str, dict] | None = None, cpu: dict | None = None,
                  encoder_path: str | os.PathLike | None = None,
-                 parameter_layout: str | None = None):
+                 parameter_layout: str | None = None,
+                 parameters_by_name: Sequence[str] = ()):
         self.threads = check_threads(threads)
         self.signature = signature
         self.target = target
@@ -69,6 +70,10 @@ class CompiledModule:
         # holds them.
         self.encoder_path = Path(encoder_path) if encoder_path is not None else None
         self.parameter_layout = parameter_layout
+        # The weights the packed module still reads as they are, by name, from
+        # the same archive: those IREE's encoder left packed at load
+        # (iree/parameter_reads.py).
+        self.parameters_by_name = list(parameters_by_name)
         # name -> {"shape", "dtype"} of each parameter the module reads (None: not
         # recorded; an artifact saved before they were)
         self.parameter_specs = dict(parameter_specs) if parameter_specs is not None else None
@@ -376,9 +381,12 @@ class CompiledModule:
             # The CPU module reads its weights where they are mapped: its
             # first call would otherwise fault them in page by page.
             map_every_page(pages)
-        scope = ENCODED_SCOPE if self.encoder_path is not None else PARAMETER_SCOPE
-        return rt.create_io_parameters_module(config.vm_instance,
-                                              index.create_provider(scope=scope))
+        if self.encoder_path is None:
+            return rt.create_io_parameters_module(
+                config.vm_instance, index.create_provider(scope=PARAMETER_SCOPE))
+        return rt.create_io_parameters_module(
+            config.vm_instance, index.create_provider(scope=ENCODED_SCOPE),
+            *([index.create_provider(scope=PARAMETER_SCOPE)] if self.parameters_by_name else []))
 
     # -- persistence ---------------------------------------------------------
     def save(self, directory: str | os.PathLike) -> Path:
@@ -403,6 +411,7 @@ class CompiledModule:
             "parameter_specs": self.parameter_specs,
             "parameter_encoder": ENCODER if self.encoder_path is not None else None,
             "parameter_layout": self.parameter_layout,
+            "parameters_by_name": self.parameters_by_name,
             "entry": self._entry,
             "target": self.target.to_json(),
             "cpu": self.cpu,
@@ -478,6 +487,7 @@ def read_artifact(path: Path, *, threads: int | None = None,
         encoder_path=path / manifest["parameter_encoder"]
         if manifest.get("parameter_encoder") else None,
         parameter_layout=manifest.get("parameter_layout"),
+        parameters_by_name=manifest.get("parameters_by_name", ()),
     )
     module.cuda_ordinal = cuda_ordinal
     return module
@@ -525,7 +535,8 @@ def write_parameters(directory: str | os.PathLike, weights, *, threads: int | No
                                 f"weights is missing")
     else:
         encode_parameters(module.encoder_path, arrays, PARAMETER_SCOPE, module.parameters_path,
-                          module.parameter_layout, cpu_device(check_threads(threads)))
+                          module.parameter_layout, cpu_device(check_threads(threads)),
+                          by_name=module.parameters_by_name)
     return module.parameters_path
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -33,19 +33,26 @@ LAYOUT_KEY = "anyshape.layout"  # a 1-byte entry whose metadata is the layout
 
 
 def encode_parameters(encoder: Path, weights: Mapping[str, np.ndarray], input_scope: str,
-                      output: Path, layout: str, device) -> None:
+                      output: Path, layout: str, device, by_name: Sequence[str] = ()) -> None:
     """Run ``encoder`` on ``device`` (IREE's CPU device) over ``weights``
     (name -> array, read where they are) and write what it makes into the
-    archive ``output``, marked with the compile's ``layout``."""
+    archive ``output``, marked with the compile's ``layout``. The weights
+    named in ``by_name``, which the module reads as they are (IREE's encoder
+    left them to pack at load: iree/parameter_reads.py), go in as they are,
+    under their names."""
     import iree.runtime as rt
 
     inputs = rt.ParameterIndex()
-    for name, array in weights.items():
-        inputs.add_buffer(name, np.ascontiguousarray(array).reshape(-1).view(np.uint8))
-    _run(rt, encoder, inputs.create_provider(scope=input_scope), output, layout, device)
+    as_bytes = {name: np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+                for name, array in weights.items()}
+    for name, data in as_bytes.items():
+        inputs.add_buffer(name, data)
+    _run(rt, encoder, inputs.create_provider(scope=input_scope), output, layout, device,
+         {name: as_bytes[name] for name in by_name})
 
 
-def _run(rt, encoder: Path, inputs, output: Path, layout: str, device) -> None:
+def _run(rt, encoder: Path, inputs, output: Path, layout: str, device,
+         by_name: Mapping[str, np.ndarray]) -> None:
     instance = rt.VmInstance()
     encoder_module = rt.VmModule.mmap(instance, str(encoder))
     functions = _encoder_functions(rt, encoder_module, encoder)
@@ -63,7 +70,7 @@ def _run(rt, encoder: Path, inputs, output: Path, layout: str, device) -> None:
     # that fails leaves the archive that was there, not a marked one of zeros.
     partial = output.with_name(f"{output.name}.partial")
     try:
-        _create_archive(rt, scopes[0][1], partial, layout)
+        _create_archive(rt, scopes[0][1], partial, layout, by_name)
         _encode_into(rt, instance, hal, encoder_module, functions, inputs, partial, device)
         os.replace(partial, output)
     finally:
@@ -128,9 +135,16 @@ def _python_value(rt, value):
     return value
 
 
-def _create_archive(rt, entries: list, output: Path, layout: str) -> None:
+def _create_archive(rt, entries: list, output: Path, layout: str,
+                    by_name: Mapping[str, np.ndarray]) -> None:
     """The archive ``entries`` (the encoder's ``indices``) describe, its data
-    zero (pages of the file not yet written), for the encoder to write into."""
+    zero (pages of the file not yet written), for the encoder to write into,
+    and the weights ``by_name`` as they are."""
+    taken = {entry[1] for entry in entries} | {LAYOUT_KEY}
+    clashes = sorted(taken & set(by_name))
+    if clashes:
+        raise ValueError(f"weights named {', '.join(clashes)}: expected names other than "
+                         f"the encoder's own keys, got the same (the archive holds both)")
     index = rt.ParameterIndex()
     for entry in entries:
         kind, key, metadata, length = entry[:4]
@@ -142,6 +156,8 @@ def _create_archive(rt, entries: list, output: Path, layout: str) -> None:
             # np.zeros is untouched calloc memory: the archive's writer reads
             # zero pages, which take no memory of their own.
             index.add_buffer(key, np.zeros(length, np.uint8), metadata=metadata)
+    for name, data in by_name.items():
+        index.add_buffer(name, data)
     index.add_splat(LAYOUT_KEY, b"\0", 1, metadata=layout)
     create_archive_file(index, output)
 

@@ -198,3 +198,66 @@ def test_a_generator_archive_holds_each_weight_packed_once():
     ids = torch.tensor([[5, 7, 9, 11, 2, 3, 17]])
     assert torch.equal(generator.generate(ids, max_new_tokens=8, do_sample=False),
                        model.generate(ids, max_new_tokens=8, do_sample=False))
+
+
+class Classifier(torch.nn.Module):
+    def __init__(self, labels: int = 2):
+        super().__init__()
+        self.body = torch.nn.Linear(256, 256)
+        self.head = torch.nn.Linear(256, labels)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x)))
+
+
+def _compile_classifier(model):
+    return anyshape.compile(model, (torch.randn(7, 256),),
+                            dynamic_shapes={"x": {0: Dim("rows")}}, cache=False,
+                            backend=anyshape.BackendOptions(params="external"))
+
+
+@pytest.mark.builds_after_export
+def test_a_weight_the_encoder_leaves_is_read_by_name_from_the_archive(tmp_path):
+    """/// IREE's encoder packs a weight only where padding grows it at most
+    /// 1.2x: a 2-label head, padded to 16 rows, stays packed at load and read
+    /// by its name, which the packed archive alone lacked ("no provider
+    /// registered that handles scopes like 'model'")."""
+    torch.manual_seed(5)
+    model = Classifier().eval()
+    compiled = _compile_classifier(model)
+    assert compiled.encoder_path is not None
+    assert compiled.parameters_by_name == ["head.weight"]
+    x = torch.randn(5, 256)
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    compiled.save(tmp_path / "artifact")
+    torch.testing.assert_close(anyshape.load(tmp_path / "artifact")(x), model(x),
+                               rtol=1e-5, atol=1e-5)
+    retrained = Classifier().eval()
+    anyshape.write_parameters(tmp_path / "artifact", retrained)
+    torch.testing.assert_close(anyshape.load(tmp_path / "artifact")(x), retrained(x),
+                               rtol=1e-5, atol=1e-5)
+
+
+class NamedLikeTheEncodersSlab(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(256, 256)
+        self.parameter0 = torch.nn.Parameter(torch.randn(2, 256))
+
+    def forward(self, x):
+        return torch.relu(self.body(x)) @ self.parameter0.T
+
+
+@pytest.mark.builds_after_export
+def test_a_weight_named_as_the_encoders_slab_falls_back_to_packing_at_load():
+    """/// A weight read by name shares the archive with the encoder's slabs
+    /// (parameter0, ...): one name for both would read the wrong bytes."""
+    torch.manual_seed(6)
+    model = NamedLikeTheEncodersSlab().eval()
+    with pytest.warns(anyshape.PackedWeightsFallback,
+                      match=r"weights named parameter0: expected names other than the "
+                            r"encoder's own keys, got the same"):
+        compiled = _compile_classifier(model)
+    assert compiled.encoder_path is None
+    x = torch.randn(5, 256)
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
