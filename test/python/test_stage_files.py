@@ -141,6 +141,31 @@ def test_the_parameter_archive_is_written_while_iree_compile_runs(monkeypatch):
 
 
 @pytest.mark.builds_after_export
+def test_a_cpu_module_writes_its_weights_once_packed(monkeypatch):
+    """/// A CPU module's encoder writes the archive packed: written by name
+    /// first as well, the weights' bytes were written for nothing and the
+    /// compile's temporary files held them twice (8.2 GiB for the 1.1B shape's
+    /// 4.1 GiB)."""
+    real = anyshape.driver.stage_files.write_archive
+    seen = []
+
+    def watched(path, arrays):
+        seen.append(Path(path).name)
+        real(path, arrays)
+
+    monkeypatch.setattr(anyshape.driver.stage_files, "write_archive", watched)
+    torch.manual_seed(0)
+    model = TwoLayers().eval()
+    compiled = anyshape.compile(model, (torch.randn(7, 33),),
+                                dynamic_shapes={"x": {0: Dim("rows")}}, cache=False,
+                                backend=anyshape.BackendOptions(params="external"))
+    assert compiled.encoder_path is not None
+    assert seen == []
+    x = torch.randn(5, 33)
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.builds_after_export
 def test_a_full_disk_while_writing_the_archive_stops_iree_compile_and_is_named(monkeypatch):
     """/// The archive's write failing for want of space stops the iree-compile
     /// it overlapped, and says where the space ran out and how much is needed."""

@@ -66,15 +66,21 @@ def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
     main module's code (``layout``: the SHA-256 of the main module before its
     code is built, which fixes where it reads each packed weight; ``reads``:
     the (scope, key) of each parameter the main module reads,
-    ``parameter_reads.py``). Neither is called where IREE found nothing to
-    move out of the module's initializers."""
+    ``parameter_reads.py``). Where IREE found nothing
+    to move out of the module's initializers, ``meanwhile`` is called then
+    instead."""
     phase = phase or stop_phase()
     flow = input_file.with_name("iree-flow.mlirbc")
     untied = input_file.with_name("iree-flow-untied.mlirbc")
     vmfb = output if output is not None else \
         input_file.with_name(f"{phase}.mlir" if phase else "module.vmfb")
+    encoding = encoder is not None and not phase
+    # Where the encoder writes the archive, writing it by name first would be
+    # the weights' bytes written for nothing, and twice the disk while the
+    # packed one is written beside it.
     run_iree_compile(input_file, [*flags, "--compile-to=flow", "--emit-mlir-bytecode"], flow,
-                     dump_ir_dir, report, repro_stem=IREE_INPUT_STAGE, meanwhile=meanwhile)
+                     dump_ir_dir, report, repro_stem=IREE_INPUT_STAGE,
+                     meanwhile=None if encoding else meanwhile)
     rewritten = rewrite_flow(flow, untied, f64_math_in_f32=cpu)
     report(f"  made {rewritten.untied} repeated dispatch workload sizes distinct")
     if rewritten.narrowed:
@@ -92,7 +98,7 @@ def compile_with_iree(input_file: Path, flags: list[str], dump_ir_dir,
         report(f"  kept {rewritten.guarded} integer divisions from dividing by 0 past a "
                f"partial vector's end")
     flow.unlink()
-    if encoder is not None and not phase:
+    if encoding:
         return _compile_with_encoder(untied, flags, vmfb, dump_ir_dir, report, encoder, encode,
                                      meanwhile)
     last = [f"--compile-to={phase}"] if phase else []
