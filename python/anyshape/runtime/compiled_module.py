@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from anyshape.runtime import index_bounds, size_conditions
+from anyshape.runtime.archive_pages import check_progress, map_every_page, mapping_progress
 from anyshape.runtime.host_arrays import host_tensor
 from anyshape.errors import RunError
 from anyshape.runtime.host_cpu import check_runs_here
@@ -87,6 +88,8 @@ class CompiledModule:
         # the driver that wrote them (the runtime has no MLIR bindings)
         self._stage_text = stage_text
         self._workdir = workdir  # keeps a TemporaryDirectory alive with the module
+        # What the load shows as it maps the weights (load's ``progress``)
+        self.load_progress = None
         self._functions = {}  # entry name -> IREE function, from _context
         self._context = None  # the IREE SystemContext that owns _functions
         self.cuda_ordinal: int | None = None  # load(device="cuda:N"); None: the first device
@@ -380,7 +383,8 @@ class CompiledModule:
         if pages is not None:
             # The CPU module reads its weights where they are mapped: its
             # first call would otherwise fault them in page by page.
-            map_every_page(pages)
+            map_every_page(pages, mapping_progress(self.load_progress, self.parameters_path,
+                                                   len(pages)))
         if self.encoder_path is None:
             return rt.create_io_parameters_module(
                 config.vm_instance, index.create_provider(scope=PARAMETER_SCOPE))
@@ -424,14 +428,19 @@ class CompiledModule:
 
 
 def load(directory: str | os.PathLike, *, threads: int | None = None,
-         device: str | None = None) -> CompiledModule:
+         device: str | None = None, progress=None) -> CompiledModule:
     """Load an artifact written by ``CompiledModule.save`` (or ``Generator.save``:
     then a ``Generator`` comes back); ``threads``: as for
     ``anyshape.compile``. ``device``: where it runs, which must be what it was
     compiled for: "cpu", or "cuda" (the first CUDA device) or "cuda:N";
-    None: the default device of its target."""
+    None: the default device of its target. ``progress``: how the mapping of
+    a CPU module's weights is shown (runtime/archive_pages.py): None, a bar
+    on a terminal for an archive of 1 GiB or more; else as for
+    ``anyshape.compile``."""
+    check_progress(progress)
     path = Path(directory)
     module = read_artifact(path, threads=threads, device=device)
+    module.load_progress = progress
     from anyshape.runtime.generator import GENERATOR_FILE, load_generator
 
     if (path / GENERATOR_FILE).is_file():
@@ -538,18 +547,6 @@ def write_parameters(directory: str | os.PathLike, weights, *, threads: int | No
                           module.parameter_layout, cpu_device(check_threads(threads)),
                           by_name=module.parameters_by_name)
     return module.parameters_path
-
-
-_MADV_POPULATE_READ = 22  # Linux 5.14; not in Python 3.11's mmap module
-
-
-def map_every_page(pages: mmap.mmap) -> None:
-    """Read in and map every page of ``pages`` now (``MADV_POPULATE_READ``;
-    ``MADV_WILLNEED``, a read-ahead only, on kernels before 5.14)."""
-    try:
-        pages.madvise(_MADV_POPULATE_READ)
-    except OSError:  # EINVAL: a kernel without it
-        pages.madvise(mmap.MADV_WILLNEED)
 
 
 def write_archive(path: Path, arrays: dict[str, np.ndarray]) -> None:

@@ -261,3 +261,33 @@ def test_a_weight_named_as_the_encoders_slab_falls_back_to_packing_at_load():
     assert compiled.encoder_path is None
     x = torch.randn(5, 256)
     torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.builds_after_export
+def test_the_load_tells_how_much_of_the_archive_it_has_mapped(saved):
+    _, _, directory = saved
+    archive = (directory / "params.irpa").stat().st_size
+    messages = []
+    module = anyshape.load(directory, progress=messages.append)
+    assert module.preload()
+    assert messages[-1] == (f"mapping params.irpa: {archive / 1e9:.2f} of "
+                            f"{archive / 1e9:.2f} GB"), messages
+
+
+@pytest.mark.builds_after_export
+def test_a_bar_shows_the_mapping_when_asked_and_nothing_by_default_for_a_small_archive(
+        saved, capsys):
+    """/// Without ``progress``, a bar is drawn on a terminal for an archive of
+    /// 1 GiB or more: this one is 16.8 MB, and stderr here is no terminal."""
+    _, _, directory = saved
+    assert anyshape.load(directory).preload()
+    assert capsys.readouterr().err == ""
+    assert anyshape.load(directory, progress="bars").preload()
+    assert "mapping params.irpa" in capsys.readouterr().err
+
+
+def test_a_progress_load_does_not_take_is_refused_by_name(saved):
+    _, _, directory = saved
+    with pytest.raises(ValueError, match=r"progress: expected True, False, 'bars', 'lines' or "
+                                         r"a function of a message, got 'loud'"):
+        anyshape.load(directory, progress="loud")
