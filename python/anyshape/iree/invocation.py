@@ -125,7 +125,6 @@ def _compile_with_encoder(untied: Path, flags: list[str], vmfb: Path, dump_ir_di
                      stream, dump_ir_dir, report, repro_stem=untied.stem)
     untied.unlink()
     layout = f"sha256:{file_digest(stream)}"
-    reads = parameters_read(stream)
 
     def build_and_run_encoder() -> None:
         if encoder_input.is_file():
@@ -134,7 +133,7 @@ def _compile_with_encoder(untied: Path, flags: list[str], vmfb: Path, dump_ir_di
                 run_iree_compile(encoder_input, encoder_flags(flags), encoder, dump_ir_dir,
                                  report, repro_stem=encoder_input.stem)
                 encoder_input.unlink()
-                encode(encoder, layout, reads)
+                encode(encoder, layout, parameters_read(stream))
             except (CompileError, RuntimeError, ValueError) as error:  # not a full disk's OSError
                 raise EncoderFailed(error) from error
         elif meanwhile is not None:

@@ -19,11 +19,15 @@ from anyshape.mlir import iree_bindings
 
 def parameters_read(stream_file: Path) -> list[tuple[str, str]]:
     """(scope, key) of every parameter ``stream_file`` (the main module at
-    IREE's stream phase) loads or reads, in the order first read."""
+    IREE's stream phase) loads or reads, in the order first read; ValueError
+    where IREE's bindings cannot read it."""
     ir = iree_bindings()
     found: dict[tuple[str, str], None] = {}
     with ir.Context():
-        module = ir.Module.parseFile(str(stream_file))
+        try:
+            module = ir.Module.parseFile(str(stream_file))
+        except ir.MLIRError as error:
+            raise ValueError(f"IREE's bindings cannot read {stream_file}: {error}") from None
 
         def visit(op):
             op = op.operation
