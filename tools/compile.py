@@ -217,6 +217,15 @@ def main(argv: list[str] | None = None) -> int:
     if Path(args.output).exists() and not Path(args.output).is_dir():
         parser.error(f"-o/--output: expected an artifact directory (new or existing), got the "
                      f"file '{args.output}'")
+    if args.calibrate is not None:
+        # Read before the model is built (seconds): a file or tokenizer the
+        # compile cannot use is named at once.
+        try:
+            args.calibration_lines = _calibration_lines(args.calibrate)
+            _check_tokenizer_directory(args.tokenizer)
+        except ValueError as error:
+            print(f"anyshape-compile: {error}", file=sys.stderr)
+            return 1
     from anyshape.errors import CompileError
     from anyshape.mlir import MLIRError
     from anyshape.passes import load_pass_file
@@ -441,19 +450,7 @@ def _calibrated(args, model, with_mask: bool, report):
 
     import anyshape
 
-    try:
-        with open(args.calibrate, encoding="utf-8") as text:
-            lines = [(number, line.strip()) for number, line in enumerate(text, 1)
-                     if line.strip()]
-    except OSError as error:
-        raise ValueError(f"--calibrate: cannot read '{args.calibrate}': "
-                         f"{error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise ValueError(f"--calibrate: '{args.calibrate}' is not UTF-8 text "
-                         f"({error.reason} at byte {error.start})") from None
-    if not lines:
-        raise ValueError(f"--calibrate: '{args.calibrate}' holds no text (one sample per "
-                         f"non-empty line)")
+    lines = args.calibration_lines
     tokenizer = _tokenizer(args.tokenizer)
     from anyshape.frontend.config_bounds import config_limits
 
@@ -487,11 +484,31 @@ def _calibrated(args, model, with_mask: bool, report):
                                group_size=args.group_size, progress=report)
 
 
+def _calibration_lines(path: str) -> list[tuple[int, str]]:
+    """--calibrate's non-empty lines, each with its line number."""
+    try:
+        with open(path, encoding="utf-8") as text:
+            lines = [(number, line.strip()) for number, line in enumerate(text, 1)
+                     if line.strip()]
+    except OSError as error:
+        raise ValueError(f"--calibrate: cannot read '{path}': {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"--calibrate: '{path}' is not UTF-8 text "
+                         f"({error.reason} at byte {error.start})") from None
+    if not lines:
+        raise ValueError(f"--calibrate: '{path}' holds no text (one sample per non-empty line)")
+    return lines
+
+
+def _check_tokenizer_directory(directory: str) -> None:
+    if not Path(directory).is_dir():
+        raise ValueError(f"--tokenizer: expected a HF tokenizer directory, got '{directory}'")
+
+
 def _tokenizer(directory: str):
     from transformers import AutoTokenizer
 
-    if not Path(directory).is_dir():
-        raise ValueError(f"--tokenizer: expected a HF tokenizer directory, got '{directory}'")
+    _check_tokenizer_directory(directory)
     try:
         return AutoTokenizer.from_pretrained(directory)
     except (OSError, ValueError) as error:
