@@ -226,6 +226,14 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             print(f"anyshape-compile: {error}", file=sys.stderr)
             return 1
+    if args.target_cpu is not None and args.target == "cpu":
+        from anyshape.iree.cpu import resolve
+
+        try:  # a probe of iree-compile's, kept for the compile: named before the model is built
+            resolve(args.target_cpu)
+        except ValueError as error:
+            print(f"anyshape-compile: {error}", file=sys.stderr)
+            return 1
     from anyshape.errors import CompileError
     from anyshape.mlir import MLIRError
     from anyshape.passes import load_pass_file
