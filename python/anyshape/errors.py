@@ -33,10 +33,11 @@ class DataTilingFallback(UserWarning):
 
 
 class PackedWeightsFallback(UserWarning):
-    """IREE failed to build or run the encoder that packs a CPU module's
-    weights into its archive (``params="external"``,
-    ``runtime/parameter_encoding.py``); the module was compiled again without
-    it, and packs them when it loads."""
+    """The encoder that packs a CPU module's weights into its archive
+    (``params="external"``, ``runtime/parameter_encoding.py``) could not be
+    built or run (IREE failed, or the archive could not hold the weights read
+    by name); the module was compiled again without it, and packs them when
+    it loads."""
 
 
 class DimBoundedByConfig(UserWarning):

@@ -394,7 +394,7 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
         except EncoderFailed as failure:
             # The floor is the module without the encoder: it packs at load.
             warnings.warn(PackedWeightsFallback(
-                f"IREE failed to build or run the encoder that packs the weights "
+                f"the encoder that packs the weights could not be built or run "
                 f"({failure.error}); the module packs them when it loads instead"))
             encoder = None
             return compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu,

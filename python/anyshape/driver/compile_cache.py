@@ -213,7 +213,7 @@ def lookup(key: str, *, threads: int | None):
         files = record["files"]
         if not files or any(file_digest(entry / name) != digest for name, digest in files.items()):
             raise ValueError("its files are not the ones it was written with")
-        module = load(entry, threads=threads)
+        module = load(entry, threads=threads, progress=False)  # silent, as a compile's own is
         _mark_used(entry)
         return module, list(record.get("warnings", []))
     except Exception:  # noqa: BLE001 - any damage: compiled again, never run

@@ -91,6 +91,9 @@ def write_iree_input(compilation: Compilation, stages: StageFiles, module: ir.Mo
                                    arrays=compilation.arrays)
             report(f"  {routed.products} products with a weight run anyshape's row-exact kernel "
                    f"(iree/kernels/linear_rows.py)")
+            if routed.products_split:
+                report(f"  {routed.products_split} of IREE's few-row products computed part by "
+                       f"part, as the kernel computes them: their weights packed once")
             if quantized.quantized:
                 report(f"  {routed.quantized} of them with {quantized.name} weights, and "
                        f"{routed.embeddings} embedding tables; "

@@ -23,6 +23,8 @@ from anyshape.errors import CompileError
 from anyshape.iree.parameter_reads import parameters_read
 from anyshape.iree.workarounds import rewrite_flow
 from anyshape.mlir import iree_tool
+from anyshape.runtime.compiled_module import PARAMETER_SCOPE
+from anyshape.runtime.parameter_encoding import ENCODED_SCOPE
 from anyshape.stages import IREE_COMPILE_STAGE, IREE_INPUT_STAGE, file_digest, keep_reproducer
 
 
@@ -133,7 +135,8 @@ def _compile_with_encoder(untied: Path, flags: list[str], vmfb: Path, dump_ir_di
                 run_iree_compile(encoder_input, encoder_flags(flags), encoder, dump_ir_dir,
                                  report, repro_stem=encoder_input.stem)
                 encoder_input.unlink()
-                encode(encoder, layout, parameters_read(stream))
+                encode(encoder, layout,
+                       parameters_read(stream, (PARAMETER_SCOPE, ENCODED_SCOPE)))
             except (CompileError, RuntimeError, ValueError) as error:  # not a full disk's OSError
                 raise EncoderFailed(error) from error
         elif meanwhile is not None:

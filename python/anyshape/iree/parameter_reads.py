@@ -17,12 +17,19 @@ from pathlib import Path
 from anyshape.mlir import iree_bindings
 
 
-def parameters_read(stream_file: Path) -> list[tuple[str, str]]:
+# The stream ops that read parameters (stream.cmd.* and stream.async.*).
+_READS = (".parameter.load", ".parameter.read", ".parameter.gather")
+
+
+def parameters_read(stream_file: Path, scopes: tuple[str, ...]) -> list[tuple[str, str]]:
     """(scope, key) of every parameter ``stream_file`` (the main module at
-    IREE's stream phase) loads or reads, in the order first read; ValueError
-    where IREE's bindings cannot read it."""
+    IREE's stream phase) loads or reads, in the order first read. ValueError
+    where IREE's bindings cannot read it, or where a read's scope is not one
+    of ``scopes`` or its scope and keys are not constants: a weight the
+    archive then lacked would fail the module's load."""
     ir = iree_bindings()
     found: dict[tuple[str, str], None] = {}
+    unnamed: list[str] = []
     with ir.Context():
         try:
             module = ir.Module.parseFile(str(stream_file))
@@ -31,17 +38,21 @@ def parameters_read(stream_file: Path) -> list[tuple[str, str]]:
 
         def visit(op):
             op = op.operation
-            if op.name.startswith("stream.") and ".parameter." in op.name:
-                # The scope, then the keys: the op's util.buffer operands, in
-                # order (stream.cmd.parameter.load, .read, .gather).
-                names = [_buffer_constant(ir, operand) for operand in op.operands]
-                names = [name for name in names if name is not None]
-                if len(names) >= 2:
+            if op.name.startswith("stream.") and op.name.endswith(_READS):
+                # The scope, then the keys: the op's only util.buffer operands.
+                names = [_buffer_constant(ir, operand) for operand in op.operands
+                         if str(operand.type) == "!util.buffer"]
+                if len(names) < 2 or None in names or names[0] not in scopes:
+                    unnamed.append(f"{op.name} of {names}")
+                else:
                     for key in names[1:]:
                         found.setdefault((names[0], key))
             return ir.WalkResult.ADVANCE
 
         module.operation.walk(visit)
+    if unnamed:
+        raise ValueError(f"{stream_file}: expected each parameter read to name a scope among "
+                         f"{list(scopes)} and its keys as constants, got {unnamed[0]}")
     return list(found)
 
 

@@ -35,15 +35,20 @@ def map_every_page(pages: mmap.mmap, advanced: Callable[[int], None] | None = No
     ``advanced(bytes mapped so far)`` after each run of ``RUN_BYTES``."""
     total = len(pages)
     option = _MADV_POPULATE_READ
-    for start in range(0, total, RUN_BYTES):
-        length = min(RUN_BYTES, total - start)
-        try:
-            pages.madvise(option, start, length)
-        except OSError:  # EINVAL: a kernel without it
-            option = mmap.MADV_WILLNEED
-            pages.madvise(option, start, length)
-        if advanced is not None:
-            advanced(start + length)
+    try:
+        for start in range(0, total, RUN_BYTES):
+            length = min(RUN_BYTES, total - start)
+            try:
+                pages.madvise(option, start, length)
+            except OSError:  # EINVAL: a kernel without it
+                option = mmap.MADV_WILLNEED
+                pages.madvise(option, start, length)
+            if advanced is not None:
+                advanced(start + length)
+    finally:  # a bar's line closed, however the mapping ended
+        close = getattr(advanced, "close", None)
+        if close is not None:
+            close()
 
 
 def mapping_progress(progress, archive: Path, total: int) -> Callable[[int], None] | None:
@@ -61,19 +66,7 @@ def mapping_progress(progress, archive: Path, total: int) -> Callable[[int], Non
     if progress is True:
         progress = "bars" if on_terminal() else "lines"
     if progress == "bars":
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"mapping {archive.name}",
-                   leave=True)
-        done = [0]
-
-        def advance(mapped: int) -> None:
-            bar.update(mapped - done[0])
-            done[0] = mapped
-            if mapped >= total:
-                bar.close()
-
-        return advance
+        return _Bar(archive, total)
     report = progress_printer(progress, prefix="anyshape.load")
     quarter = [0]
 
@@ -85,3 +78,21 @@ def mapping_progress(progress, archive: Path, total: int) -> Callable[[int], Non
             report(f"mapping {archive.name}: {mapped / 1e9:.2f} of {total / 1e9:.2f} GB")
 
     return tell
+
+
+class _Bar:
+    """A tqdm bar of the bytes mapped; ``close`` ends its line."""
+
+    def __init__(self, archive: Path, total: int):
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total, unit="B", unit_scale=True,
+                         desc=f"mapping {archive.name}", leave=True)
+        self._done = 0
+
+    def __call__(self, mapped: int) -> None:
+        self._bar.update(mapped - self._done)
+        self._done = mapped
+
+    def close(self) -> None:
+        self._bar.close()

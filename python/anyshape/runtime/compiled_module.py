@@ -88,8 +88,9 @@ class CompiledModule:
         # the driver that wrote them (the runtime has no MLIR bindings)
         self._stage_text = stage_text
         self._workdir = workdir  # keeps a TemporaryDirectory alive with the module
-        # What the load shows as it maps the weights (load's ``progress``)
-        self.load_progress = None
+        # What the load shows as it maps the weights: load's ``progress``; a
+        # compile's module shows nothing (the compile's progress is its own)
+        self.load_progress = False
         self._functions = {}  # entry name -> IREE function, from _context
         self._context = None  # the IREE SystemContext that owns _functions
         self.cuda_ordinal: int | None = None  # load(device="cuda:N"); None: the first device
@@ -496,7 +497,7 @@ def read_artifact(path: Path, *, threads: int | None = None,
         encoder_path=path / manifest["parameter_encoder"]
         if manifest.get("parameter_encoder") else None,
         parameter_layout=manifest.get("parameter_layout"),
-        parameters_by_name=manifest.get("parameters_by_name", ()),
+        parameters_by_name=manifest.get("parameters_by_name") or (),
     )
     module.cuda_ordinal = cuda_ordinal
     return module

@@ -47,6 +47,10 @@ def encode_parameters(encoder: Path, weights: Mapping[str, np.ndarray], input_sc
                 for name, array in weights.items()}
     for name, data in as_bytes.items():
         inputs.add_buffer(name, data)
+    missing = [name for name in by_name if name not in as_bytes]
+    if missing:
+        raise ValueError(f"weights: expected the weights the module reads by name, got none "
+                         f"named {', '.join(missing)}")
     _run(rt, encoder, inputs.create_provider(scope=input_scope), output, layout, device,
          {name: as_bytes[name] for name in by_name})
 

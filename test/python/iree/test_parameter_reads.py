@@ -5,6 +5,8 @@ import pytest
 
 from anyshape.iree.parameter_reads import parameters_read
 
+SCOPES = ("model", "encoded")
+
 # A module at IREE's stream phase as the encoder leaves it: one slab of packed
 # weights from the encoder's scope, one weight read by its own name.
 _STREAM = """
@@ -36,13 +38,13 @@ util.initializer {
 def test_each_read_is_named_by_its_scope_and_key(tmp_path):
     path = tmp_path / "stream.mlir"
     path.write_text(_STREAM)
-    assert parameters_read(path) == [("encoded", "parameter0"), ("model", "head.weight")]
+    assert parameters_read(path, SCOPES) == [("encoded", "parameter0"), ("model", "head.weight")]
 
 
 def test_a_module_that_reads_no_parameter_has_none(tmp_path):
     path = tmp_path / "stream.mlir"
     path.write_text("util.global private @x = 1 : i32\n")
-    assert parameters_read(path) == []
+    assert parameters_read(path, SCOPES) == []
 
 
 def test_a_file_iree_cannot_read_is_a_value_error_naming_it(tmp_path):
@@ -51,4 +53,16 @@ def test_a_file_iree_cannot_read_is_a_value_error_naming_it(tmp_path):
     path = tmp_path / "stream.mlir"
     path.write_text("module {")
     with pytest.raises(ValueError, match=r"IREE's bindings cannot read .*stream.mlir"):
-        parameters_read(path)
+        parameters_read(path, SCOPES)
+
+
+def test_a_read_of_a_scope_not_named_is_refused(tmp_path):
+    """/// A read this cannot name (a scope-less one reads its first key as a
+    /// scope) would leave the weight out of the archive, and the module would
+    /// fail to load: refused, the compile packs at load instead."""
+    path = tmp_path / "stream.mlir"
+    path.write_text(_STREAM.replace('"model"', '"other"'))
+    with pytest.raises(ValueError, match=r"expected each parameter read to name a scope among "
+                                         r"\['model', 'encoded'\] and its keys as constants, got "
+                                         r"stream.cmd.parameter.load of \['other', 'head.weight'\]"):
+        parameters_read(path, SCOPES)

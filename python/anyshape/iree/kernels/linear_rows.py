@@ -256,7 +256,8 @@ def _constant_int(op_value):
 def _column_parts(ops, n: int):
     """The column slices the results of ``ops`` (one product, written once per
     slice that reads it) are read through, when they are read through nothing
-    else: [(start, end, slice op, the unflatten it reads or None)]; else None.
+    else: [(start, end, slice op, the unflatten or view (``_regroups_rows``) it reads, or
+    None)]; else None.
 
     ``anyshape-data-tiling-forms`` computes the linears that share an input as
     one on their concatenated weights and slices the columns after (Q, K and
@@ -280,7 +281,8 @@ def _column_parts(ops, n: int):
 
     for use in (use for op in ops for use in op.results[0].uses):
         user = use.owner
-        if user.name == "torch.aten.unflatten.int" and _constant_int(user.operands[1]) == 0:
+        if (user.name == "torch.aten.unflatten.int" and _constant_int(user.operands[1]) == 0) \
+                or _regroups_rows(user, n):
             columns = len(vtensor_shape(user.results[0].type)[0]) - 1
             for inner in user.results[0].uses:
                 bounds = column_slice(inner.owner, columns)
@@ -293,6 +295,34 @@ def _column_parts(ops, n: int):
             return None
         parts.append((*bounds, user, None))
     return parts if len(parts) > 1 else None
+
+
+def _regroups_rows(op, n: int) -> bool:
+    """``op`` is a view of a [rows, n] product into [..., n], its sizes a
+    list built in place (a decode function's ``view(y, [b, 1, n])``): it
+    regroups the rows and leaves the columns whole."""
+    if op.name != "torch.aten.view" or len(op.operands) != 2:
+        return False
+    source, result = vtensor_shape(op.operands[0].type), vtensor_shape(op.results[0].type)
+    sizes = op.operands[1].owner
+    return source is not None and result is not None and len(source[0]) == 2 \
+        and source[0][1] == n and result[0][-1] == n \
+        and getattr(sizes, "name", None) == "torch.prim.ListConstruct" \
+        and _constant_int(sizes.operands[-1]) == n
+
+
+def _regrouped(ir, part, regroup, width: int, result_type):
+    """``part`` (a [rows, width] product) regrouped as ``regroup`` (an
+    unflatten of the rows, or a view: ``_regroups_rows``) regrouped the whole."""
+    if regroup.name == "torch.aten.unflatten.int":
+        return ir.Operation.create("torch.aten.unflatten.int", results=[result_type],
+                                   operands=[part, *regroup.operands[1:]]).result
+    sizes = regroup.operands[1].owner
+    narrowed = ir.Operation.create(
+        "torch.prim.ListConstruct", results=[sizes.results[0].type],
+        operands=[*list(sizes.operands)[:-1], new_constant_int(ir, width)]).result
+    return ir.Operation.create("torch.aten.view", results=[result_type],
+                               operands=[part, narrowed]).result
 
 
 def _replace_by_parts(ir, ops, parts, part_product) -> None:
@@ -313,9 +343,7 @@ def _replace_by_parts(ir, ops, parts, part_product) -> None:
         part = made[(start, end)]
         if unflatten is not None:
             with ir.InsertionPoint(column_slice), column_slice.location:
-                part = ir.Operation.create(
-                    "torch.aten.unflatten.int", results=[column_slice.results[0].type],
-                    operands=[part, *unflatten.operands[1:]]).result
+                part = _regrouped(ir, part, unflatten, end - start, column_slice.results[0].type)
         column_slice.results[0].replace_all_uses_with(part)
         column_slice.erase()
     unflattens = []
@@ -323,7 +351,10 @@ def _replace_by_parts(ir, ops, parts, part_product) -> None:
         if unflatten is not None and not any(unflatten == u for u in unflattens):
             unflattens.append(unflatten)
     for unflatten in unflattens:
+        sizes = unflatten.operands[1].owner if unflatten.name == "torch.aten.view" else None
         unflatten.erase()
+        if sizes is not None and not list(sizes.results[0].uses):
+            sizes.erase()
     for each in ops:
         each.erase()
 
