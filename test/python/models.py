@@ -100,3 +100,14 @@ def encoder_pattern_case():
     args = (torch.randn(2, 6, 16), torch.tensor([6, 3]))
     batch, seq = Dim("batch", min=1, max=4), Dim("seq", min=1, max=64)
     return model, args, {"x": {0: batch, 1: seq}, "valid_length": {0: batch}}
+
+
+def one_layer_llama(hidden, intermediate, heads, kv_heads, vocab, seed):
+    """A Llama of one layer, random weights from ``seed``, in eval mode."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(
+        hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=1,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab,
+        max_position_embeddings=256)).eval()

@@ -21,6 +21,8 @@ import torch
 from test_generate import small_causal_lm
 
 import anyshape
+from kernel_objects import skip_unless_packings_match
+from models import one_layer_llama
 
 _LOAD = textwrap.dedent('''
     import sys
@@ -89,18 +91,8 @@ def test_a_loaded_generator_holds_its_packed_weights_once(tmp_path):
     /// kernel packed them its own way (2.3x the weights for the 1.1B shape).
     /// IREE's float32 tiles are 16 wide with AVX-512 only: on AVX2 they are 8
     /// wide, and the two packings differ."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from anyshape.iree.kernels.build import ISA_AVX2, isa_for_cpu
-
-    if isa_for_cpu() <= ISA_AVX2:
-        pytest.skip("IREE packs float32 products in 8-wide tiles without AVX-512; the "
-                    "kernel's panels are 16 wide, so the two packings are not one there")
-    torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=1,
-                         num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
-                         max_position_embeddings=256)
-    model = LlamaForCausalLM(config).eval()
+    skip_unless_packings_match()
+    model = one_layer_llama(1024, 2816, heads=16, kv_heads=4, vocab=32000, seed=0)
     generator = anyshape.compile_generator(model, backend=anyshape.BackendOptions(
         params="external"))
     assert set(generator.spec["decode_entries"]) == {"1", "4", "8"}

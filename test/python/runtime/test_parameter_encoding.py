@@ -14,6 +14,8 @@ from torch.export import Dim
 
 import anyshape
 import anyshape.iree.invocation
+from kernel_objects import skip_unless_packings_match
+from models import one_layer_llama
 
 WIDTH = 1024
 
@@ -175,18 +177,8 @@ def test_a_generator_archive_holds_each_weight_packed_once():
     /// decode functions kept them on their concatenated weights, which IREE
     /// packed a second time (0.43 GiB for the TinyLlama-1.1B shape). IREE's
     /// float32 tiles match the kernel's panels with AVX-512 only."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from anyshape.iree.kernels.build import ISA_AVX2, isa_for_cpu
-
-    if isa_for_cpu() <= ISA_AVX2:
-        pytest.skip("IREE packs float32 products in 8-wide tiles without AVX-512; the "
-                    "kernel's panels are 16 wide, so the two packings are not one there")
-    torch.manual_seed(4)
-    config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=1,
-                         num_attention_heads=8, num_key_value_heads=2, vocab_size=1000,
-                         max_position_embeddings=256)
-    model = LlamaForCausalLM(config).eval()
+    skip_unless_packings_match()
+    model = one_layer_llama(256, 512, heads=8, kv_heads=2, vocab=1000, seed=4)
     generator = anyshape.compile_generator(model, cache=False, backend=anyshape.BackendOptions(
         params="external"))
     assert set(generator.spec["decode_entries"]) == {"1", "4", "8"}
@@ -211,11 +203,7 @@ def test_a_gpt2_generator_archive_holds_its_fused_projection_once():
     /// so one layer's is packed whole as well."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from anyshape.iree.kernels.build import ISA_AVX2, isa_for_cpu
-
-    if isa_for_cpu() <= ISA_AVX2:
-        pytest.skip("IREE packs float32 products in 8-wide tiles without AVX-512; the "
-                    "kernel's panels are 16 wide, so the two packings are not one there")
+    skip_unless_packings_match()
     torch.manual_seed(7)
     model = GPT2LMHeadModel(GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=1000,
                                        n_positions=128)).eval()
