@@ -366,9 +366,9 @@ def _split_fitted_products(ir, module, columns_of) -> int:
     the part's columns of the weight. The kernel computes the same products
     of the step part by part, with each part's weight packed on its own;
     IREE packs a part's weight the same way (``_function_text``) and keeps
-    one copy for both. Left whole, the fused weight was packed a second time:
-    0.43 GiB more archive and memory for the TinyLlama-1.1B shape
-    (docs/benchmarks.md). Returns how many products were split."""
+    one copy for both; left whole, the fused weight was packed a second time
+    (docs/benchmarks.md, "seventh session"). Returns how many products were
+    split."""
     found = matches(ir, module, _PRODUCTS, lambda op: _routable(ir, op, any_rows=True))
     split = 0
     for op, shape in found:
