@@ -373,20 +373,19 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
     # Started here, not in the encoder's run, where a thread count the process
     # already runs with another would read as IREE failing to run the encoder.
     device = cpu_device(compilation.threads) if encoder is not None else None
-    layout: list[str] = []  # the last build's, where its encoder packed the weights
-    by_name: list[str] = []  # the weights its module reads as they are
+    # The last build's packing, where its encoder packed the weights: its
+    # layout, and the weights its module reads as they are
+    packed: list[tuple[str, list[str]]] = []
 
     def encode(built_encoder: Path, build_layout: str, reads: list) -> None:
         report(f"  packing the weights into {archive.name} (runtime/parameter_encoding.py)")
         kept = [key for scope, key in reads if scope == PARAMETER_SCOPE]
         stages.encode_deferred_archive(built_encoder, build_layout, device, kept)
-        layout.append(build_layout)
-        by_name[:] = kept
+        packed.append((build_layout, kept))
 
     def build(iree_input: Path, flags: list[str]) -> Path:
         nonlocal encoder
-        layout.clear()
-        by_name.clear()
+        packed.clear()
         try:
             return compile_with_iree(iree_input, flags, dump_ir_dir, report, cpu,
                                      meanwhile=stages.write_deferred_archive, encoder=encoder,
@@ -420,7 +419,7 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
     vmfb_path = without_dim_facts(
         lambda: compile_iree(iree_input, facts), without_facts, made(facts)(flags), report,
         dump_ir_dir, stages.forget_last, keep_retry)
-    if not layout:
+    if not packed:
         stages.write_deferred_archive()  # where no iree-compile run wrote it
     seconds = {**stages.seconds, IREE_COMPILE_STAGE: time.monotonic() - started}
     return CompiledModule(vmfb_path, signature, target, iree_flags=flags, versions=versions(),
@@ -428,9 +427,9 @@ def _compile_stages(module: ir.Module, stages: StageFiles,
                           stage_files=stages.files, stage_text=stage_text,
                           workdir=compilation.workdir, entry=compilation.entry,
                           parameters_path=archive, stage_seconds=seconds,
-                          encoder_path=encoder if layout else None,
-                          parameter_layout=layout[0] if layout else None,
-                          parameters_by_name=by_name if layout else (),
+                          encoder_path=encoder if packed else None,
+                          parameter_layout=packed[0][0] if packed else None,
+                          parameters_by_name=packed[0][1] if packed else (),
                           parameter_specs=stages.parameter_specs)
 
 

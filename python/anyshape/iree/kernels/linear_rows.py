@@ -331,7 +331,7 @@ def _replace_by_parts(ir, ops, parts, part_product) -> None:
     ``part_product(op, start, end, result_type)``."""
     op = ops[0]
     made = {}  # (start, end) -> the part's product, in order of first use
-    for start, end, column_slice, unflatten in parts:
+    for start, end, column_slice, regroup in parts:
         if (start, end) not in made:
             with ir.InsertionPoint(op), op.location:
                 sizes, dtype = vtensor_shape(op.results[0].type)
@@ -341,18 +341,18 @@ def _replace_by_parts(ir, ops, parts, part_product) -> None:
                     f",{end - start}],{dtype}>")
                 made[(start, end)] = part_product(op, start, end, part_type)
         part = made[(start, end)]
-        if unflatten is not None:
+        if regroup is not None:
             with ir.InsertionPoint(column_slice), column_slice.location:
-                part = _regrouped(ir, part, unflatten, end - start, column_slice.results[0].type)
+                part = _regrouped(ir, part, regroup, end - start, column_slice.results[0].type)
         column_slice.results[0].replace_all_uses_with(part)
         column_slice.erase()
-    unflattens = []
-    for *_, unflatten in parts:
-        if unflatten is not None and not any(unflatten == u for u in unflattens):
-            unflattens.append(unflatten)
-    for unflatten in unflattens:
-        sizes = unflatten.operands[1].owner if unflatten.name == "torch.aten.view" else None
-        unflatten.erase()
+    regroups = []
+    for *_, regroup in parts:
+        if regroup is not None and not any(regroup == r for r in regroups):
+            regroups.append(regroup)
+    for regroup in regroups:
+        sizes = regroup.operands[1].owner if regroup.name == "torch.aten.view" else None
+        regroup.erase()
         if sizes is not None and not list(sizes.results[0].uses):
             sizes.erase()
     for each in ops:
@@ -378,16 +378,16 @@ def _split_fitted_products(ir, module, columns_of) -> int:
         parts = _column_parts([op], n)
         if parts is None:
             continue
-        x_at, w_at, bias_at, _ = _PRODUCTS[op.name]
+        _, w_at, bias_at, _ = _PRODUCTS[op.name]
 
-        def part_product(at, start: int, end: int, result_type, op=op, layout=layout,
+        def part_product(at, start: int, end: int, result_type, layout=layout,
                          has_bias=has_bias, w_at=w_at, bias_at=bias_at):
             operands = list(at.operands)
-            operands[w_at] = columns_of(op.operands[w_at], 0 if layout == "nk" else 1,
+            operands[w_at] = columns_of(at.operands[w_at], 0 if layout == "nk" else 1,
                                         start, end)
             if has_bias:
-                operands[bias_at] = columns_of(op.operands[bias_at], 0, start, end)
-            return ir.Operation.create(op.name, results=[result_type],
+                operands[bias_at] = columns_of(at.operands[bias_at], 0, start, end)
+            return ir.Operation.create(at.name, results=[result_type],
                                        operands=operands).result
 
         _replace_by_parts(ir, [op], parts, part_product)
