@@ -422,7 +422,8 @@ def _compile_checkpoint(args, report):
     from anyshape.frontend.checkpoint import load_checkpoint
 
     report(f"reading the checkpoint {args.hf_dir} (its weights stay on disk, mapped)")
-    model = load_checkpoint(args.hf_dir, getattr(torch, args.dtype) if args.dtype else None)
+    model = load_checkpoint(args.hf_dir, getattr(torch, args.dtype) if args.dtype else None,
+                            quantized=args.weights != "float32")
     described = {"model": f"{args.hf_dir} ({type(model).__name__}, "
                           f"{next(model.parameters()).dtype})",
                  "parameters": sum(p.numel() for p in model.parameters()),  # tied ones once

@@ -19,6 +19,12 @@ read a directory written by ``save_pretrained`` (``config.json``, the
   which is mapped the same way and deleted when the last view goes: the
   process holds one tensor's cast at a time, the disk one copy of the
   weights in the compiled dtype.
+- Where the compile quantizes the weights (``quantized=True``), the weights
+  of the linear layers stay the checkpoint's bytes, and each layer computes
+  with its weight cast (a ``torch.nn.utils.parametrize`` of it): the compile
+  reads the stored values through that cast as it quantizes each weight
+  (``iree/constant_values.py``), so that the float copy of the whole model
+  (32 GB for Llama-3-8B's bfloat16 cast to float32) is never written.
 
 Tied weights (an LM head that is the embedding) are tied as the model ties
 them. A parameter the checkpoint lacks, or holds in another shape, is an
@@ -227,12 +233,14 @@ def checkpoint_dtype(config, stored: dict[str, StoredTensor]) -> torch.dtype:
 
 
 def load_checkpoint(directory, dtype: torch.dtype | None = None,
-                    scratch: Path | None = None) -> torch.nn.Module:
+                    scratch: Path | None = None, quantized: bool = False) -> torch.nn.Module:
     """The model of the HF checkpoint ``directory`` (a causal LM, or an
     encoder-decoder for text), in eval mode, its parameters views of the
     checkpoint's bytes as the module docstring says. ``dtype``: the dtype of
     its floating-point parameters (None: the checkpoint's). ``scratch``: where
-    a cast copy goes (None: the temporary directory)."""
+    a cast copy goes (None: the temporary directory). ``quantized``: the
+    compile quantizes the weights of its linear layers, which then keep the
+    checkpoint's dtype, cast where the layer reads them."""
     import accelerate
     import transformers
 
@@ -268,6 +276,7 @@ def load_checkpoint(directory, dtype: torch.dtype | None = None,
     wanted.update((name, buffer) for name, buffer in model.named_buffers(remove_duplicate=False)
                   if name in stored and name in persistent)
     mappings, views, casts = _Mappings(), {}, {}
+    kept = _kept_as_stored(model, stored, dtype) if quantized else set()
     for name, placeholder in wanted.items():
         if name not in stored:
             continue
@@ -276,7 +285,7 @@ def load_checkpoint(directory, dtype: torch.dtype | None = None,
             raise ValueError(f"checkpoint: {path}: tensor '{name}' has shape {list(tensor.shape)}"
                              f" in {tensor.file.name}; {type(model).__name__} built from its "
                              f"config.json expects {list(placeholder.shape)}")
-        if tensor.dtype == placeholder.dtype:
+        if tensor.dtype == placeholder.dtype or name in kept:
             views[name] = mappings.view(tensor.file, tensor.start, tensor.dtype, tensor.shape)
         elif tensor.dtype.is_floating_point and placeholder.dtype.is_floating_point:
             casts[name] = (tensor, placeholder.dtype)
@@ -299,7 +308,52 @@ def load_checkpoint(directory, dtype: torch.dtype | None = None,
                                           else "")
         raise ValueError(f"checkpoint: {path} holds no tensor for {shown} "
                          f"({type(model).__name__}, as its config.json builds it)")
+    _cast_where_read(model, kept, dtype)
     if (path / "generation_config.json").is_file():
         model.generation_config = transformers.GenerationConfig.from_pretrained(
             path, local_files_only=True)
     return model
+
+
+def _kept_as_stored(model, stored: dict[str, StoredTensor], dtype: torch.dtype) -> set[str]:
+    """The names of the weights of ``model``'s linear layers (``nn.Linear``,
+    HF's ``Conv1D``) stored in another floating dtype than ``dtype``, but the
+    model's first floating parameter: HF takes a model's dtype from that one
+    (``model.dtype``), and the step builds its cache and masks in it."""
+    first = next((name for name, parameter in model.named_parameters()
+                  if parameter.is_floating_point()), None)
+    kept = set()
+    for owner, module in model.named_modules():
+        if not (isinstance(module, torch.nn.Linear) or type(module).__name__ == "Conv1D"):
+            continue
+        name = f"{owner}.weight" if owner else "weight"
+        tensor = stored.get(name)
+        if name != first and tensor is not None and tensor.dtype.is_floating_point \
+                and tensor.dtype != dtype:
+            kept.add(name)
+    return kept
+
+
+class _Cast(torch.nn.Module):
+    """A weight as the layer reads it: the stored one in the compiled dtype."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight.to(self.dtype)
+
+
+def _cast_where_read(model, kept: set[str], dtype: torch.dtype) -> None:
+    """Each weight of ``kept`` still in its stored dtype (a tied one is its
+    table's, already cast) read through a cast to ``dtype``."""
+    from torch.nn.utils import parametrize
+
+    for name in sorted(kept):
+        owner, _, leaf = name.rpartition(".")
+        module = model.get_submodule(owner)
+        weight = module._parameters.get(leaf)
+        if weight is not None and weight.dtype != dtype:
+            # unsafe: the parametrization changes the dtype, which parametrize checks
+            parametrize.register_parametrization(module, leaf, _Cast(dtype), unsafe=True)

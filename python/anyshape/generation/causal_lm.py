@@ -72,7 +72,8 @@ def compile_generator(model: torch.nn.Module | str | os.PathLike, *, target: str
     if isinstance(model, (str, os.PathLike)):
         from anyshape.frontend.checkpoint import load_checkpoint
 
-        model, dtype = load_checkpoint(model, dtype), None
+        quantized = backend is not None and backend.weights != "float32"
+        model, dtype = load_checkpoint(model, dtype, quantized=quantized), None
     _check_model(model)
     report = progress_printer(progress)  # one clock, one set of bars, for every stage
     with float_images(model, dtype) as checkpoint:

@@ -6,7 +6,8 @@ read directly or through the views and joins the passes left: a transpose
 forms`` joins the Q, K and V weights that share an input), a slice, a view.
 Quantizing a weight at compile time (``quantized_weights.py``) needs its
 value: ``evaluate`` computes it in numpy from the blobs' arrays, for those
-ops only. Anything else gives None, and the product keeps its float32 weight.
+ops only, and a cast to float32 of a half-precision blob (a checkpoint's
+weight kept as stored). Anything else gives None, and the product keeps its float32 weight.
 """
 
 from __future__ import annotations
@@ -95,15 +96,50 @@ def evaluate(value, arrays: dict) -> np.ndarray | None:
     if name in ("torch.aten.detach", "torch.aten.clone", "torch.aten.contiguous",
                 "torch.aten.alias"):
         return evaluate(op.operands[0], arrays)
+    if name in _CASTS:
+        return _widened(op, arrays)
+    return None
+
+
+# A weight kept in its checkpoint's half dtype and read through a cast
+# (frontend/checkpoint.py, ``quantized``): the float32 values of its blob.
+_METADATA_ASSERTION = "torch.aten._assert_tensor_metadata"
+_CASTS = ("torch.aten._to_copy", "torch.prims.convert_element_type", "torch.aten.to.dtype")
+
+
+def _widened(op, arrays: dict) -> np.ndarray | None:
+    """The float32 values of a cast to float32 of a float16 or bfloat16 blob
+    (the importer hands bfloat16 over as its bits, int16); else None."""
+    source = op.operands[0].owner
+    if getattr(source, "name", None) != "torch.vtensor.literal" \
+            or not str(op.results[0].type).endswith(",f32>"):
+        return None
+    key = resource_key(source)
+    if key is None or key not in arrays:
+        return None
+    array = np.asarray(arrays[key])
+    element = str(source.results[0].type).rsplit(",", 1)[-1].rstrip(">")
+    if element == "f16" and array.dtype == np.float16:
+        return array.astype(np.float32)
+    if element == "bf16" and array.dtype in (np.int16, np.uint16):
+        return (array.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
     return None
 
 
 def erase_if_unused(value) -> None:
     """Erase ``value``'s op, and the ops only it read, where nothing reads
-    it any more (a weight replaced by its quantized copy)."""
+    it any more (a weight replaced by its quantized copy). An assertion of
+    its metadata is no read: torch.export asserts the dtype of what a
+    ``.to()`` casts (a checkpoint's weight kept as stored), and a constant's
+    dtype is its type's."""
     op = value.owner
-    if not hasattr(op, "name") or any(True for result in op.results for _ in result.uses):
+    if not hasattr(op, "name"):
         return
+    users = [use.owner for result in op.results for use in result.uses]
+    if any(getattr(user, "name", None) != _METADATA_ASSERTION for user in users):
+        return
+    for user in users:
+        user.erase()
     operands = list(op.operands)
     op.erase()
     for operand in operands:

@@ -128,6 +128,71 @@ def test_a_bfloat16_checkpoint_generates_hf_s_tokens_in_float32(tmp_path):
         assert len(set(expected[0, prompt.shape[1]:].tolist())) > 3
 
 
+@pytest.mark.parametrize("model_type", ["gpt2", "llama"])
+def test_quantized_layers_keep_the_stored_weights_and_compute_hf_s_logits(model_type, tmp_path):
+    """/// For a compile that quantizes, the linear layers' weights (GPT-2's
+    /// Conv1D, Llama's Linear and untied LM head) stay the bfloat16 views of
+    /// the shards, each read through a cast; the first floating parameter (the
+    /// embedding: HF's model.dtype) and the tied LM head are cast as before:
+    /// the logits are from_pretrained(dtype=float32)'s bit for bit."""
+    import anyshape.frontend.checkpoint as checkpoint
+
+    model = small_causal_lm(model_type)
+    directory = _saved(model, tmp_path / "ckpt", torch.bfloat16)
+    ours = load_checkpoint(directory, torch.float32, quantized=True)
+    assert ours.dtype == torch.float32
+    stored = {name: p.dtype for name, p in ours.named_parameters()}
+    kept = [name for name, dtype in stored.items() if dtype == torch.bfloat16]
+    layer = "c_attn" if model_type == "gpt2" else "q_proj"
+    assert any(layer in name and name.endswith(".original") for name in kept), kept
+    assert all(name.endswith("parametrizations.weight.original") for name in kept), kept
+    if model_type == "gpt2":
+        assert ours.lm_head.weight is ours.transformer.wte.weight
+        assert ours.lm_head.weight.dtype == torch.float32
+    else:
+        assert "lm_head.parametrizations.weight.original" in kept
+    assert checkpoint.load_checkpoint(directory, torch.float32).dtype == torch.float32
+    ids = torch.randint(3, 200, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(ours(input_ids=ids).logits,
+                           _from_pretrained(directory, torch.float32)(input_ids=ids).logits)
+
+
+@pytest.mark.builds_after_export
+def test_int4_weights_from_bfloat16_shards_are_quantized_from_the_stored_bytes(
+        tmp_path, monkeypatch):
+    """/// int4 weights from bfloat16 shards, compiled in float32: no linear
+    /// layer's weight is cast into scratch files (the embedding and the norms
+    /// are), and the tokens are HF's
+    /// generate on the int4-dequantized from_pretrained(dtype=float32), at
+    /// batch 1 and on a left-padded batch of 1, 7 and 17 tokens."""
+    import anyshape.frontend.checkpoint as checkpoint
+    from anyshape.iree.quantized_weights import reference_model, weight_format
+
+    model = small_causal_lm("llama", initializer_range=0.3)
+    directory = _saved(model, tmp_path / "ckpt", torch.bfloat16)
+    cast, real = [], checkpoint._cast_into_file
+
+    def recorded(casts, mappings, where, total, needed):
+        cast.extend(casts)
+        return real(casts, mappings, where, total, needed)
+
+    monkeypatch.setattr(checkpoint, "_cast_into_file", recorded)
+    generator = anyshape.compile_generator(
+        str(directory), dtype=torch.float32,
+        backend=anyshape.BackendOptions(weights="int4", params="external"))
+    assert "model.embed_tokens.weight" in cast
+    assert not [name for name in cast if "proj" in name or "lm_head" in name], cast
+    reference = reference_model(_from_pretrained(directory, torch.float32),
+                                weight_format("int4", None))
+    for ids, mask in ((torch.randint(3, 200, (1, 7), generator=torch.Generator().manual_seed(2)),
+                       None), mixed_batch([1, 7, 17], seed=3)):
+        want = hf_generate(reference, ids, mask, max_new_tokens=12, do_sample=False)
+        got = generator.generate(ids, attention_mask=mask, max_new_tokens=12)
+        assert torch.equal(torch.as_tensor(got), want), (got, want)
+        assert len(set(want[0, ids.shape[1]:].tolist())) > 3
+
+
 MEMORY_SCRIPT = textwrap.dedent('''
     import json, sys, threading, time, warnings
     warnings.simplefilter("ignore")
