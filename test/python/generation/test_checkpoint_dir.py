@@ -128,34 +128,37 @@ def test_a_bfloat16_checkpoint_generates_hf_s_tokens_in_float32(tmp_path):
         assert len(set(expected[0, prompt.shape[1]:].tolist())) > 3
 
 
-@pytest.mark.parametrize("model_type", ["gpt2", "llama"])
+@pytest.mark.parametrize("model_type", ["gpt2", "llama", "t5"])
 def test_quantized_layers_keep_the_stored_weights_and_compute_hf_s_logits(model_type, tmp_path):
     """/// For a compile that quantizes, the linear layers' weights (GPT-2's
-    /// Conv1D, Llama's Linear and untied LM head) stay the bfloat16 views of
-    /// the shards, each read through a cast; the first floating parameter (the
-    /// embedding: HF's model.dtype) and the tied LM head are cast as before:
-    /// the logits are from_pretrained(dtype=float32)'s bit for bit."""
+    /// Conv1D, Llama's Linear and untied LM head, T5's) stay the bfloat16
+    /// views of the shards, each read through a cast; the first floating
+    /// parameter (the embedding: HF's model.dtype) and the tied LM heads are
+    /// cast as before: the logits are from_pretrained(dtype=float32)'s bit
+    /// for bit."""
     import anyshape.frontend.checkpoint as checkpoint
 
-    model = small_causal_lm(model_type)
+    model = _small_t5() if model_type == "t5" else small_causal_lm(model_type)
     directory = _saved(model, tmp_path / "ckpt", torch.bfloat16)
     ours = load_checkpoint(directory, torch.float32, quantized=True)
     assert ours.dtype == torch.float32
     stored = {name: p.dtype for name, p in ours.named_parameters()}
     kept = [name for name, dtype in stored.items() if dtype == torch.bfloat16]
-    layer = "c_attn" if model_type == "gpt2" else "q_proj"
+    layer = {"gpt2": "c_attn", "llama": "q_proj", "t5": "SelfAttention.q"}[model_type]
     assert any(layer in name and name.endswith(".original") for name in kept), kept
     assert all(name.endswith("parametrizations.weight.original") for name in kept), kept
     if model_type == "gpt2":
         assert ours.lm_head.weight is ours.transformer.wte.weight
         assert ours.lm_head.weight.dtype == torch.float32
-    else:
+    elif model_type == "llama":
         assert "lm_head.parametrizations.weight.original" in kept
     assert checkpoint.load_checkpoint(directory, torch.float32).dtype == torch.float32
     ids = torch.randint(3, 200, (2, 9), generator=torch.Generator().manual_seed(1))
+    inputs = {"input_ids": ids, **({"decoder_input_ids": ids[:, :4]} if model_type == "t5"
+                                   else {})}
     with torch.no_grad():
-        assert torch.equal(ours(input_ids=ids).logits,
-                           _from_pretrained(directory, torch.float32)(input_ids=ids).logits)
+        assert torch.equal(ours(**inputs).logits,
+                           _from_pretrained(directory, torch.float32)(**inputs).logits)
 
 
 @pytest.mark.builds_after_export
