@@ -122,7 +122,9 @@ def _widened(op, arrays: dict) -> np.ndarray | None:
     if element == "f16" and array.dtype == np.float16:
         return array.astype(np.float32)
     if element == "bf16" and array.dtype in (np.int16, np.uint16):
-        return (array.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        bits = array.view(np.uint16).astype(np.uint32)
+        bits <<= 16  # a bfloat16 is a float32's upper half
+        return bits.view(np.float32)
     return None
 
 
