@@ -9,7 +9,9 @@ an empty compile cache and its own temporary directory. Reported per model:
 - the peak resident memory of the whole process tree (the Python process and
   the ``iree-compile`` it starts), sampled every 0.1 s, and of the Python
   process alone before the compile (the model built, weights held);
-- the peak bytes of the compile's temporary files, sampled likewise;
+- the peak bytes of the compile's temporary files, sampled likewise, and
+  the peak growth of the used bytes of their filesystem (files deleted while
+  mapped, as the checkpoint's casts are, still hold disk);
 - the peak anonymous memory of the tree (resident less file-backed: the
   process's own, not the page cache of a mapped checkpoint or archive);
 - both peaks up to ``compile_generator``'s load stage (the compile) and
@@ -53,6 +55,7 @@ import gc
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -114,7 +117,7 @@ class Peaks:
 
     def __init__(self, directory: Path, every: float = 0.1):
         self.directory, self.every = directory, every
-        self.memory = self.anonymous = self.disk = 0
+        self.memory = self.anonymous = self.disk = self.filesystem = 0
         # the same peaks from the load stage on (compile_generator's report
         # "loading the module ..."): what running the module holds
         self.load_memory = self.load_anonymous = 0
@@ -136,6 +139,7 @@ class Peaks:
         out, _ = self._monitor.communicate("stop\n", timeout=60)
         peaks = json.loads(out.strip().splitlines()[-1])
         self.memory, self.anonymous, self.disk = peaks["memory"], peaks["anonymous"], peaks["disk"]
+        self.filesystem = peaks["filesystem"]
         self.load_memory, self.load_anonymous = peaks["load_memory"], peaks["load_anonymous"]
 
 
@@ -146,7 +150,12 @@ def monitor(pid: int, directory: Path, every: float) -> dict:
     import psutil
 
     root, me = psutil.Process(pid), os.getpid()
-    peaks = dict.fromkeys(("memory", "anonymous", "disk", "load_memory", "load_anonymous"), 0)
+    peaks = dict.fromkeys(("memory", "anonymous", "disk", "filesystem", "load_memory",
+                           "load_anonymous"), 0)
+    # Files deleted while still mapped (the checkpoint's casts) hold disk
+    # that a walk of the directory does not see: the growth of the used
+    # bytes of its filesystem does (any other writer to it counts as well).
+    used_before = shutil.disk_usage(directory).used
     state = {"loading": False}
     stop = threading.Event()
 
@@ -187,19 +196,24 @@ def monitor(pid: int, directory: Path, every: float) -> dict:
                     continue
         return total
 
-    threading.Thread(target=read_commands, daemon=True).start()
-    first = True
-    while True:
+    def sample() -> None:
         resident, anonymous = tree_rss()
         prefix = "load_" if state["loading"] else ""
         peaks[prefix + "memory"] = max(peaks[prefix + "memory"], resident)
         peaks[prefix + "anonymous"] = max(peaks[prefix + "anonymous"], anonymous)
         peaks["disk"] = max(peaks["disk"], disk())
-        if first:
-            print("sampling", flush=True)
-            first = False
-        if stop.wait(every):
-            return peaks
+        peaks["filesystem"] = max(peaks["filesystem"],
+                                  shutil.disk_usage(directory).used - used_before)
+
+    threading.Thread(target=read_commands, daemon=True).start()
+    sample()
+    print("sampling", flush=True)
+    # A load stage shorter than one period still gets a sample: the last,
+    # taken at "stop", with the loaded module still held.
+    while not stop.wait(every):
+        sample()
+    sample()
+    return peaks
 
 
 def write_checkpoint(name: str, directory: Path, dtype) -> None:
@@ -273,7 +287,8 @@ def worker(name: str, params: str, checkpoint: Path | None, dtype_name: str,
     with Peaks(scratch) as peaks:
         start = time.monotonic()
         # The kernel quantizes float32 products: a checkpoint of another
-        # dtype compiles in float32, each weight cast as it is quantized.
+        # dtype compiles in float32, each linear layer's weight cast from the
+        # stored one as it is quantized (frontend/checkpoint.py).
         generator = anyshape.compile_generator(
             model if model is not None else str(checkpoint), cache=False,
             dtype=None if weight_format == "float32" else torch.float32,
@@ -332,7 +347,8 @@ def worker(name: str, params: str, checkpoint: Path | None, dtype_name: str,
             "load_peak_tree_rss_bytes": peaks.load_memory,
             "load_peak_tree_anonymous_bytes": peaks.load_anonymous,
             "built_rss_bytes": built_rss,
-            "peak_scratch_bytes": peaks.disk, "first_generate_s": first,
+            "peak_scratch_bytes": peaks.disk,
+            "peak_filesystem_growth_bytes": peaks.filesystem, "first_generate_s": first,
             "warm_generate_s": warm_seconds, "first_over_warm": first / warm_seconds,
             "load_s": load_seconds, "first_after_load_s": loaded_first,
             "first_after_load_over_warm": loaded_first / warm_seconds,
@@ -452,10 +468,11 @@ def main(argv=None) -> int:
              f"Host: {host}. Command: `{command}`.", "",
              "| model | weights GiB | compile s | peak memory GiB (tree) | over weights GiB | "
              "peak anonymous GiB (tree) | loaded: memory, anonymous GiB | peak scratch GiB | "
+             "peak growth of the scratch filesystem GiB | "
              "first generate s | warm s | "
              "first/warm | load s | first after load/warm | decode tokens/s | bound tokens/s "
              "| of the bound |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(
             f"| {r['model']} | {r['weights_bytes'] / gb:.2f} | {r['compile_s']:.1f} | "
@@ -464,7 +481,8 @@ def main(argv=None) -> int:
             f"{r['peak_tree_anonymous_bytes'] / gb:.2f} | "
             f"{r['load_peak_tree_rss_bytes'] / gb:.2f}, "
             f"{r['load_peak_tree_anonymous_bytes'] / gb:.2f} | "
-            f"{r['peak_scratch_bytes'] / gb:.2f} | {r['first_generate_s']:.2f} | "
+            f"{r['peak_scratch_bytes'] / gb:.2f} | "
+            f"{r['peak_filesystem_growth_bytes'] / gb:.2f} | {r['first_generate_s']:.2f} | "
             f"{r['warm_generate_s']:.2f} | {r['first_over_warm']:.2f} | {r['load_s']:.1f} | "
             f"{r['first_after_load_over_warm']:.2f} | {r['decode_tokens_per_s']:.2f} | "
             f"{r['decode_bound_tokens_per_s']:.2f} | {r['decode_over_bound']:.0%} |")
