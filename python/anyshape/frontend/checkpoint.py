@@ -19,12 +19,14 @@ read a directory written by ``save_pretrained`` (``config.json``, the
   which is mapped the same way and deleted when the last view goes: the
   process holds one tensor's cast at a time, the disk one copy of the
   weights in the compiled dtype.
-- Where the compile quantizes the weights (``quantized=True``), the weights
-  of the linear layers stay the checkpoint's bytes, and each layer computes
-  with its weight cast (a ``torch.nn.utils.parametrize`` of it): the compile
+- Where the compile quantizes the weights (``quantized=True``) and the
+  checkpoint is float16 or bfloat16 compiled in float32, the weights of the
+  linear layers stay the checkpoint's bytes, and each layer computes with
+  its weight cast (a ``torch.nn.utils.parametrize`` of it): the compile
   reads the stored values through that cast as it quantizes each weight
-  (``iree/constant_values.py``), so that the float copy of the whole model
-  (32 GB for Llama-3-8B's bfloat16 cast to float32) is never written.
+  (``iree/constant_values.py``), so that the linear layers' float32 copy
+  (30 of the 32 GB of Llama-3-8B's bfloat16 cast to float32) is never
+  written. The other tensors are cast into scratch files as above.
 
 Tied weights (an LM head that is the embedding) are tied as the model ties
 them. A parameter the checkpoint lacks, or holds in another shape, is an
@@ -240,7 +242,8 @@ def load_checkpoint(directory, dtype: torch.dtype | None = None,
     its floating-point parameters (None: the checkpoint's). ``scratch``: where
     a cast copy goes (None: the temporary directory). ``quantized``: the
     compile quantizes the weights of its linear layers, which then keep the
-    checkpoint's dtype, cast where the layer reads them."""
+    checkpoint's dtype where that is float16 or bfloat16 and ``dtype`` is
+    float32, each cast where its layer reads it (``_kept_as_stored``)."""
     import accelerate
     import transformers
 
@@ -317,9 +320,12 @@ def load_checkpoint(directory, dtype: torch.dtype | None = None,
 
 def _kept_as_stored(model, stored: dict[str, StoredTensor], dtype: torch.dtype) -> set[str]:
     """The names of the weights of ``model``'s linear layers (``nn.Linear``,
-    HF's ``Conv1D``) stored in another floating dtype than ``dtype``, but the
-    model's first floating parameter: HF takes a model's dtype from that one
+    HF's ``Conv1D``) stored in float16 or bfloat16 and compiled in float32
+    (the casts the compile widens as it quantizes), except the model's first
+    floating parameter: HF takes a model's dtype from that one
     (``model.dtype``), and the step builds its cache and masks in it."""
+    if dtype != torch.float32:
+        return set()
     first = next((name for name, parameter in model.named_parameters()
                   if parameter.is_floating_point()), None)
     kept = set()
@@ -328,8 +334,8 @@ def _kept_as_stored(model, stored: dict[str, StoredTensor], dtype: torch.dtype) 
             continue
         name = f"{owner}.weight" if owner else "weight"
         tensor = stored.get(name)
-        if name != first and tensor is not None and tensor.dtype.is_floating_point \
-                and tensor.dtype != dtype:
+        if name != first and tensor is not None \
+                and tensor.dtype in (torch.float16, torch.bfloat16):
             kept.add(name)
     return kept
 

@@ -64,6 +64,17 @@ def max_positions(config) -> int | None:
     return None
 
 
+def _vocabulary(model) -> int:
+    """The LM head's rows, read from its size: its ``weight`` may be a
+    checkpoint's weight cast where read (frontend/checkpoint.py), a float32
+    copy of the whole head for one number."""
+    head = model.get_output_embeddings()
+    if head is None:
+        return int(model.config.vocab_size)
+    rows = getattr(head, "out_features", None)
+    return int(rows if isinstance(rows, int) else head.weight.shape[0])
+
+
 def model_spec(model, shapes) -> dict:
     """What a generator records of its model: its type, vocabulary, positions,
     cache shapes and dtype, and config."""
@@ -72,8 +83,7 @@ def model_spec(model, shapes) -> dict:
     return {
         "model_type": config.model_type,
         "model_class": type(model).__name__,
-        "vocab_size": int(model.get_output_embeddings().weight.shape[0]
-                          if model.get_output_embeddings() is not None else config.vocab_size),
+        "vocab_size": _vocabulary(model),
         # ALiBi (BLOOM, Falcon with alibi) has no table of positions to run out of.
         "max_positions": None if takes_two_d_mask(config) else max_positions(config),
         "cache": [[list(k), list(v)] for k, v in shapes],

@@ -32,6 +32,15 @@ def attribute_resource_key(attribute) -> str | None:
     return None if found is None else found.group(1).strip('"')
 
 
+def source_literal(value):
+    """The ``torch.vtensor.literal`` that ``value`` is, or casts (a
+    checkpoint's weight kept as stored); else None."""
+    op = value.owner
+    if getattr(op, "name", None) in _CASTS:
+        op = op.operands[0].owner
+    return op if getattr(op, "name", None) == "torch.vtensor.literal" else None
+
+
 def _list_items(value):
     op = value.owner
     if getattr(op, "name", None) != "torch.prim.ListConstruct":
@@ -41,8 +50,9 @@ def _list_items(value):
 
 def evaluate(value, arrays: dict) -> np.ndarray | None:
     """``value`` (a torch tensor of the IREE input) as a float32 array where
-    it is a blob of ``arrays`` (resource name -> array) or a view, transpose,
-    slice or concatenation of such; else None."""
+    it is a blob of ``arrays`` (resource name -> array), a float16 or
+    bfloat16 blob cast to float32, or a view, transpose, slice or
+    concatenation of such; else None."""
     op = value.owner
     name = getattr(op, "name", None)
     if name == "torch.vtensor.literal":
@@ -140,9 +150,20 @@ def erase_if_unused(value) -> None:
     users = [use.owner for result in op.results for use in result.uses]
     if any(getattr(user, "name", None) != _METADATA_ASSERTION for user in users):
         return
-    for user in users:
+    for user in _distinct(users):  # one assertion may read it twice
         user.erase()
-    operands = list(op.operands)
+    # Each operand once: a constant read twice (a cast's %none) would be
+    # looked at again after its op was erased.
+    operands = _distinct(list(op.operands))
     op.erase()
     for operand in operands:
         erase_if_unused(operand)
+
+
+def _distinct(items: list) -> list:
+    """``items`` in order, each once (compared, not hashed)."""
+    kept = []
+    for item in items:
+        if not any(item == seen for seen in kept):
+            kept.append(item)
+    return kept

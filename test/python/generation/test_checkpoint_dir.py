@@ -152,7 +152,10 @@ def test_quantized_layers_keep_the_stored_weights_and_compute_hf_s_logits(model_
         assert ours.lm_head.weight.dtype == torch.float32
     elif model_type == "llama":
         assert "lm_head.parametrizations.weight.original" in kept
-    assert checkpoint.load_checkpoint(directory, torch.float32).dtype == torch.float32
+    # Without quantizing, and for a dtype the compile cannot widen, all are cast.
+    for dtype, quantized in ((torch.float32, False), (torch.float16, True)):
+        plain = checkpoint.load_checkpoint(directory, dtype, quantized=quantized)
+        assert {p.dtype for p in plain.parameters()} == {dtype}
     ids = torch.randint(3, 200, (2, 9), generator=torch.Generator().manual_seed(1))
     inputs = {"input_ids": ids, **({"decoder_input_ids": ids[:, :4]} if model_type == "t5"
                                    else {})}
@@ -186,6 +189,9 @@ def test_int4_weights_from_bfloat16_shards_are_quantized_from_the_stored_bytes(
         backend=anyshape.BackendOptions(weights="int4", params="external"))
     assert "model.embed_tokens.weight" in cast
     assert not [name for name in cast if "proj" in name or "lm_head" in name], cast
+    # Each stored weight quantized leaves the module with its packed copy only.
+    read = generator.module.parameter_specs
+    assert read and not [name for name in read if "parametrizations" in name], sorted(read)
     reference = reference_model(_from_pretrained(directory, torch.float32),
                                 weight_format("int4", None))
     for ids, mask in ((torch.randint(3, 200, (1, 7), generator=torch.Generator().manual_seed(2)),

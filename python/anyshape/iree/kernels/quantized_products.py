@@ -14,7 +14,8 @@ import hashlib
 
 import numpy as np
 
-from anyshape.iree.constant_values import attribute_resource_key, resource_key
+from anyshape.iree.constant_values import (attribute_resource_key, resource_key,
+                                           source_literal)
 from anyshape.iree.quantized_weights import (PANEL, WeightFormat, check_shape, exact_codes,
                                              nibble_quads, packed)
 
@@ -89,11 +90,11 @@ class QuantizedBlobs:
 
 
 def _described(weight, start: int, end: int, n: int) -> str:
-    op = weight.owner
-    if getattr(op, "name", None) == "torch.vtensor.literal":
-        name = f"'{resource_key(op)}'"
+    literal = source_literal(weight)
+    if literal is not None:
+        name = f"'{resource_key(literal)}'"
     else:
-        name = f"computed by {getattr(op, 'name', 'an argument')}"
+        name = f"computed by {getattr(weight.owner, 'name', 'an argument')}"
     return name if (start, end) == (0, n) else f"{name} (output columns {start} to {end})"
 
 
