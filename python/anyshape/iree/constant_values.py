@@ -113,8 +113,9 @@ def evaluate(value, arrays: dict) -> np.ndarray | None:
 
 # A weight kept in its checkpoint's half dtype and read through a cast
 # (frontend/checkpoint.py, ``quantized``): the float32 values of its blob.
-_METADATA_ASSERTION = "torch.aten._assert_tensor_metadata"
 _CASTS = ("torch.aten._to_copy", "torch.prims.convert_element_type", "torch.aten.to.dtype")
+# What torch.export asserts of what such a cast reads (``erase_if_unused``).
+_METADATA_ASSERTION = "torch.aten._assert_tensor_metadata"
 
 
 def _widened(op, arrays: dict) -> np.ndarray | None:
