@@ -43,6 +43,21 @@ def computed_from_constants(value, depth: int = 0) -> bool:
     return all(computed_from_constants(operand, depth + 1) for operand in op.operands)
 
 
+# The ops torch.export writes for ``tensor.to(dtype)``.
+DTYPE_CASTS = ("torch.aten._to_copy", "torch.prims.convert_element_type", "torch.aten.to.dtype")
+
+
+def stored_literal(value):
+    """The ``torch.vtensor.literal`` that ``value`` is, or that ``value`` casts
+    to another dtype (a checkpoint's weight kept as stored, read through a
+    cast: ``frontend/checkpoint.py``); else None. In torch-mlir's bindings or
+    IREE's."""
+    op = value.owner
+    if getattr(op, "name", None) in DTYPE_CASTS:
+        op = op.operands[0].owner
+    return op if getattr(op, "name", None) == "torch.vtensor.literal" else None
+
+
 _VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],(\w+)>")
 
 

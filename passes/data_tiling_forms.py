@@ -78,7 +78,7 @@ import math
 
 import sympy
 
-from anyshape.dialects import computed_from_constants, vtensor_shape
+from anyshape.dialects import computed_from_constants, stored_literal, vtensor_shape
 from anyshape.mlir import ir, torch_ops
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.torch_ir.constants import (bool_constant, constant_int, int_constant,
@@ -126,15 +126,14 @@ def _flattened_4d(value: ir.Value):
 
 def _constant_column_slice(value: ir.Value, axis: int):
     """(whole, start, end, step) when ``value`` is a constant-bounds slice on
-    ``axis`` of a ``torch.vtensor.literal``."""
+    ``axis`` of a ``torch.vtensor.literal`` (or of its cast: ``stored_literal``)."""
     op = defining_op(value)
     if not is_a(op, torch_ops.AtenSliceTensorOp):
         return None
     piece = typed(op)
-    whole = defining_op(piece.self_)
     shape = vtensor_shape(piece.self_.type)
     bounds = [constant_int(v) for v in (piece.dim, piece.start, piece.end, piece.step)]
-    if not is_a(whole, torch_ops.ValueTensorLiteralOp) or shape is None or None in bounds:
+    if stored_literal(piece.self_) is None or shape is None or None in bounds:
         return None
     if bounds[0] % len(shape[0]) != axis % len(shape[0]):
         return None
@@ -270,8 +269,8 @@ class _Rewrites:
         rows a selection on axis 0 (mm alike), W a constant: CSE makes the
         second product the first."""
         x, weight, _ = _projection_operands(op)
-        weight, rows = defining_op(weight), defining_op(x)
-        if not is_a(weight, torch_ops.ValueTensorLiteralOp) or rows is None:
+        rows = defining_op(x)
+        if stored_literal(weight) is None or rows is None:
             return False
         if not is_a(rows, torch_ops.AtenSliceTensorOp, torch_ops.AtenIndexSelectOp):
             return False
@@ -414,22 +413,39 @@ def _multiply(sizes: list, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
     return torch_ops.AtenMulTensorOp(vtensor_type(sizes, dtype), a, b).result
 
 
-def _literal(value: ir.Value) -> ir.Operation | None:
-    op = defining_op(value)
-    return op if is_a(op, torch_ops.ValueTensorLiteralOp) else None
+@dataclasses.dataclass
+class _Constant:
+    """A constant operand: its value, and the ops that compute it, in order."""
+    value: ir.Value
+    ops: list
+
+
+def _constant(value: ir.Value) -> _Constant | None:
+    """``value`` where it is a literal, or a dtype cast of one (a weight kept
+    as stored: ``stored_literal``) with constant arguments."""
+    literal = stored_literal(value)
+    if literal is None:
+        return None
+    literal, op = literal.operation, defining_op(value)
+    if op == literal:
+        return _Constant(value, [literal])
+    arguments = [defining_op(v) for v in op.operands[1:]]
+    if any(a is None or not a.name.startswith("torch.constant.") for a in arguments):
+        return None
+    return _Constant(value, [literal, *arguments, op])
 
 
 def _linear_parts(op: ir.Operation):
-    """(weight literal, bias literal or None, out features, in features, dtype)
-    of ``linear(x, W, b)`` with constant W (and b, when given), else None."""
+    """(weight, bias or None, out features, in features, dtype) of
+    ``linear(x, W, b)`` with constant W (and b, when given), else None."""
     linear = typed(op)
-    weight = _literal(linear.weight)
+    weight = _constant(linear.weight)
     shape = vtensor_shape(linear.weight.type)
     if weight is None or shape is None or len(shape[0]) != 2 or None in shape[0]:
         return None
     bias = None
     if not is_none(linear.bias):
-        bias = _literal(linear.bias)
+        bias = _constant(linear.bias)
         bias_shape = vtensor_shape(linear.bias.type)
         if bias is None or bias_shape is None or list(bias_shape[0]) != [shape[0][0]]:
             return None
@@ -499,21 +515,24 @@ def fuse_shared_input_linears(block: ir.Block) -> None:
         if len(members) < 2:
             continue
         first = members[0][0]
-        for _, (weight, bias, *_) in members:  # constants have no operands: safe to move up
-            weight.move_before(first)
-            if bias is not None:
-                bias.move_before(first)
+        for _, (weight, bias, *_) in members:
+            for constant in (weight, bias):
+                for part in [] if constant is None else constant.ops:
+                    # Each reads only the ones moved before it; one above
+                    # `first` already stays where its other readers see it.
+                    if not part.is_before_in_block(first):
+                        part.move_before(first)
         out_features = [parts[2] for _, parts in members]
         in_features, dtype = members[0][1][3], members[0][1][4]
         total = sum(out_features)
         result_shape, _ = vtensor_shape(first.results[0].type)
         with ir.InsertionPoint(first), first.location:
-            weights = _concatenated([parts[0].results[0] for _, parts in members],
+            weights = _concatenated([parts[0].value for _, parts in members],
                                     vtensor_type([total, in_features], dtype))
             if members[0][1][1] is None:
                 biases = none_constant()
             else:
-                biases = _concatenated([parts[1].results[0] for _, parts in members],
+                biases = _concatenated([parts[1].value for _, parts in members],
                                        vtensor_type([total], dtype))
             fused = torch_ops.AtenLinearOp(vtensor_type([*result_shape[:-1], total], dtype), x,
                                            weights, biases).result

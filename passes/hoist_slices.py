@@ -48,10 +48,11 @@ axis) or None to stop:
   never K or V. ``scaled_dot_product_attention`` (non-causal) selects Q and
   the mask rows (``through_attention``).
 
-It stops at function arguments, at ops without a rule, and at a value that
+It stops at function arguments, at ops without a rule, at a value that
 other users need whole: there the selection stays, below the shared producer,
 on the branch that leads to it (in an encoder's last layer, only the K and V
-projections and the residual input still see every token).
+projections and the residual input still see every token); and at the cast
+of a weight kept as stored (``stored_literal``), which runs once.
 
 The lit cases (``test/passes/hoist-slices-*.mlir``) are grouped under
 ``/// [Pattern: <name>]`` headers naming the rules and patterns above that
@@ -67,7 +68,7 @@ from typing import Callable
 
 import sympy
 
-from anyshape.dialects import vtensor_shape
+from anyshape.dialects import stored_literal, vtensor_shape
 from anyshape.mlir import ir, torch_ops
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.torch_ir.constants import (constant_bool, constant_int, int_constant,
@@ -503,6 +504,11 @@ class _Hoister:
         producer = defining_op(source)
         if producer is None:
             return None  # a function argument
+        if stored_literal(source) is not None:
+            # A weight kept as stored, read through its cast: the cast runs
+            # once (IREE hoists it), and the compile quantizes the weight
+            # from the cast of the blob (iree/constant_values.py).
+            return None
         if not _only_real_user(source) and not _disjoint_slices(users(source), axis):
             return None  # other users need the whole tensor: the producer stays for them
         if self.plan(producer, axis, cut) is None:

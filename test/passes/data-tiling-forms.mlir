@@ -463,6 +463,54 @@ func.func @shared_input_linears(%arg0: !torch.vtensor<[?,?,8],f32>) -> (!torch.v
 
 // -----
 
+/// [Pattern: fuse_shared_input_linears (weights kept as stored)]
+/// A checkpoint's bfloat16 weights compiled in float32 are read through a
+/// cast (frontend/checkpoint.py): Q and K still join, the casts moved above
+/// the first projection with the constants they read, and the dtype
+/// assertion on each stored weight stays where it was.
+// CHECK-LABEL: func.func @shared_input_linears_of_stored_weights
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,?,8],f32>)
+// CHECK-DAG: %[[WQ:.*]] = torch.aten._to_copy %{{.*}}, %int6{{.*}} -> !torch.vtensor<[4,8],f32>
+// CHECK-DAG: %[[WK:.*]] = torch.aten._to_copy %{{.*}}, %int6{{.*}} -> !torch.vtensor<[4,8],f32>
+// CHECK: %[[WLIST:.*]] = torch.prim.ListConstruct %[[WQ]], %[[WK]]
+// CHECK: %[[W:.*]] = torch.aten.cat %[[WLIST]], %int0 : !torch.list<vtensor>, !torch.int -> !torch.vtensor<[8,8],f32>
+// CHECK: torch.aten.linear %{{.*}}, %[[W]], %{{.*}} : {{.*}} -> !torch.vtensor<[?,8],f32>
+// CHECK-NOT: torch.aten.linear
+// CHECK: torch.aten._assert_tensor_metadata
+func.func @shared_input_linears_of_stored_weights(%arg0: !torch.vtensor<[?,?,8],f32>) -> (!torch.vtensor<[?,?,2,2],f32>, !torch.vtensor<[?,?,2,2],f32>) {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0, s1, 8)> : !torch.vtensor<[?,?,8],f32>
+  %none = torch.constant.none
+  %int2 = torch.constant.int 2
+  %heads = torch.prim.ListConstruct %int2, %int2 : (!torch.int, !torch.int) -> !torch.list<int>
+  %wq_stored = torch.vtensor.literal(dense_resource<wq> : tensor<4x8xbf16>) : !torch.vtensor<[4,8],bf16>
+  %int6 = torch.constant.int 6
+  %false = torch.constant.bool false
+  %wq = torch.aten._to_copy %wq_stored, %int6, %none, %none, %none, %false, %none : !torch.vtensor<[4,8],bf16>, !torch.int, !torch.none, !torch.none, !torch.none, !torch.bool, !torch.none -> !torch.vtensor<[4,8],f32>
+  %q = torch.aten.linear %arg0, %wq, %none : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.none -> !torch.vtensor<[?,?,4],f32>
+  %qh = torch.aten.unflatten.int %q, %int2, %heads : !torch.vtensor<[?,?,4],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,?,2,2],f32>
+  %wk_stored = torch.vtensor.literal(dense_resource<wk> : tensor<4x8xbf16>) : !torch.vtensor<[4,8],bf16>
+  %int15 = torch.constant.int 15
+  torch.aten._assert_tensor_metadata %wk_stored, %none, %none, %int15, %none, %none : !torch.vtensor<[4,8],bf16>, !torch.none, !torch.none, !torch.int, !torch.none, !torch.none
+  %int6_0 = torch.constant.int 6
+  %false_0 = torch.constant.bool false
+  %wk = torch.aten._to_copy %wk_stored, %int6_0, %none, %none, %none, %false_0, %none : !torch.vtensor<[4,8],bf16>, !torch.int, !torch.none, !torch.none, !torch.none, !torch.bool, !torch.none -> !torch.vtensor<[4,8],f32>
+  %k = torch.aten.linear %arg0, %wk, %none : !torch.vtensor<[?,?,8],f32>, !torch.vtensor<[4,8],f32>, !torch.none -> !torch.vtensor<[?,?,4],f32>
+  %kh = torch.aten.unflatten.int %k, %int2, %heads : !torch.vtensor<[?,?,4],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,?,2,2],f32>
+  return %qh, %kh : !torch.vtensor<[?,?,2,2],f32>, !torch.vtensor<[?,?,2,2],f32>
+}
+{-#
+  dialect_resources: {
+    builtin: {
+      wq: "0x02000000803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f",
+      wk: "0x02000000803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f"
+    }
+  }
+#-}
+
+// -----
+
 /// [Pattern: fuse_shared_input_linears (gathered rows)]
 /// The projections of
 /// anyshape-eliminate-padding's token rows, each gathered back to the padded

@@ -147,6 +147,38 @@ func.func @negative_dropout_in_training(%arg0: !torch.vtensor<[?,?,8],f32>) -> !
 
 // -----
 
+/// [Pattern: through_elementwise]
+/// GPT-2's split c_attn weight kept in bfloat16 and read through its cast
+/// (frontend/checkpoint.py): the column slice stays below the cast, which
+/// runs once, so the weight each part reads is the cast of the stored blob
+/// (what the compile quantizes and what data-tiling-forms reads whole).
+// CHECK-LABEL: func.func @negative_cast_of_stored_weight
+// CHECK: %[[W:.*]] = torch.aten._to_copy %{{.*}} -> !torch.vtensor<[4,6],f32>
+// CHECK: %[[COLUMNS:.*]] = torch.aten.slice.Tensor %[[W]], %int1, %int0, %int2, %int1
+// CHECK: torch.aten.mm %arg0, %[[COLUMNS]]
+func.func @negative_cast_of_stored_weight(%arg0: !torch.vtensor<[?,4],f32>) -> !torch.vtensor<[?,2],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int6 = torch.constant.int 6
+  %none = torch.constant.none
+  %false = torch.constant.bool false
+  %stored = torch.vtensor.literal(dense_resource<w> : tensor<4x6xbf16>) : !torch.vtensor<[4,6],bf16>
+  %w = torch.aten._to_copy %stored, %int6, %none, %none, %none, %false, %none : !torch.vtensor<[4,6],bf16>, !torch.int, !torch.none, !torch.none, !torch.none, !torch.bool, !torch.none -> !torch.vtensor<[4,6],f32>
+  %columns = torch.aten.slice.Tensor %w, %int1, %int0, %int2, %int1 : !torch.vtensor<[4,6],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[4,2],f32>
+  %q = torch.aten.mm %arg0, %columns : !torch.vtensor<[?,4],f32>, !torch.vtensor<[4,2],f32> -> !torch.vtensor<[?,2],f32>
+  return %q : !torch.vtensor<[?,2],f32>
+}
+{-#
+  dialect_resources: {
+    builtin: {
+      w: "0x02000000803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f"
+    }
+  }
+#-}
+
+// -----
+
 /// [Pattern: gather_as_index_select]
 /// gather(x, 1, expand(idx[1, 2, 1], [B, 2, 8])): the same two rows for every
 /// batch and column, an index_select of idx as 1-D, which then moves.

@@ -16,6 +16,7 @@ import re
 
 import numpy as np
 
+from anyshape.dialects import DTYPE_CASTS
 from anyshape.passes.torch_ir.constants import constant_int, int_list
 
 _RESOURCE_KEY = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>]+)>')
@@ -30,15 +31,6 @@ def attribute_resource_key(attribute) -> str | None:
     """The blob name of a ``dense_resource`` attribute; None for another."""
     found = _RESOURCE_KEY.match(str(attribute))
     return None if found is None else found.group(1).strip('"')
-
-
-def source_literal(value):
-    """The ``torch.vtensor.literal`` that ``value`` is, or casts (a
-    checkpoint's weight kept as stored); else None."""
-    op = value.owner
-    if getattr(op, "name", None) in _CASTS:
-        op = op.operands[0].owner
-    return op if getattr(op, "name", None) == "torch.vtensor.literal" else None
 
 
 def _list_items(value):
@@ -106,14 +98,13 @@ def evaluate(value, arrays: dict) -> np.ndarray | None:
     if name in ("torch.aten.detach", "torch.aten.clone", "torch.aten.contiguous",
                 "torch.aten.alias"):
         return evaluate(op.operands[0], arrays)
-    if name in _CASTS:
+    # A weight kept in its checkpoint's half dtype and read through a cast
+    # (frontend/checkpoint.py, ``quantized``): the float32 values of its blob.
+    if name in DTYPE_CASTS:
         return _widened(op, arrays)
     return None
 
 
-# A weight kept in its checkpoint's half dtype and read through a cast
-# (frontend/checkpoint.py, ``quantized``): the float32 values of its blob.
-_CASTS = ("torch.aten._to_copy", "torch.prims.convert_element_type", "torch.aten.to.dtype")
 # What torch.export asserts of what such a cast reads (``erase_if_unused``).
 _METADATA_ASSERTION = "torch.aten._assert_tensor_metadata"
 

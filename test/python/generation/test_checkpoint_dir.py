@@ -165,17 +165,22 @@ def test_quantized_layers_keep_the_stored_weights_and_compute_hf_s_logits(model_
 
 
 @pytest.mark.builds_after_export
+@pytest.mark.parametrize("model_type", ["llama", "gpt2"])
 def test_int4_weights_from_bfloat16_shards_are_quantized_from_the_stored_bytes(
-        tmp_path, monkeypatch):
+        model_type, tmp_path, monkeypatch):
     """/// int4 weights from bfloat16 shards, compiled in float32: no linear
     /// layer's weight is cast into scratch files (the embedding and the norms
-    /// are), and the tokens are HF's
+    /// are), each is quantized (GPT-2's c_attn too, split into Q, K and V
+    /// columns), and the tokens are HF's
     /// generate on the int4-dequantized from_pretrained(dtype=float32), at
     /// batch 1 and on a left-padded batch of 1, 7 and 17 tokens."""
     import anyshape.frontend.checkpoint as checkpoint
     from anyshape.iree.quantized_weights import reference_model, weight_format
 
-    model = small_causal_lm("llama", initializer_range=0.3)
+    model = small_causal_lm(model_type, initializer_range=0.3)
+    embedding = next(name for name, _ in model.named_parameters())
+    linear = [f"{name}.weight" for name, module in model.named_modules()
+              if type(module).__name__ in ("Linear", "Conv1D")]
     directory = _saved(model, tmp_path / "ckpt", torch.bfloat16)
     cast, real = [], checkpoint._cast_into_file
 
@@ -187,8 +192,8 @@ def test_int4_weights_from_bfloat16_shards_are_quantized_from_the_stored_bytes(
     generator = anyshape.compile_generator(
         str(directory), dtype=torch.float32,
         backend=anyshape.BackendOptions(weights="int4", params="external"))
-    assert "model.embed_tokens.weight" in cast
-    assert not [name for name in cast if "proj" in name or "lm_head" in name], cast
+    assert embedding in cast
+    assert not set(cast) & set(linear), cast
     # Each stored weight quantized leaves the module with its packed copy only.
     read = generator.module.parameter_specs
     assert read and not [name for name in read if "parametrizations" in name], sorted(read)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from anyshape.iree.constant_values import erase_if_unused, evaluate, source_literal
+from anyshape.dialects import stored_literal
+from anyshape.iree.constant_values import erase_if_unused, evaluate
 from anyshape.mlir import iree_bindings
 
 # Every class of value a half dtype holds: signed zeros, a subnormal, the
@@ -65,7 +66,7 @@ def test_a_quantized_weight_takes_its_blob_and_the_metadata_assertion_with_it():
     with ir.Context():
         module = ir.Module.parse(_module("bf16"))
         cast = _the_cast(module)
-        literal = source_literal(cast.result)
+        literal = stored_literal(cast.result)
         assert literal is not None and literal.name == "torch.vtensor.literal"
         ret = list(module.body.operations[0].regions[0].blocks[0].operations)[-1]
         with ir.InsertionPoint(ret), ret.location:

@@ -14,8 +14,8 @@ import hashlib
 
 import numpy as np
 
-from anyshape.iree.constant_values import (attribute_resource_key, resource_key,
-                                           source_literal)
+from anyshape.dialects import stored_literal
+from anyshape.iree.constant_values import attribute_resource_key, resource_key
 from anyshape.iree.quantized_weights import (PANEL, WeightFormat, check_shape, exact_codes,
                                              nibble_quads, packed)
 
@@ -90,7 +90,7 @@ class QuantizedBlobs:
 
 
 def _described(weight, start: int, end: int, n: int) -> str:
-    literal = source_literal(weight)
+    literal = stored_literal(weight)
     if literal is not None:
         name = f"'{resource_key(literal)}'"
     else:
