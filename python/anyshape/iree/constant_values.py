@@ -109,6 +109,34 @@ def evaluate(value, arrays: dict) -> np.ndarray | None:
 _METADATA_ASSERTION = "torch.aten._assert_tensor_metadata"
 
 
+# The ops ``evaluate`` computes (beside the literals), and what reads their
+# constant operands.
+_EVALUATED = frozenset((
+    "torch.aten.t", "torch.aten.numpy_T", "torch.aten.transpose.int", "torch.aten.permute",
+    "torch.aten.slice.Tensor", "torch.aten.cat", "torch.aten.view", "torch.aten.reshape",
+    "torch.aten.unsqueeze", "torch.aten.squeeze.dim", "torch.aten.detach", "torch.aten.clone",
+    "torch.aten.contiguous", "torch.aten.alias", *DTYPE_CASTS, "torch.prim.ListConstruct"))
+
+
+def source_key(value) -> tuple | None:
+    """What ``value`` is computed from, as ``evaluate`` reads it: the blob
+    names and the ops on them, with their constant operands. In one module
+    (where a blob name names one array) equal keys are equal values, known
+    without computing or reading them: each function of a module reads the
+    same weights again. None for a value ``evaluate`` does not compute."""
+    op = value.owner
+    name = getattr(op, "name", None)
+    if name == "torch.vtensor.literal":
+        key = resource_key(op)
+        return None if key is None else ("blob", key, str(value.type))
+    if name is not None and name.startswith("torch.constant."):
+        return (name, str(op.attributes["value"]) if "value" in op.attributes else "")
+    if name not in _EVALUATED:
+        return None
+    operands = [source_key(operand) for operand in op.operands]
+    return None if None in operands else (name, str(value.type), *operands)
+
+
 def _widened(op, arrays: dict) -> np.ndarray | None:
     """The float32 values of a cast to float32 of a float16 or bfloat16 blob
     (the importer hands bfloat16 over as its bits, int16); else None."""

@@ -10,6 +10,7 @@ shards) of a compile in a fresh process.
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import subprocess
@@ -171,10 +172,11 @@ def test_int4_weights_from_bfloat16_shards_are_quantized_from_the_stored_bytes(
     """/// int4 weights from bfloat16 shards, compiled in float32: no linear
     /// layer's weight is cast into scratch files (the embedding and the norms
     /// are), each is quantized (GPT-2's c_attn too, split into Q, K and V
-    /// columns), and the tokens are HF's
+    /// columns) from one widening for all entry points, and the tokens are HF's
     /// generate on the int4-dequantized from_pretrained(dtype=float32), at
     /// batch 1 and on a left-padded batch of 1, 7 and 17 tokens."""
     import anyshape.frontend.checkpoint as checkpoint
+    from anyshape.iree import constant_values
     from anyshape.iree.quantized_weights import reference_model, weight_format
 
     model = small_causal_lm(model_type, initializer_range=0.3)
@@ -189,9 +191,22 @@ def test_int4_weights_from_bfloat16_shards_are_quantized_from_the_stored_bytes(
         return real(casts, mappings, where, total, needed)
 
     monkeypatch.setattr(checkpoint, "_cast_into_file", recorded)
+    widened, widen = [], constant_values._widened
+
+    def counted(op, arrays):
+        widened.append(constant_values.resource_key(op.operands[0].owner))
+        return widen(op, arrays)
+
+    monkeypatch.setattr(constant_values, "_widened", counted)
     generator = anyshape.compile_generator(
         str(directory), dtype=torch.float32,
         backend=anyshape.BackendOptions(weights="int4", params="external"))
+    # Each stored weight widened once for all five entry points that read it
+    # (twice where one reads it in two forms: GPT-2's last c_attn, whole for
+    # every token's keys and values, and in columns for the last token's query).
+    times = collections.Counter(widened)
+    entries = len(generator.spec["decode_entries"]) + 1  # and the verifier
+    assert times and max(times.values()) <= 2 < entries, (times, entries)
     assert embedding in cast
     assert not set(cast) & set(linear), cast
     # Each stored weight quantized leaves the module with its packed copy only.

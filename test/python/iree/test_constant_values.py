@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from anyshape.dialects import stored_literal
-from anyshape.iree.constant_values import erase_if_unused, evaluate
+from anyshape.iree.constant_values import erase_if_unused, evaluate, source_key
 from anyshape.mlir import iree_bindings
 
 # Every class of value a half dtype holds: signed zeros, a subnormal, the
@@ -90,6 +90,55 @@ def test_a_weight_read_elsewhere_is_kept():
         erase_if_unused(cast.result)  # the function still returns it
         text = str(module)
     assert "_to_copy" in text and "_assert_tensor_metadata" in text
+
+
+_TWO_FUNCTIONS = """
+func.func @first(%x: !torch.vtensor<[4,3],f32>) -> (!torch.vtensor<[2,4],f32>, !torch.vtensor<[4,3],f32>) {
+  %w = torch.vtensor.literal(dense_resource<w> : tensor<3x4xbf16>) : !torch.vtensor<[3,4],bf16>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int6 = torch.constant.int 6
+  %none = torch.constant.none
+  %false = torch.constant.bool false
+  %f = torch.aten._to_copy %w, %int6, %none, %none, %none, %false, %none : !torch.vtensor<[3,4],bf16>, !torch.int, !torch.none, !torch.none, !torch.none, !torch.bool, !torch.none -> !torch.vtensor<[3,4],f32>
+  %rows = torch.aten.slice.Tensor %f, %int0, %int0, %int2, %int1 : !torch.vtensor<[3,4],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,4],f32>
+  return %rows, %x : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,3],f32>
+}
+func.func @second() -> (!torch.vtensor<[2,4],f32>, !torch.vtensor<[2,4],f32>) {
+  %int1 = torch.constant.int 1
+  %int3 = torch.constant.int 3
+  %int0 = torch.constant.int 0
+  %int2 = torch.constant.int 2
+  %int6 = torch.constant.int 6
+  %none = torch.constant.none
+  %false = torch.constant.bool false
+  %w = torch.vtensor.literal(dense_resource<w> : tensor<3x4xbf16>) : !torch.vtensor<[3,4],bf16>
+  %f = torch.aten._to_copy %w, %int6, %none, %none, %none, %false, %none : !torch.vtensor<[3,4],bf16>, !torch.int, !torch.none, !torch.none, !torch.none, !torch.bool, !torch.none -> !torch.vtensor<[3,4],f32>
+  %rows = torch.aten.slice.Tensor %f, %int0, %int0, %int2, %int1 : !torch.vtensor<[3,4],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,4],f32>
+  %other = torch.aten.slice.Tensor %f, %int0, %int1, %int3, %int1 : !torch.vtensor<[3,4],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,4],f32>
+  return %rows, %other : !torch.vtensor<[2,4],f32>, !torch.vtensor<[2,4],f32>
+}
+"""
+
+
+def test_the_same_weight_in_two_functions_has_one_source_key():
+    """/// Each function of a module reads the weights again, through ops of its
+    /// own: the quantizer knows a weight it packed before by what it is
+    /// computed from (blob names, ops, constant operands), not by hashing its
+    /// values. Other rows are another key; an argument has none."""
+    ir = iree_bindings()
+    with ir.Context():
+        module = ir.Module.parse(_TWO_FUNCTIONS)
+        first, second = (list(f.regions[0].blocks[0].operations)[-1]
+                         for f in module.body.operations)
+        same = source_key(first.operands[0])
+        assert same is not None and same == source_key(second.operands[0])
+        assert source_key(second.operands[1]) not in (None, same)
+        assert source_key(first.operands[1]) is None  # a function argument
+        values = {"w": torch.arange(12, dtype=torch.bfloat16).reshape(3, 4).view(torch.int16).numpy()}
+        assert np.array_equal(evaluate(first.operands[0], values),
+                              evaluate(second.operands[0], values))
 
 
 def _the_cast(module):

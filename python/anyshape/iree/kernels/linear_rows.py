@@ -444,6 +444,20 @@ class Routed:
     kept_float32: list[str] = dataclasses.field(default_factory=list)
 
 
+def _values_once(weight, layout: str, arrays: dict, values=None):
+    """The float32 [n, k] values of ``weight`` read in ``layout``, computed
+    at the first call (``values``, when already computed): a weight quantized
+    before in the module is not computed again."""
+    held = [values]
+
+    def once():
+        if held[0] is None:
+            computed = evaluate(weight, arrays)
+            held[0] = computed if layout == "nk" else computed.T
+        return held[0]
+    return once
+
+
 def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Sequence[str],
                   text_file: Path | None = None, workers: int = 1,
                   weights: WeightFormat = WeightFormat(), arrays: dict | None = None) -> Routed:
@@ -523,7 +537,9 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
             weight = op.operands[w_at]
             bias = op.operands[bias_at] if has_bias else None
             quantized = None
-            if weights.quantized:
+            if weights.quantized and blobs.quantized_before(weight, layout):
+                quantized = _values_once(weight, layout, blobs.arrays)
+            elif weights.quantized:
                 quantized = evaluate(weight, blobs.arrays)
                 if quantized is None:
                     routed.kept_float32.append(
@@ -543,8 +559,9 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
                         if rows is not None and rows <= IREE_FITTED_ROWS:
                             continue
                 if quantized is not None:
-                    if not any(weight == seen for seen in weights_read):
-                        weights_read.append(weight)
+                    quantized = _values_once(weight, layout, blobs.arrays, quantized)
+            if quantized is not None and not any(weight == seen for seen in weights_read):
+                weights_read.append(weight)
             routed.products += len(ops)
             routed.quantized += len(ops) if quantized is not None else 0
 
@@ -553,7 +570,8 @@ def route_linears(in_file: Path, out_file: Path, object_path: Path, flags: Seque
                 part_bias = None if not has_bias else bias if (start, end) == (0, n) else \
                     columns_of(bias, 0, start, end)
                 if quantized is not None:
-                    packed = blobs.literals(weight, start, end, n, quantized[start:end])
+                    packed = blobs.literals(weight, start, end, n,
+                                            lambda: quantized()[start:end], layout)
                     return quantized_product(at, part_shape, packed, part_bias, result_type)
                 part_weight = weight if (start, end) == (0, n) else \
                     columns_of(weight, 0 if layout == "nk" else 1, start, end)

@@ -11,11 +11,12 @@ the float32 values' digest, and every literal of them names the same blob.
 from __future__ import annotations
 
 import hashlib
+from typing import Callable
 
 import numpy as np
 
 from anyshape.dialects import stored_literal
-from anyshape.iree.constant_values import attribute_resource_key, resource_key
+from anyshape.iree.constant_values import attribute_resource_key, resource_key, source_key
 from anyshape.iree.quantized_weights import (PANEL, WeightFormat, check_shape, exact_codes,
                                              nibble_quads, packed)
 
@@ -28,6 +29,16 @@ class QuantizedBlobs:
         self.ir, self.fmt, self.arrays = ir, fmt, arrays
         self._attributes: dict[str, tuple] = {}  # digest -> (data, scales) attributes
         self._codes: dict[str, tuple | None] = {}  # digest -> exact_codes (a checkpoint's)
+        # (source_key, layout, start, end) -> (data, scales) attributes: each
+        # function of a module reads the same weights, quantized once.
+        self._sources: dict[tuple, tuple] = {}
+        self._read_before: set[tuple] = set()  # (source_key, layout), asked of only
+
+    def quantized_before(self, weight, layout: str) -> bool:
+        """Whether ``weight``, read in ``layout``, was quantized (some of its
+        columns) by an earlier product: its value is then known storable."""
+        source = source_key(weight)
+        return source is not None and (source, layout) in self._read_before
 
     def storable(self, values: np.ndarray) -> bool:
         """Whether ``values`` (float32 [n, k]) are stored quantized: always
@@ -51,10 +62,17 @@ class QuantizedBlobs:
         digest.update(repr((values.shape, self.fmt)).encode())
         return digest.hexdigest()
 
-    def literals(self, weight, start: int, end: int, columns: int, values: np.ndarray) -> list:
-        """New literals of the packed weight and its scales, for ``values``
+    def literals(self, weight, start: int, end: int, columns: int,
+                 values: Callable[[], np.ndarray], layout: str) -> list:
+        """New literals of the packed weight and its scales, for ``values()``
         (float32 [n, k]: output columns [start, end) of the ``columns`` of
-        ``weight``)."""
+        ``weight``, read in ``layout``), called only for a part of a weight
+        not quantized before."""
+        source = source_key(weight)
+        by_source = None if source is None else (source, layout, start, end)
+        if by_source in self._sources:
+            return [self._literal(attribute) for attribute in self._sources[by_source]]
+        values = values()
         n, k = values.shape
         check_shape(self.fmt, n, k, _described(weight, start, end, columns))
         values = np.ascontiguousarray(values, dtype=np.float32)
@@ -68,6 +86,9 @@ class QuantizedBlobs:
             index = len(self._attributes)
             self._attributes[key] = (self._attribute(data.view(np.int8), f"quantized.{index}.panels"),
                                      self._attribute(scales, f"quantized.{index}.scales"))
+        if by_source is not None:
+            self._sources[by_source] = self._attributes[key]
+            self._read_before.add((source, layout))
         return [self._literal(attribute) for attribute in self._attributes[key]]
 
     def _attribute(self, array: np.ndarray, name: str):
@@ -251,14 +272,16 @@ def route_embeddings(ir, module, blobs: QuantizedBlobs, functions: dict) -> int:
                 or table_shape[1] != "f32" or ids_shape[1] not in ("si64", "si32") \
                 or not ids_shape[0]:
             return None
+        if blobs.quantized_before(table, "nk"):
+            return True  # the table of another function, or a tied LM head's weight
         values = evaluate(table, blobs.arrays)
         return None if values is None or not blobs.storable(values) else values
 
     found = matches(ir, module, ("torch.aten.embedding",), match)
     tables = []
-    for op, values in found:
+    for op, _ in found:
         table, ids = op.operands[0], op.operands[1]
-        vocab, dim = values.shape
+        vocab, dim = vtensor_shape(table.type)[0]
         ids_sizes, ids_dtype = vtensor_shape(ids.type)
         element = {"si64": "i64", "si32": "i32"}[ids_dtype]
         key = ("embedding", tuple(ids_sizes), element, vocab, dim, fmt.name, fmt.group_size,
@@ -266,7 +289,9 @@ def route_embeddings(ir, module, blobs: QuantizedBlobs, functions: dict) -> int:
         name = functions.setdefault(key, f"anyshape_embedding_{fmt.name}_{vocab}x{dim}_"
                                          f"{len(functions)}")
         with ir.InsertionPoint(op), op.location:
-            packed = blobs.literals(table, 0, vocab, vocab, values)
+            # As a tied LM head's weight ([vocab, dim]: "nk"), packed once for both
+            packed = blobs.literals(table, 0, vocab, vocab, lambda: evaluate(table, blobs.arrays),
+                                    "nk")
             rows = call_with_builtin_tensors(ir, name, [ids, *packed], op.results[0].type)
         op.results[0].replace_all_uses_with(rows)
         op.erase()
