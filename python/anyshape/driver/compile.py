@@ -182,7 +182,7 @@ def _exported(model, args, kwargs, dynamic_shapes, entries: dict, report, strict
     """The program to compile, and the ``entries`` decomposed as it is."""
     import torch
 
-    from anyshape.frontend.export import export_program, prepare_program
+    from anyshape.frontend.export import export_program, forget_last_trace, prepare_program
 
     if isinstance(model, torch.export.ExportedProgram):
         report("decomposing the exported program")
@@ -190,8 +190,9 @@ def _exported(model, args, kwargs, dynamic_shapes, entries: dict, report, strict
     else:
         report("exporting with torch.export")
         program = export_program(model, args, kwargs, dynamic_shapes, strict_dims, stacklevel=4)
-    return program, {name: prepare_program(entry_program)
-                     for name, entry_program in entries.items()}
+    entries = {name: prepare_program(entry_program) for name, entry_program in entries.items()}
+    forget_last_trace()
+    return program, entries
 
 
 def _signatures(program, entries: dict, dynamic_shapes) -> tuple[ModuleSignature, dict]:
