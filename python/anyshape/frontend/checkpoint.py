@@ -321,20 +321,23 @@ def load_checkpoint(directory, dtype: torch.dtype | None = None,
 def _kept_as_stored(model, stored: dict[str, StoredTensor], dtype: torch.dtype) -> set[str]:
     """The names of the weights of ``model``'s linear layers (``nn.Linear``,
     HF's ``Conv1D``) stored in float16 or bfloat16 and compiled in float32
-    (the casts the compile widens as it quantizes), except the model's first
-    floating parameter: HF takes a model's dtype from that one
-    (``model.dtype``), and the step builds its cache and masks in it."""
+    (the casts the compile widens as it quantizes), except the first
+    floating parameter of the model and of each HF model within it (T5's
+    stacks, a causal LM's base model): HF takes a model's dtype from that one
+    (``model.dtype``), and the step and the models' own masks are built in it."""
     if dtype != torch.float32:
         return set()
-    first = next((name for name, parameter in model.named_parameters()
-                  if parameter.is_floating_point()), None)
+    from transformers.modeling_utils import ModuleUtilsMixin
+
+    firsts = [next((p for p in module.parameters() if p.is_floating_point()), None)
+              for module in model.modules() if isinstance(module, ModuleUtilsMixin)]
     kept = set()
     for owner, module in model.named_modules():
         if not (isinstance(module, torch.nn.Linear) or type(module).__name__ == "Conv1D"):
             continue
         name = f"{owner}.weight" if owner else "weight"
         tensor = stored.get(name)
-        if name != first and tensor is not None \
+        if not any(module.weight is first for first in firsts) and tensor is not None \
                 and tensor.dtype in (torch.float16, torch.bfloat16):
             kept.add(name)
     return kept

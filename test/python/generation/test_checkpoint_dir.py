@@ -167,6 +167,34 @@ def test_quantized_layers_keep_the_stored_weights_and_compute_hf_s_logits(model_
                            _from_pretrained(directory, torch.float32)(**inputs).logits)
 
 
+def test_the_first_weight_of_each_nested_hf_model_is_cast(tmp_path):
+    """/// HF takes a model's dtype from its first floating parameter, that of
+    /// each HF model within another too (and builds its masks in it): where
+    /// that parameter is a linear layer's weight, it is cast, not kept as
+    /// stored, and the nested model's dtype is the compiled one."""
+    from transformers.modeling_utils import ModuleUtilsMixin
+
+    from anyshape.frontend.checkpoint import StoredTensor, _kept_as_stored
+
+    class Inner(torch.nn.Module, ModuleUtilsMixin):
+        def __init__(self):
+            super().__init__()
+            self.projection = torch.nn.Linear(4, 4)
+            self.other = torch.nn.Linear(4, 4)
+
+    class Outer(torch.nn.Module, ModuleUtilsMixin):
+        def __init__(self):
+            super().__init__()
+            self.embedding = torch.nn.Embedding(8, 4)
+            self.inner = Inner()
+            self.head = torch.nn.Linear(4, 8)
+
+    model = Outer()
+    stored = {name: StoredTensor(tmp_path / "shard", torch.bfloat16, tuple(p.shape), 0)
+              for name, p in model.named_parameters()}
+    assert _kept_as_stored(model, stored, torch.float32) == {"inner.other.weight", "head.weight"}
+
+
 @pytest.mark.builds_after_export
 @pytest.mark.parametrize("model_type", ["llama", "gpt2"])
 def test_int4_weights_from_bfloat16_shards_are_quantized_from_the_stored_bytes(
