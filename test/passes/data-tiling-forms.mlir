@@ -286,6 +286,47 @@ func.func @constant_weight_columns(%arg0: !torch.vtensor<[?,4],f32>) -> (!torch.
 
 // -----
 
+/// [Pattern: whole_weight_projection, rows_of_shared_projection]
+/// The same split projection of a weight kept as stored (bfloat16, read
+/// through its cast to float32: frontend/checkpoint.py) is read whole too;
+/// and the last token's query rows come from the product of every row.
+// CHECK-LABEL: func.func @stored_weight_columns
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[?,4],f32>)
+// CHECK: %[[W:.*]] = torch.aten._to_copy %{{.*}} -> !torch.vtensor<[4,6],f32>
+// CHECK: %[[ALL:.*]] = torch.aten.mm %[[X]], %[[W]] : {{.*}} -> !torch.vtensor<[?,6],f32>
+// CHECK: torch.aten.slice.Tensor %[[ALL]], %int1, %int2, %int6, %int1
+// CHECK: %[[SAME:.*]] = torch.aten.mm %[[X]], %[[W]] : {{.*}} -> !torch.vtensor<[?,6],f32>
+// CHECK: %[[ROWS:.*]] = torch.aten.slice.Tensor %[[SAME]], %int0
+// CHECK: torch.aten.slice.Tensor %[[ROWS]], %int1, %int0, %int2, %int1
+func.func @stored_weight_columns(%arg0: !torch.vtensor<[?,4],f32>) -> (!torch.vtensor<[?,4],f32>, !torch.vtensor<[?,2],f32>) {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0], affine_map<()[s0] -> (s0, 4)> : !torch.vtensor<[?,4],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int3 = torch.constant.int 3
+  %int6 = torch.constant.int 6
+  %none = torch.constant.none
+  %false = torch.constant.bool false
+  %stored = torch.vtensor.literal(dense_resource<w> : tensor<4x6xbf16>) : !torch.vtensor<[4,6],bf16>
+  %w = torch.aten._to_copy %stored, %int6, %none, %none, %none, %false, %none : !torch.vtensor<[4,6],bf16>, !torch.int, !torch.none, !torch.none, !torch.none, !torch.bool, !torch.none -> !torch.vtensor<[4,6],f32>
+  %wkv = torch.aten.slice.Tensor %w, %int1, %int2, %int6, %int1 : !torch.vtensor<[4,6],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[4,4],f32>
+  %kv = torch.aten.mm %arg0, %wkv : !torch.vtensor<[?,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[?,4],f32>
+  %x = torch.aten.slice.Tensor %arg0, %int0, %int1, %int3, %int2 : !torch.vtensor<[?,4],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,4],f32>
+  %wq = torch.aten.slice.Tensor %w, %int1, %int0, %int2, %int1 : !torch.vtensor<[4,6],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[4,2],f32>
+  %q = torch.aten.mm %x, %wq : !torch.vtensor<[?,4],f32>, !torch.vtensor<[4,2],f32> -> !torch.vtensor<[?,2],f32>
+  return %kv, %q : !torch.vtensor<[?,4],f32>, !torch.vtensor<[?,2],f32>
+}
+{-#
+  dialect_resources: {
+    builtin: {
+      w: "0x02000000803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f803f"
+    }
+  }
+#-}
+
+// -----
+
 /// A bias sliced differently from the weight (or not a constant) cannot be
 /// read whole with the same columns; left alone.
 // CHECK-LABEL: func.func @negative_bias_other_columns

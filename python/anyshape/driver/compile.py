@@ -184,15 +184,18 @@ def _exported(model, args, kwargs, dynamic_shapes, entries: dict, report, strict
 
     from anyshape.frontend.export import export_program, forget_last_trace, prepare_program
 
-    if isinstance(model, torch.export.ExportedProgram):
-        report("decomposing the exported program")
-        program = prepare_program(model)
-    else:
-        report("exporting with torch.export")
-        program = export_program(model, args, kwargs, dynamic_shapes, strict_dims, stacklevel=4)
-    entries = {name: prepare_program(entry_program) for name, entry_program in entries.items()}
-    forget_last_trace()
-    return program, entries
+    try:
+        if isinstance(model, torch.export.ExportedProgram):
+            report("decomposing the exported program")
+            program = prepare_program(model)
+        else:
+            report("exporting with torch.export")
+            program = export_program(model, args, kwargs, dynamic_shapes, strict_dims,
+                                     stacklevel=4)
+        return program, {name: prepare_program(entry_program)
+                         for name, entry_program in entries.items()}
+    finally:
+        forget_last_trace()  # a refused export too: the process goes on
 
 
 def _signatures(program, entries: dict, dynamic_shapes) -> tuple[ModuleSignature, dict]:

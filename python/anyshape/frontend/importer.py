@@ -18,7 +18,7 @@ from anyshape.dialects import new_context
 from anyshape.passes.torch_ir.mixed_comparisons import mend_mixed_comparisons
 from anyshape.frontend.program_signature import ordered_range_constraints
 from anyshape.frontend.program_signature import output_roles
-from anyshape.frontend.export import export_program
+from anyshape.frontend.export import export_program, forget_last_trace
 from anyshape.frontend.graph_fixes import apply_graph_fixes
 from anyshape.frontend.graph_fixes.symbolic_scalars import scalar_as_tensor
 from anyshape.stages import Workaround
@@ -181,7 +181,11 @@ def import_torch(model: torch.nn.Module, args, kwargs: dict | None = None, *,
 
     ``str()`` of the result is complete MLIR text that ``anyshape-opt`` reads back.
     """
-    return import_program(export_program(model, args, kwargs, dynamic_shapes, strict_dims))
+    try:
+        program = export_program(model, args, kwargs, dynamic_shapes, strict_dims)
+    finally:
+        forget_last_trace()
+    return import_program(program)
 
 
 def _inline_state(program: torch.export.ExportedProgram,

@@ -446,8 +446,8 @@ class Routed:
 
 def _values_once(weight, layout: str, arrays: dict, values=None):
     """The float32 [n, k] values of ``weight`` read in ``layout``, computed
-    at the first call (``values``, when already computed): a weight quantized
-    before in the module is not computed again."""
+    at the first call (``values``, when already computed): where every part
+    asked for was quantized before in the module, never."""
     held = [values]
 
     def once():

@@ -264,18 +264,27 @@ def route_embeddings(ir, module, blobs: QuantizedBlobs, functions: dict) -> int:
     from anyshape.iree.torch_ir_builders import call_with_builtin_tensors, matches
 
     fmt = blobs.fmt
+    # source_key -> whether the table is stored quantized: each function reads
+    # the same tables, judged once
+    judged: dict[tuple, bool] = {}
 
     def match(op):
         table, ids = op.operands[0], op.operands[1]
         table_shape, ids_shape = vtensor_shape(table.type), vtensor_shape(ids.type)
         if table_shape is None or ids_shape is None or len(table_shape[0]) != 2 \
-                or table_shape[1] != "f32" or ids_shape[1] not in ("si64", "si32") \
-                or not ids_shape[0]:
+                or None in table_shape[0] or table_shape[1] != "f32" \
+                or ids_shape[1] not in ("si64", "si32") or not ids_shape[0]:
             return None
         if blobs.quantized_before(table, "nk"):
-            return True  # the table of another function, or a tied LM head's weight
-        values = evaluate(table, blobs.arrays)
-        return None if values is None or not blobs.storable(values) else values
+            return True  # a tied LM head's weight, packed by its product
+        source = source_key(table)
+        if source is None or source not in judged:
+            values = evaluate(table, blobs.arrays)
+            storable = values is not None and blobs.storable(values)
+            if source is None:
+                return storable or None
+            judged[source] = storable
+        return judged[source] or None
 
     found = matches(ir, module, ("torch.aten.embedding",), match)
     tables = []
