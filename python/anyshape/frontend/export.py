@@ -385,8 +385,8 @@ WORKAROUNDS = (
                  'graph it traced last in the module global _FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT'
                  " (for export's fake tensor leak detection) until the next trace; through "
                  "their graph's module they hold the model's real tensors. A model compiled "
-                 'from a checkpoint directory stayed mapped after the compile: 12.8 GB '
-                 "resident of an 8B model's 16 GB of shards.",
+                 'from a checkpoint directory stayed mapped after the compile: 12.2 GiB of '
+                 "file pages resident of an 8B model's 14.96 GiB of shards.",
         guard='test/python/generation/test_checkpoint_dir.py::'
               'test_a_compiled_checkpoint_is_not_held_after_the_compile',
         remove_when='when torch clears the map after an export (the guard passes without it)'),
