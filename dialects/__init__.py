@@ -58,6 +58,21 @@ def stored_literal(value):
     return op if getattr(op, "name", None) == "torch.vtensor.literal" else None
 
 
+def widened_literal(value):
+    """The float16 or bfloat16 literal that ``value`` casts to float32 (a
+    checkpoint's weight kept as stored, which the compile widens where it
+    quantizes it); else None."""
+    if getattr(value.owner, "name", None) not in DTYPE_CASTS:
+        return None
+    literal = stored_literal(value)
+    stored = None if literal is None else vtensor_shape(literal.results[0].type)
+    widened = vtensor_shape(value.type)
+    if stored is None or stored[1] not in ("f16", "bf16") or widened is None \
+            or widened[1] != "f32":
+        return None
+    return literal
+
+
 _VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],(\w+)>")
 
 

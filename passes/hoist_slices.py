@@ -53,7 +53,7 @@ other users need whole: there the selection stays, below the shared producer,
 on the branch that leads to it (in an encoder's last layer, only the K and V
 projections and the residual input still see every token); and at the
 float32 cast of a float16 or bfloat16 weight kept as stored
-(``_widened_weight``), which runs once.
+(``widened_literal``), which runs once.
 
 The lit cases (``test/passes/hoist-slices-*.mlir``) are grouped under
 ``/// [Pattern: <name>]`` headers naming the rules and patterns above that
@@ -69,7 +69,7 @@ from typing import Callable
 
 import sympy
 
-from anyshape.dialects import DTYPE_CASTS, stored_literal, vtensor_shape
+from anyshape.dialects import vtensor_shape, widened_literal
 from anyshape.mlir import ir, torch_ops
 from anyshape.passes import ModulePass, apply_patterns, register
 from anyshape.passes.torch_ir.constants import (constant_bool, constant_int, int_constant,
@@ -505,7 +505,7 @@ class _Hoister:
         producer = defining_op(source)
         if producer is None:
             return None  # a function argument
-        if _widened_weight(producer):
+        if widened_literal(source) is not None:
             # A weight kept as stored, read through its cast: the cast runs
             # once (IREE hoists it), and the compile quantizes the weight
             # from the cast of the blob (iree/constant_values.py).
@@ -594,16 +594,6 @@ class _Hoister:
 
 
 # -- patterns -------------------------------------------------------------------
-def _widened_weight(op: ir.Operation) -> bool:
-    """``op`` casts a float16 or bfloat16 literal to float32 (a checkpoint's
-    weight kept as stored: ``stored_literal``)."""
-    if op.name not in DTYPE_CASTS or stored_literal(op.results[0]) is None:
-        return False
-    stored, cast = vtensor_shape(op.operands[0].type), vtensor_shape(op.results[0].type)
-    return stored is not None and stored[1] in ("f16", "bf16") and cast is not None \
-        and cast[1] == "f32"
-
-
 def select_as_row_slice(h: _Hoister, op, rewriter) -> bool:
     """select(v, a, i) -> squeeze(slice(v, a, i, i + 1), a), when the slice can
     move (and row i provably exists: otherwise the select must keep raising

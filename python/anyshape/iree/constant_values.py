@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from anyshape.dialects import DTYPE_CASTS
+from anyshape.dialects import DTYPE_CASTS, vtensor_shape, widened_literal
 from anyshape.passes.torch_ir.constants import constant_int, int_list
 
 _RESOURCE_KEY = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>]+)>')
@@ -140,15 +140,12 @@ def source_key(value) -> tuple | None:
 def _widened(op, arrays: dict) -> np.ndarray | None:
     """The float32 values of a cast to float32 of a float16 or bfloat16 blob
     (the importer hands bfloat16 over as its bits, int16); else None."""
-    source = op.operands[0].owner
-    if getattr(source, "name", None) != "torch.vtensor.literal" \
-            or not str(op.results[0].type).endswith(",f32>"):
-        return None
-    key = resource_key(source)
+    source = widened_literal(op.results[0])
+    key = None if source is None else resource_key(source)
     if key is None or key not in arrays:
         return None
     array = np.asarray(arrays[key])
-    element = str(source.results[0].type).rsplit(",", 1)[-1].rstrip(">")
+    element = vtensor_shape(source.results[0].type)[1]
     if element == "f16" and array.dtype == np.float16:
         return array.astype(np.float32)
     if element == "bf16" and array.dtype in (np.int16, np.uint16):

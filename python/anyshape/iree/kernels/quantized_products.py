@@ -29,16 +29,15 @@ class QuantizedBlobs:
         self.ir, self.fmt, self.arrays = ir, fmt, arrays
         self._attributes: dict[str, tuple] = {}  # digest -> (data, scales) attributes
         self._codes: dict[str, tuple | None] = {}  # digest -> exact_codes (a checkpoint's)
-        # (source_key, layout, start, end) -> (data, scales) attributes: each
-        # function of a module reads the same weights, quantized once.
-        self._sources: dict[tuple, tuple] = {}
-        self._read_before: set[tuple] = set()  # (source_key, layout), asked of only
+        # (source_key, layout) -> {(start, end): (data, scales) attributes}:
+        # each function of a module reads the same weights, quantized once.
+        self._sources: dict[tuple, dict] = {}
 
     def quantized_before(self, weight, layout: str) -> bool:
         """Whether ``weight``, read in ``layout``, was quantized (some of its
         columns) by an earlier product: its value is then known storable."""
         source = source_key(weight)
-        return source is not None and (source, layout) in self._read_before
+        return source is not None and (source, layout) in self._sources
 
     def storable(self, values: np.ndarray) -> bool:
         """Whether ``values`` (float32 [n, k]) are stored quantized: always
@@ -69,9 +68,9 @@ class QuantizedBlobs:
         ``weight``, read in ``layout``), called only for a part of a weight
         not quantized before."""
         source = source_key(weight)
-        by_source = None if source is None else (source, layout, start, end)
-        if by_source in self._sources:
-            return [self._literal(attribute) for attribute in self._sources[by_source]]
+        known = {} if source is None else self._sources.get((source, layout), {})
+        if (start, end) in known:
+            return [self._literal(attribute) for attribute in known[start, end]]
         values = values()
         n, k = values.shape
         check_shape(self.fmt, n, k, _described(weight, start, end, columns))
@@ -86,9 +85,8 @@ class QuantizedBlobs:
             index = len(self._attributes)
             self._attributes[key] = (self._attribute(data.view(np.int8), f"quantized.{index}.panels"),
                                      self._attribute(scales, f"quantized.{index}.scales"))
-        if by_source is not None:
-            self._sources[by_source] = self._attributes[key]
-            self._read_before.add((source, layout))
+        if source is not None:  # recorded once packed: a weight that failed is not known
+            self._sources.setdefault((source, layout), {})[start, end] = self._attributes[key]
         return [self._literal(attribute) for attribute in self._attributes[key]]
 
     def _attribute(self, array: np.ndarray, name: str):
