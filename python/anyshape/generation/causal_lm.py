@@ -97,6 +97,7 @@ def _compiled_generator(model, target, dtype, backend, cache, report, dump_ir_di
     import anyshape
     from anyshape.frontend.derived_programs import selected_output
     from anyshape.frontend.export import prepare_program
+    from anyshape.frontend.repeated_layers import decomposed_step
     from anyshape.options import BackendOptions
 
     takes_additive_mask(model.config)  # refuses masks it cannot build before a model runs
@@ -123,8 +124,10 @@ def _compiled_generator(model, target, dtype, backend, cache, report, dump_ir_di
     shapes = probe_cache(model)
     # The step is the verifier's last position, and each decode step is the
     # step with its batch and new tokens fixed: the model is traced once, for all.
-    verify = prepare_program(export_step(CausalLMStep(model, len(shapes), every_position=True),
-                                         shapes))
+    verify = decomposed_step(
+        model, len(shapes),
+        lambda layers: prepare_program(export_step(
+            CausalLMStep(model, layers, every_position=True), shapes[:layers])))
     program = selected_output(verify, dim=1, index=-1)
     report(f"  deriving the decode steps of batch {', '.join(map(str, DECODE_ENTRIES))} "
              f"from the step")

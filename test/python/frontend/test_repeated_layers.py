@@ -1,0 +1,159 @@
+"""``decomposed_step``: a causal LM's step traced with its first four layers,
+the later layers copied from the last traced one in the decomposed graph.
+
+The oracle is the step traced whole (``torch.export`` and the decomposition
+over every layer): the copied program must be the same graph node for node
+(targets, arguments, shapes, placeholder names and order), with the same
+signature, weights and module call graph. Where layers differ, the step is
+traced whole, and the model given is left as it was either way.
+"""
+
+import re
+import warnings
+
+import pytest
+import torch
+
+from anyshape.frontend import repeated_layers
+from anyshape.frontend.export import prepare_program
+from anyshape.generation.causal_lm import export_step
+from anyshape.generation.step import CausalLMStep, probe_cache
+
+LAYERS = 6
+_SMALL = dict(hidden_size=64, n_embd=64, num_hidden_layers=LAYERS, n_layer=LAYERS,
+              num_attention_heads=4, n_head=4, num_key_value_heads=2, intermediate_size=128,
+              ffn_dim=128, vocab_size=256, head_dim=16, max_position_embeddings=256,
+              n_positions=256, word_embed_proj_dim=64)
+
+
+def _model(model_type: str, **overrides):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(model_type)
+    for key, value in {**_SMALL, **overrides}.items():
+        if hasattr(config, key) or key in overrides:
+            try:
+                setattr(config, key, value)
+            except AttributeError:
+                pass
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoModelForCausalLM.from_config(config).eval()
+
+
+def _traces(model):
+    """(the step's program through ``decomposed_step``, the layer counts it
+    traced, the step traced whole)."""
+    shapes = probe_cache(model)
+    counts = []
+
+    def trace(layers):
+        counts.append(layers)
+        return prepare_program(export_step(CausalLMStep(model, layers, every_position=True),
+                                           shapes[:layers]))
+
+    copied = repeated_layers.decomposed_step(model, len(shapes), trace)
+    traced = list(counts)
+    return copied, traced, trace(len(shapes))
+
+
+def _form(program) -> list:
+    """Each node's op, target, arguments (nodes by position), shape and, for
+    placeholders, name; size symbols renamed in order of appearance (the
+    traces number them apart)."""
+    nodes = list(program.graph.nodes)
+    position = {node: number for number, node in enumerate(nodes)}
+    symbols: dict = {}
+
+    def shape(value):
+        text = str([getattr(v, "shape", v) for v in value]) if isinstance(value, (list, tuple)) \
+            else str(getattr(value, "shape", value))
+        return re.sub(r"\bs\d+\b", lambda m: symbols.setdefault(m.group(0), f"S{len(symbols)}"),
+                      text)
+
+    def argument(value):
+        return ("node", position[value]) if isinstance(value, torch.fx.Node) else value
+
+    return [(node.op, str(node.target), torch.fx.node.map_aggregate(node.args, argument),
+             torch.fx.node.map_aggregate(node.kwargs, argument), shape(node.meta.get("val")),
+             node.name if node.op == "placeholder" else "")
+            for node in nodes]
+
+
+def _assert_same_program(copied, whole):
+    assert _form(copied) == _form(whole)
+    assert copied.graph_signature == whole.graph_signature
+    assert sorted(copied.state_dict) == sorted(whole.state_dict)
+    assert all(copied.state_dict[name] is whole.state_dict[name] for name in whole.state_dict)
+    assert sorted(copied.constants) == sorted(whole.constants)
+    assert [entry.fqn for entry in copied.module_call_graph] == \
+        [entry.fqn for entry in whole.module_call_graph]
+    assert copied.module_call_graph[0].signature == whole.module_call_graph[0].signature
+
+
+@pytest.mark.parametrize("model_type", [
+    "llama",
+    pytest.param("gpt2", marks=pytest.mark.slow_without_build),
+    pytest.param("qwen2", marks=pytest.mark.slow_without_build),
+    pytest.param("mistral", marks=pytest.mark.slow_without_build),
+    pytest.param("gpt_neox", marks=pytest.mark.slow_without_build),
+    pytest.param("opt", marks=pytest.mark.slow_without_build),
+])
+def test_the_copied_layers_are_the_whole_trace(model_type):
+    model = _model(model_type)
+    copied, counts, whole = _traces(model)
+    assert counts == [repeated_layers.TRACED_LAYERS]  # copied, not traced whole
+    _assert_same_program(copied, whole)
+    stack = model.get_submodule(repeated_layers.layer_stack(model, LAYERS))
+    assert len(stack) == LAYERS and model.config.num_hidden_layers == LAYERS
+
+
+@pytest.mark.slow_without_build
+def test_weights_read_through_a_cast_are_copied_per_layer(tmp_path):
+    """A bfloat16 checkpoint compiled with quantized weights reads each linear
+    layer's weight through a parametrization (frontend/checkpoint.py): each
+    copied layer reads its own stored weight."""
+    from anyshape.frontend.checkpoint import load_checkpoint
+
+    _model("llama").to(torch.bfloat16).save_pretrained(tmp_path)
+    model = load_checkpoint(tmp_path, torch.float32, quantized=True)
+    copied, counts, whole = _traces(model)
+    assert counts == [repeated_layers.TRACED_LAYERS]
+    assert any("parametrizations" in spec.target for spec in copied.graph_signature.input_specs
+               if spec.target)
+    _assert_same_program(copied, whole)
+
+
+def test_negative_layers_that_differ_are_traced_whole():
+    """/// One layer's attention scaled otherwise: copying the traced layer
+    would compute it with the others' scale."""
+    model = _model("llama")
+    model.model.layers[5].self_attn.scaling = 0.5
+    with pytest.raises(repeated_layers.LayersDiffer, match="layer 5"):
+        repeated_layers.layer_stack(model, LAYERS)
+    copied, counts, whole = _traces(model)
+    assert counts == [LAYERS]
+    assert _form(copied) == _form(whole)
+
+
+@pytest.mark.slow_without_build
+def test_negative_sliding_and_full_layers_are_traced_whole():
+    """/// Gemma2 alternates sliding and full attention: no one layer stands for the rest."""
+    model = _model("gemma2", attn_implementation="sdpa")
+    _, counts, _ = _traces(model)
+    assert counts == [LAYERS]
+
+
+def test_the_model_is_put_back_when_the_trace_fails():
+    model = _model("llama")
+
+    def failing(layers):
+        assert len(model.model.layers) == layers == repeated_layers.TRACED_LAYERS
+        assert model.config.num_hidden_layers == layers
+        raise RuntimeError("trace failed")
+
+    with pytest.raises(RuntimeError, match="trace failed"):
+        repeated_layers.decomposed_step(model, LAYERS, failing)
+    assert len(model.model.layers) == LAYERS and model.config.num_hidden_layers == LAYERS
+    assert [type(layer).__name__ for layer in model.model.layers] == ["LlamaDecoderLayer"] * 6
