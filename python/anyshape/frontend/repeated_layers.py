@@ -17,7 +17,8 @@ is checked against the one before it, and that one's against its own
 predecessor: the copies read the layer before them as the template reads its
 own. Where anything differs (layers of other classes, attributes or weight
 shapes, a layer reading a layer two back, nodes outside the layers between
-them), the step is traced whole, as before.
+them), or the shortened model fails to trace, the step is traced whole, as
+before: only the compile's time depends on this.
 """
 
 from __future__ import annotations
@@ -113,14 +114,17 @@ def decomposed_step(model: torch.nn.Module, layers: int, trace) -> torch.export.
         stack_name = layer_stack(model, layers)
     except LayersDiffer:
         return trace(layers)
-    with first_layers(model, stack_name, TRACED_LAYERS):
-        traced = trace(TRACED_LAYERS)
     named = {**dict(model.named_parameters(remove_duplicate=False)),
              **dict(model.named_buffers(remove_duplicate=False))}
     tensors = {_STEP_PREFIX + name: tensor for name, tensor in named.items()}
     try:
+        with first_layers(model, stack_name, TRACED_LAYERS):
+            traced = trace(TRACED_LAYERS)
         return _Copier(traced, _STEP_PREFIX + stack_name, layers, tensors).program()
-    except LayersDiffer:
+    except Exception:  # noqa: BLE001  only time depends on it: the whole trace decides
+        # A model cut short may fail where it whole does not, and the graph
+        # may hold what the copier does not know: traced whole, its own
+        # errors are the user's to read.
         return trace(layers)
 
 
