@@ -15,10 +15,20 @@ Four are traced because the first layer's graph may hold nodes the later
 ones share (a size computed on first use), so the copied layer's template
 is checked against the one before it, and that one's against its own
 predecessor: the copies read the layer before them as the template reads its
-own. Where anything differs (layers of other classes, attributes or weight
-shapes, a layer reading a layer two back, nodes outside the layers between
-them), or the shortened model fails to trace, the step is traced whole, as
-before: only the compile's time depends on this.
+own. Where anything differs (layers of other classes, attributes, hooks or
+weight shapes, a weight shared with anything else, mixed
+``config.layer_types``, two traced layers' graphs, a layer reading a layer
+two back, the model's end reading anything but the last layer), or the
+shortened model fails to trace, the step is traced whole, as before: only
+the compile's time depends on this, and the progress report says why.
+
+What no check here can see: a layer whose forward branches on one
+particular later index in code, not through an attribute (``if
+self.layer_idx == 7``); arithmetic on the index shows as different
+constants in the two traced layers. None of the HF decoder families checked
+branches so (docs/generation.md lists them). And torch.export's guards that relate the
+later layers' cache sizes to the others' are not written out: those sizes
+share the traced caches' symbols, which the runtime checks for every input.
 """
 
 from __future__ import annotations
@@ -43,7 +53,8 @@ class LayersDiffer(Exception):
 
 def layer_stack(model: torch.nn.Module, layers: int) -> str:
     """The dotted name of ``model``'s list of its ``layers`` decoder layers,
-    all alike (class, submodules, weight shapes, attributes)."""
+    all alike (class, submodules, weight shapes, attributes), without hooks
+    and without weights shared with anything else."""
     found = [name for name, module in model.named_modules()
              if isinstance(module, torch.nn.ModuleList) and len(module) == layers]
     if len(found) != 1:
@@ -53,15 +64,43 @@ def layer_stack(model: torch.nn.Module, layers: int) -> str:
     for index, layer in enumerate(stack):
         if not _alike(_description(layer), index, template, layers - 1):
             raise LayersDiffer(f"layer {index} of {found[0]} differs from layer {layers - 1}")
+    # A weight a layer shares (tied to another layer's, or to the model's)
+    # is one input of the whole trace, and would be one per layer here.
+    names: dict[int, list[str]] = {}
+    for name, tensor in (*model.named_parameters(remove_duplicate=False),
+                         *model.named_buffers(remove_duplicate=False)):
+        names.setdefault(id(tensor), []).append(name)
+    for shared in names.values():
+        if len(shared) > 1 and any(name.startswith(found[0] + ".") for name in shared):
+            raise LayersDiffer(f"{shared[0]} is also {', '.join(shared[1:])}")
     return found[0]
+
+
+# Attributes that are each layer's own index (HF's ``layer_idx``).
+_INDEX_ATTRIBUTE = re.compile(r"layer_?(idx|id|index|number|num)")
+_PLAIN = (int, float, str, bool, type(None), torch.dtype, torch.device)
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+          "_state_dict_hooks", "_load_state_dict_pre_hooks")
+
+
+def _plain(value) -> bool:
+    if isinstance(value, (tuple, list)):
+        return all(_plain(item) for item in value)
+    if isinstance(value, dict):
+        return all(_plain(key) and _plain(item) for key, item in value.items())
+    return type(value) in _PLAIN
 
 
 def _description(layer: torch.nn.Module) -> list:
     """What the trace of ``layer`` depends on besides its weights' values:
-    its modules' classes, weight shapes and dtypes, and plain attributes."""
+    its modules' classes, weight shapes and dtypes, hooks, and attributes:
+    plain values by value, any other object by identity (a config shared by
+    every layer is alike; a function or object of each layer's own is not)."""
     described = []
     for name, module in layer.named_modules():
-        attributes = {key: value if type(value) is int else repr(value)
+        if any(getattr(module, hooks, None) for hooks in _HOOKS):
+            raise LayersDiffer(f"a hook on {type(module).__name__} {name or '(the layer)'}")
+        attributes = {key: value if _plain(value) else ("object", id(value))
                       for key, value in sorted(vars(module).items())
                       if not key.startswith("_") and not isinstance(value, torch.Tensor)}
         tensors = [(key, tuple(tensor.shape), tensor.dtype)
@@ -72,12 +111,13 @@ def _description(layer: torch.nn.Module) -> list:
 
 
 def _alike(first: list, first_index: int, second: list, second_index: int) -> bool:
-    """Two layers' descriptions the same, but for attributes that are each
-    layer's own index (HF's ``layer_idx``)."""
+    """Two layers' descriptions the same, but for an index attribute that is
+    each layer's own index."""
     if [(n, k, sorted(a), t) for n, k, a, t in first] != \
             [(n, k, sorted(a), t) for n, k, a, t in second]:
         return False
-    return all(a[key] == b[key] or (a[key], b[key]) == (first_index, second_index)
+    return all(a[key] == b[key] or (_INDEX_ATTRIBUTE.fullmatch(key) is not None
+                                    and (a[key], b[key]) == (first_index, second_index))
                for (_, _, a, _), (_, _, b, _) in zip(first, second) for key in a)
 
 
@@ -103,17 +143,27 @@ def first_layers(model: torch.nn.Module, stack_name: str, count: int):
             setattr(config, key, value)
 
 
-def decomposed_step(model: torch.nn.Module, layers: int, trace) -> torch.export.ExportedProgram:
+def decomposed_step(model: torch.nn.Module, layers: int, trace,
+                    report=None) -> torch.export.ExportedProgram:
     """``trace(count)`` (the step over the first ``count`` layers, exported and
     decomposed) for all ``layers``: traced with ``TRACED_LAYERS`` and the rest
-    copied where the layers are alike, else traced whole."""
-    if layers <= TRACED_LAYERS or getattr(model.config, "layer_types", None) and \
-            len(set(model.config.layer_types)) > 1:
+    copied where the layers are alike, else traced whole. ``report`` (a
+    progress printer) is told why where they are not."""
+    def whole(reason: str):
+        if report is not None:
+            report(f"  tracing every layer: {reason}")
         return trace(layers)
+
+    if layers <= TRACED_LAYERS:
+        return trace(layers)
+    kinds = {kind for config in (model.config, getattr(model.config, "text_config", None))
+             for kind in (getattr(config, "layer_types", None) or ())}
+    if len(kinds) > 1:
+        return whole(f"layers of {len(kinds)} types ({', '.join(sorted(kinds))})")
     try:
         stack_name = layer_stack(model, layers)
-    except LayersDiffer:
-        return trace(layers)
+    except LayersDiffer as error:
+        return whole(str(error))
     named = {**dict(model.named_parameters(remove_duplicate=False)),
              **dict(model.named_buffers(remove_duplicate=False))}
     tensors = {_STEP_PREFIX + name: tensor for name, tensor in named.items()}
@@ -121,11 +171,11 @@ def decomposed_step(model: torch.nn.Module, layers: int, trace) -> torch.export.
         with first_layers(model, stack_name, TRACED_LAYERS):
             traced = trace(TRACED_LAYERS)
         return _Copier(traced, _STEP_PREFIX + stack_name, layers, tensors).program()
-    except Exception:  # noqa: BLE001  only time depends on it: the whole trace decides
+    except Exception as error:  # noqa: BLE001  only time depends on it: the whole trace decides
         # A model cut short may fail where it whole does not, and the graph
         # may hold what the copier does not know: traced whole, its own
         # errors are the user's to read.
-        return trace(layers)
+        return whole(f"{type(error).__name__}: {str(error)[:200]}")
 
 
 class _Copier:
@@ -138,6 +188,7 @@ class _Copier:
         self._layer_pattern = re.compile(rf"{re.escape(stack_path)}\.(\d+)(?:\.|$)")
         self._segment()
         self._check_alike(self.last - 1, self.last)
+        self._check_ends()
 
     # Where each node belongs.
 
@@ -230,21 +281,25 @@ class _Copier:
         for a, b in zip(self.nodes[first], self.nodes[second]):
             if self._form(a, first) != self._form(b, second):
                 raise LayersDiffer(f"layers {first} and {second} differ at {a.name}, {b.name}")
-        for node in self.suffix:  # the end of the model reads the last layer only
-            self._form_of_suffix(node)
+        if any(node.meta.get("unbacked_bindings") for node in self.nodes[second]):
+            raise LayersDiffer(f"layer {second} binds data-dependent sizes")
 
-    def _form_of_suffix(self, node) -> None:
-        shared = {value for template in self.nodes[self.last]
-                  for value in template.all_input_nodes}
-
-        def check(value):
-            if isinstance(value, torch.fx.Node) and value in self.index and \
-                    self.index[value][0] != self.last and value not in shared:
-                raise LayersDiffer(f"{node.name} reads layer {self.index[value][0]}")
-            if isinstance(value, torch.fx.Node) and self.owner.get(value, self.last) != self.last:
-                raise LayersDiffer(f"{node.name} reads an input of layer {self.owner[value]}")
-            return value
-        torch.fx.node.map_aggregate((node.args, node.kwargs), check)
+    def _check_ends(self) -> None:
+        """The model's start and end read no input of the last traced layer
+        (which, read as ``layers[-1]``, is another layer's in a whole trace;
+        the earlier layers' are theirs in both, as their sizes), and its end
+        reads the last layer's nodes or what that layer reads as shared: the
+        later layers' copies then give it what a whole trace would."""
+        shared = {value for node in self.nodes[self.last] for value in node.all_input_nodes
+                  if self._relative(value, self.last)[0] == "shared"}
+        for node in (*self.prefix, *self.suffix):
+            for value in node.all_input_nodes:
+                if self.owner.get(value) == self.last:
+                    raise LayersDiffer(f"{node.name} reads {value.name}, an input of layer "
+                                       f"{self.owner[value]}")
+                if value in self.index and self.index[value][0] != self.last and \
+                        value not in shared:
+                    raise LayersDiffer(f"{node.name} reads layer {self.index[value][0]}")
 
     # The program with every layer.
 
@@ -375,6 +430,8 @@ class _Copier:
                 mutations[int(match.group(1))] = value
             elif spec.kind != OutputKind.USER_OUTPUT:
                 raise LayersDiffer(f"output of kind {spec.kind.name}")
+            elif value in self.index:
+                raise LayersDiffer(f"output {value.name} of layer {self.index[value][0]}")
         if sorted(mutations) != list(range(2 * TRACED_LAYERS)):
             raise LayersDiffer(f"cache writes {sorted(mutations)}")
         for cache in range(2 * self.layers):

@@ -127,7 +127,7 @@ def _compiled_generator(model, target, dtype, backend, cache, report, dump_ir_di
     verify = decomposed_step(
         model, len(shapes),
         lambda layers: prepare_program(export_step(
-            CausalLMStep(model, layers, every_position=True), shapes[:layers])))
+            CausalLMStep(model, layers, every_position=True), shapes[:layers])), report)
     program = selected_output(verify, dim=1, index=-1)
     report(f"  deriving the decode steps of batch {', '.join(map(str, DECODE_ENTRIES))} "
              f"from the step")

@@ -8,6 +8,7 @@ signature, weights and module call graph. Where layers differ, the step is
 traced whole, and the model given is left as it was either way.
 """
 
+import copy
 import re
 import warnings
 
@@ -136,6 +137,49 @@ def test_negative_layers_that_differ_are_traced_whole():
     assert _form(copied) == _form(whole)
 
 
+def test_negative_a_hook_on_a_later_layer_is_traced_whole():
+    """/// A forward hook on layer 5 (steering, debugging) changes its output:
+    the traced layers do not have it."""
+    model = _model("llama")
+    model.model.layers[5].register_forward_hook(lambda module, args, output: output * 2)
+    with pytest.raises(repeated_layers.LayersDiffer, match="hook"):
+        repeated_layers.layer_stack(model, LAYERS)
+    copied, counts, whole = _traces(model)
+    assert counts == [LAYERS]
+    assert _form(copied) == _form(whole)
+
+
+def test_negative_a_weight_shared_by_two_layers_is_traced_whole():
+    """/// Layers 1 and 5 share a weight: one input of the whole trace, which
+    copies would read as two."""
+    model = _model("llama")
+    model.model.layers[5].mlp.down_proj.weight = model.model.layers[1].mlp.down_proj.weight
+    with pytest.raises(repeated_layers.LayersDiffer, match="layers.5.mlp.down_proj.weight"):
+        repeated_layers.layer_stack(model, LAYERS)
+    _, counts, _ = _traces(model)
+    assert counts == [LAYERS]
+
+
+@pytest.mark.slow_without_build
+def test_negative_layers_traced_apart_are_traced_whole(monkeypatch):
+    """/// Layers alike as modules but computing apart (a forward that reads its
+    own index): the two traced layers' graphs differ, and the step is traced whole."""
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    forward = LlamaDecoderLayer.forward
+
+    def odd_layers_doubled(self, *args, **kwargs):
+        output = forward(self, *args, **kwargs)
+        return output * 2 if self.self_attn.layer_idx % 2 else output
+
+    monkeypatch.setattr(LlamaDecoderLayer, "forward", odd_layers_doubled)
+    model = _model("llama")
+    repeated_layers.layer_stack(model, LAYERS)  # alike as modules
+    copied, counts, whole = _traces(model)
+    assert counts == [repeated_layers.TRACED_LAYERS, LAYERS]  # compared, then traced whole
+    assert _form(copied) == _form(whole)
+
+
 @pytest.mark.slow_without_build
 def test_negative_sliding_and_full_layers_are_traced_whole():
     """/// Gemma2 alternates sliding and full attention: no one layer stands for the rest."""
@@ -164,3 +208,34 @@ def test_the_model_is_put_back_and_traced_whole_when_the_short_trace_fails():
                for spec in program.graph_signature.input_specs) == 2 * LAYERS
     assert len(model.model.layers) == LAYERS and model.config.num_hidden_layers == LAYERS
     assert [type(layer).__name__ for layer in model.model.layers] == ["LlamaDecoderLayer"] * 6
+
+
+@pytest.mark.builds_after_export
+def test_a_generator_with_copied_layers_generates_as_hf(monkeypatch):
+    """The copied program compiled and run: greedy tokens equal HF's ``generate``
+    on a left-padded batch of odd lengths (GPT-2: a tied head, ``Conv1D``
+    weights), with the copies made, not a whole trace."""
+    import anyshape
+
+    model = _model("gpt2", n_layer=5, num_hidden_layers=5)
+    copied = []
+    program = repeated_layers._Copier.program
+    monkeypatch.setattr(repeated_layers._Copier, "program",
+                        lambda self: copied.append(self.layers) or program(self))
+    generator = anyshape.compile_generator(model, cache=False)  # a patched compile: no cache
+    assert copied == [5]
+    generator_ids = torch.Generator().manual_seed(7)
+    lengths = [1, 7, 17]
+    ids = torch.randint(3, 256, (3, max(lengths)), generator=generator_ids)
+    mask = torch.zeros_like(ids)
+    for row, length in enumerate(lengths):
+        mask[row, max(lengths) - length:] = 1
+        ids[row, :max(lengths) - length] = 0
+    arguments = dict(attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
+    ours = generator.generate(ids, **arguments)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = model.generate(ids, **arguments)
+        if not torch.equal(ours, expected):  # a near tie: float64 decides
+            expected = copy.deepcopy(model).double().generate(ids, **arguments)
+    assert torch.equal(ours, expected)
