@@ -59,6 +59,16 @@ def _traces(model):
     return copied, traced, trace(len(shapes))
 
 
+def _reason_traced_whole(model) -> str:
+    """What ``decomposed_step`` reports where it traces ``model`` whole
+    without trying the copies (its trace records what it is asked for and
+    traces nothing); "" where it does not."""
+    counts, reports = [], []
+    result = repeated_layers.decomposed_step(
+        model, LAYERS, lambda layers: counts.append(layers) or "whole", reports.append)
+    return " ".join(reports) if result == "whole" and counts == [LAYERS] else ""
+
+
 def _form(program) -> list:
     """Each node's op, target, arguments (nodes by position), shape and, for
     placeholders, name; size symbols renamed in order of appearance (the
@@ -132,9 +142,7 @@ def test_negative_layers_that_differ_are_traced_whole():
     model.model.layers[5].self_attn.scaling = 0.5
     with pytest.raises(repeated_layers.LayersDiffer, match="layer 5"):
         repeated_layers.layer_stack(model, LAYERS)
-    copied, counts, whole = _traces(model)
-    assert counts == [LAYERS]
-    assert _form(copied) == _form(whole)
+    assert "differs" in _reason_traced_whole(model)
 
 
 def test_negative_a_hook_on_a_later_layer_is_traced_whole():
@@ -144,9 +152,7 @@ def test_negative_a_hook_on_a_later_layer_is_traced_whole():
     model.model.layers[5].register_forward_hook(lambda module, args, output: output * 2)
     with pytest.raises(repeated_layers.LayersDiffer, match="hook"):
         repeated_layers.layer_stack(model, LAYERS)
-    copied, counts, whole = _traces(model)
-    assert counts == [LAYERS]
-    assert _form(copied) == _form(whole)
+    assert "hook" in _reason_traced_whole(model)
 
 
 def test_negative_a_weight_shared_by_two_layers_is_traced_whole():
@@ -156,8 +162,7 @@ def test_negative_a_weight_shared_by_two_layers_is_traced_whole():
     model.model.layers[5].mlp.down_proj.weight = model.model.layers[1].mlp.down_proj.weight
     with pytest.raises(repeated_layers.LayersDiffer, match="layers.5.mlp.down_proj.weight"):
         repeated_layers.layer_stack(model, LAYERS)
-    _, counts, _ = _traces(model)
-    assert counts == [LAYERS]
+    assert "layers.1.mlp.down_proj.weight" in _reason_traced_whole(model)
 
 
 @pytest.mark.slow_without_build
@@ -180,18 +185,14 @@ def test_negative_layers_traced_apart_are_traced_whole(monkeypatch):
     assert _form(copied) == _form(whole)
 
 
-@pytest.mark.slow_without_build
 def test_negative_sliding_and_full_layers_are_traced_whole():
     """/// Gemma2 alternates sliding and full attention: no one layer stands for the rest."""
-    model = _model("gemma2", attn_implementation="sdpa")
-    _, counts, _ = _traces(model)
-    assert counts == [LAYERS]
+    assert "sliding_attention" in _reason_traced_whole(_model("gemma2", attn_implementation="sdpa"))
 
 
 def test_the_model_is_put_back_and_traced_whole_when_the_short_trace_fails():
     """/// A model cut short may fail where it whole does not: then it is traced whole."""
     model = _model("llama")
-    shapes = probe_cache(model)
     counts = []
 
     def trace(layers):
@@ -199,13 +200,10 @@ def test_the_model_is_put_back_and_traced_whole_when_the_short_trace_fails():
         assert len(model.model.layers) == layers == model.config.num_hidden_layers
         if layers == repeated_layers.TRACED_LAYERS:
             raise RuntimeError("trace failed")
-        return prepare_program(export_step(CausalLMStep(model, layers, every_position=True),
-                                           shapes[:layers]))
+        return "whole"
 
-    program = repeated_layers.decomposed_step(model, LAYERS, trace)
+    assert repeated_layers.decomposed_step(model, LAYERS, trace) == "whole"
     assert counts == [repeated_layers.TRACED_LAYERS, LAYERS]
-    assert sum(spec.target is None and spec.arg.name.startswith("cache_")
-               for spec in program.graph_signature.input_specs) == 2 * LAYERS
     assert len(model.model.layers) == LAYERS and model.config.num_hidden_layers == LAYERS
     assert [type(layer).__name__ for layer in model.model.layers] == ["LlamaDecoderLayer"] * 6
 
