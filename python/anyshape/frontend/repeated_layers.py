@@ -210,7 +210,7 @@ class _Copier:
         by_name = {spec.arg.name: spec for spec in signature.input_specs}
         users = [spec.arg.name for spec in signature.input_specs
                  if spec.kind == InputKind.USER_INPUT]
-        self.owner, self.relative = {}, {}
+        self.owner, self.input_role = {}, {}
         for node in self.traced.graph.nodes:
             if node.op != "placeholder":
                 continue
@@ -221,12 +221,12 @@ class _Copier:
                     if node.name != f"cache_{position}":
                         raise LayersDiffer(f"cache input {node.name}")
                     self.owner[node] = position // 2
-                    self.relative[node] = ("cache", position % 2)
+                    self.input_role[node] = ("cache", position % 2)
             elif spec.target is not None:
                 layer = self._layer_of_path(spec.target)
                 if layer is not None:
                     self.owner[node] = layer
-                    self.relative[node] = (spec.kind, spec.target.replace(
+                    self.input_role[node] = (spec.kind, spec.target.replace(
                         f"{self.stack_path}.{layer}.", f"{self.stack_path}.#.", 1))
         self.nodes = {layer: [] for layer in range(TRACED_LAYERS)}
         self.prefix, self.suffix = [], []
@@ -266,7 +266,7 @@ class _Copier:
             if self.owner[value] != layer:
                 raise LayersDiffer(f"layer {layer} reads {value.name} of layer "
                                    f"{self.owner[value]}")
-            return ("input", self.relative[value])
+            return ("input", self.input_role[value])
         return ("shared", value)
 
     def _form(self, node, layer: int):
@@ -339,7 +339,7 @@ class _Copier:
                     env[template] = new
                     target = spec.target
                 else:
-                    kind, relative = self.relative[template]
+                    kind, relative = self.input_role[template]
                     if kind == "cache":
                         name, target = f"cache_{2 * layer + relative}", None
                     else:
@@ -352,7 +352,7 @@ class _Copier:
                             raise LayersDiffer(f"input name {template.name}")
                     new = graph.placeholder(name)
                     new.meta = copy.copy(template.meta)
-                    inputs[(layer, self.relative[template])] = new
+                    inputs[(layer, self.input_role[template])] = new
                 if spec.kind == InputKind.USER_INPUT:
                     new.meta["desc"] = _with(new.meta.get("desc"), idx=users)
                     users += 1
