@@ -42,6 +42,8 @@ import torch
 from torch.export.graph_signature import (ExportGraphSignature, InputKind, InputSpec, OutputKind,
                                           OutputSpec, TensorArgument)
 
+from anyshape.frontend.derived_programs import _graph_module
+
 TRACED_LAYERS = 4
 # The step's module holds the model as its ``model`` attribute (step.py).
 _STEP_PREFIX = "model."
@@ -363,10 +365,7 @@ class _Copier:
 
         copies = {layer: [] for layer in range(self.layers)}
 
-        def copied(node, mapping):
-            new = graph.node_copy(node, mapping)
-            new.meta = copy.copy(node.meta)
-            return new
+        copied = graph.node_copy  # its meta a shallow copy of the template's
 
         for node in self.prefix:
             env[node] = copied(node, lambda value: env[value])
@@ -397,10 +396,7 @@ class _Copier:
 
         outputs, output_specs = self._outputs(env, copies)
         old_output = next(node for node in traced.graph.nodes if node.op == "output")
-        graph.output(tuple(outputs)).meta.update(old_output.meta)
-        graph.lint()
-        module = torch.fx.GraphModule(traced.graph_module, graph)
-        module.meta.update(traced.graph_module.meta)
+        module = _graph_module(traced, graph, outputs, old_output)
         signature = ExportGraphSignature(input_specs=specs, output_specs=output_specs)
         state_dict, constants = {}, dict(traced.constants)
         for spec in specs:
