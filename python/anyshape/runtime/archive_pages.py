@@ -5,13 +5,23 @@ A CPU module reads its weights where the archive is mapped. Left to fault in
 page by page, the first call paid for them (docs/benchmarks.md, "sixth
 session"); mapped at load, it does not. From the page cache that takes a
 fraction of a second; from a cold disk, as long as reading the archive.
+
+A big archive is mapped on 2 MiB pages where the host allows it
+(``mapped_archive``): a decode step reads every weight once, and the
+products read them faster so (docs/benchmarks.md, "eleventh session").
+The page cache holds a file in 2 MiB pieces only where it read them so: an
+archive written or copied since it was last read is held in small ones,
+and is read again from the disk.
 """
 
 from __future__ import annotations
 
 import mmap
+import os
 from pathlib import Path
 from typing import Callable
+
+import numpy as np
 
 from anyshape.stages import on_terminal, progress_printer
 
@@ -21,12 +31,81 @@ RUN_BYTES = 256 << 20
 # Without a ``progress`` given, a bar is shown on a terminal for an archive of
 # at least this many bytes.
 BIG_ARCHIVE_BYTES = 1 << 30
+# An archive of at least this many bytes is asked onto huge pages.
+HUGE_PAGES_FROM_BYTES = 1 << 30
+HUGE_PAGE_BYTES = 2 << 20  # x86-64's and arm64's (4 KiB pages) PMD mapping
+_TRANSPARENT_HUGE_PAGES = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
 def check_progress(progress) -> None:
     """Refuse a ``progress`` that ``anyshape.load`` does not take, naming it."""
     if progress is not None:
         progress_printer(progress)
+
+
+def mapped_archive(path: Path, advanced: Callable[[int], None] | None = None) -> mmap.mmap:
+    """``path`` mapped read-only with every page of it mapped
+    (``map_every_page``, which calls ``advanced``), on huge pages where it
+    is big (``HUGE_PAGES_FROM_BYTES``) and the host has them: read again
+    into 2 MiB pages of the page cache where it was held in small ones."""
+    with open(path, "rb") as file:
+        pages = mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
+        wanted = len(pages) >= HUGE_PAGES_FROM_BYTES and _huge_pages_allowed(pages)
+        map_every_page(pages, advanced)
+        if not wanted or huge_mapped_bytes(pages) >= len(pages) // 2:
+            return pages
+        pages.close()
+        # Dropped from the page cache (once written to the disk: dirty pages
+        # stay), the next faults read it again in 2 MiB pieces.
+        os.fdatasync(file.fileno())
+        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        pages = mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
+        _huge_pages_allowed(pages)
+        map_every_page(pages)
+        return pages
+
+
+def _huge_pages_allowed(pages: mmap.mmap) -> bool:
+    """Ask for ``pages`` on huge pages (``MADV_HUGEPAGE``); whether they may
+    be: the host's transparent huge pages not ``never``, its kernel taking
+    the advice, and the mapping's start on a huge page's boundary (the
+    file's offset 0 there; else no 2 MiB piece lines up with one)."""
+    try:
+        if "[never]" in _TRANSPARENT_HUGE_PAGES.read_text():
+            return False
+        pages.madvise(mmap.MADV_HUGEPAGE)
+    except (OSError, AttributeError):  # no such file; EINVAL: a kernel without them
+        return False
+    return _address(pages) % HUGE_PAGE_BYTES == 0
+
+
+def huge_mapped_bytes(pages: mmap.mmap) -> int:
+    """The bytes of the file mapping ``pages`` mapped by huge pages (its
+    ``FilePmdMapped`` in /proc/self/smaps); 0 where unknown."""
+    start = f"{_address(pages):x}-"
+    try:
+        with open("/proc/self/smaps") as smaps:
+            found = False
+            for line in smaps:
+                if not found:
+                    found = line.startswith(start)
+                elif line.startswith("FilePmdMapped:"):
+                    return int(line.split()[1]) * 1024
+                elif "-" in line.split(maxsplit=1)[0]:  # the next mapping's header
+                    return 0
+    except OSError:
+        pass
+    return 0
+
+
+def _address(pages: mmap.mmap) -> int:
+    """Where ``pages`` is mapped (a read-only mapping: ctypes takes only
+    writable buffers)."""
+    view = np.frombuffer(pages, np.uint8)
+    try:
+        return view.ctypes.data
+    finally:
+        del view  # the mapping can close only once no view of it is left
 
 
 def map_every_page(pages: mmap.mmap, advanced: Callable[[int], None] | None = None) -> None:

@@ -7,7 +7,6 @@ on a machine without torch-mlir or the IREE compiler.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import re
 import shutil
@@ -18,7 +17,7 @@ import numpy as np
 import torch
 
 from anyshape.runtime import index_bounds, size_conditions
-from anyshape.runtime.archive_pages import check_progress, map_every_page, mapping_progress
+from anyshape.runtime.archive_pages import check_progress, mapped_archive, mapping_progress
 from anyshape.runtime.host_arrays import host_tensor
 from anyshape.errors import RunError
 from anyshape.runtime.host_cpu import check_runs_here
@@ -371,21 +370,18 @@ class CompiledModule:
             raise FileNotFoundError(f"{self.parameters_path}: the parameter archive this "
                                     f"module's weights are in is missing")
         index = rt.ParameterIndex()
-        pages = None
         if self.target.driver == "local-task":
-            with open(self.parameters_path, "rb") as f:
-                pages = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+            # The CPU module reads its weights where they are mapped, every
+            # page mapped now: its first call would otherwise fault them in
+            # page by page.
+            pages = mapped_archive(self.parameters_path, mapping_progress(
+                self.load_progress, self.parameters_path, self.parameters_path.stat().st_size))
             index.load_from_file_handle(  # the handle keeps the mapping
                 rt.FileHandle.wrap_memory(pages, readable=True, writable=False), "irpa")
         else:
             index.load(str(self.parameters_path))  # mapped, not read into memory
         if self.encoder_path is not None:
             check_archive(index, self.parameters_path, self.parameter_layout)
-        if pages is not None:
-            # The CPU module reads its weights where they are mapped: its
-            # first call would otherwise fault them in page by page.
-            map_every_page(pages, mapping_progress(self.load_progress, self.parameters_path,
-                                                   len(pages)))
         if self.encoder_path is None:
             return rt.create_io_parameters_module(
                 config.vm_instance, index.create_provider(scope=PARAMETER_SCOPE))
