@@ -34,6 +34,9 @@ BIG_ARCHIVE_BYTES = 1 << 30
 # An archive of at least this many bytes is asked onto huge pages.
 HUGE_PAGES_FROM_BYTES = 1 << 30
 HUGE_PAGE_BYTES = 2 << 20  # x86-64's and arm64's (4 KiB pages) PMD mapping
+# What a load reads again first, to see whether the file system holds a file
+# in huge pages at all.
+PROBE_BYTES = 64 << 20
 _TRANSPARENT_HUGE_PAGES = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
@@ -47,22 +50,33 @@ def mapped_archive(path: Path, advanced: Callable[[int], None] | None = None) ->
     """``path`` mapped read-only with every page of it mapped
     (``map_every_page``, which calls ``advanced``), on huge pages where it
     is big (``HUGE_PAGES_FROM_BYTES``) and the host has them: read again
-    into 2 MiB pages of the page cache where it was held in small ones."""
+    into 2 MiB pages of the page cache where it was held in small ones, if
+    its first ``PROBE_BYTES`` read again so come back on huge pages (a file
+    system without large folios reads them into small ones again)."""
     with open(path, "rb") as file:
         pages = mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
         wanted = len(pages) >= HUGE_PAGES_FROM_BYTES and _huge_pages_allowed(pages)
         map_every_page(pages, advanced)
         if not wanted or huge_mapped_bytes(pages) >= len(pages) // 2:
             return pages
-        pages.close()
-        # Dropped from the page cache (once written to the disk: dirty pages
-        # stay), the next faults read it again in 2 MiB pieces.
+        # Only pages written to the disk leave the page cache (a fresh
+        # archive's are dirty); the kernel's writeback would write them soon.
         os.fdatasync(file.fileno())
-        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-        pages = mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
-        _huge_pages_allowed(pages)
-        map_every_page(pages)
+        probe = min(PROBE_BYTES, len(pages))
+        _read_again(pages, file.fileno(), 0, probe)
+        if huge_mapped_bytes(pages) > 0:
+            _read_again(pages, file.fileno(), probe, len(pages))
         return pages
+
+
+def _read_again(pages: mmap.mmap, descriptor: int, start: int, end: int) -> None:
+    """Bytes [start, end) of the file ``pages`` maps dropped from this
+    mapping and from the page cache, and read and mapped again."""
+    if end <= start:
+        return
+    pages.madvise(mmap.MADV_DONTNEED, start, end - start)  # the mapping lets go of them
+    os.posix_fadvise(descriptor, start, end - start, os.POSIX_FADV_DONTNEED)
+    _populate(pages, start, end - start)
 
 
 def _huge_pages_allowed(pages: mmap.mmap) -> bool:
@@ -113,21 +127,23 @@ def map_every_page(pages: mmap.mmap, advanced: Callable[[int], None] | None = No
     ``MADV_WILLNEED``, a read-ahead only, on kernels before 5.14), calling
     ``advanced(bytes mapped so far)`` after each run of ``RUN_BYTES``."""
     total = len(pages)
-    option = _MADV_POPULATE_READ
     try:
         for start in range(0, total, RUN_BYTES):
             length = min(RUN_BYTES, total - start)
-            try:
-                pages.madvise(option, start, length)
-            except OSError:  # EINVAL: a kernel without it
-                option = mmap.MADV_WILLNEED
-                pages.madvise(option, start, length)
+            _populate(pages, start, length)
             if advanced is not None:
                 advanced(start + length)
     finally:  # a bar's line closed, however the mapping ended
         close = getattr(advanced, "close", None)
         if close is not None:
             close()
+
+
+def _populate(pages: mmap.mmap, start: int, length: int) -> None:
+    try:
+        pages.madvise(_MADV_POPULATE_READ, start, length)
+    except OSError:  # EINVAL: a kernel without it
+        pages.madvise(mmap.MADV_WILLNEED, start, length)
 
 
 def mapping_progress(progress, archive: Path, total: int) -> Callable[[int], None] | None:
