@@ -11,11 +11,14 @@ A big archive is mapped on 2 MiB pages where the host allows it
 products read them faster so (docs/benchmarks.md, "eleventh session").
 The page cache holds a file in 2 MiB pieces only where it read them so: an
 archive written or copied since it was last read is held in small ones,
-and is read again from the disk.
+and is read again from the disk, its first 64 MiB first: a file system
+without large folios reads them into small ones again, and the rest is
+left as it is.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from pathlib import Path
@@ -49,34 +52,43 @@ def check_progress(progress) -> None:
 def mapped_archive(path: Path, advanced: Callable[[int], None] | None = None) -> mmap.mmap:
     """``path`` mapped read-only with every page of it mapped
     (``map_every_page``, which calls ``advanced``), on huge pages where it
-    is big (``HUGE_PAGES_FROM_BYTES``) and the host has them: read again
-    into 2 MiB pages of the page cache where it was held in small ones, if
-    its first ``PROBE_BYTES`` read again so come back on huge pages (a file
-    system without large folios reads them into small ones again)."""
+    is big (``HUGE_PAGES_FROM_BYTES``) and the host has them
+    (``_onto_huge_pages``)."""
     with open(path, "rb") as file:
         pages = mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
-        wanted = len(pages) >= HUGE_PAGES_FROM_BYTES and _huge_pages_allowed(pages)
-        map_every_page(pages, advanced)
-        if not wanted or huge_mapped_bytes(pages) >= len(pages) // 2:
-            return pages
-        # Only pages written to the disk leave the page cache (a fresh
-        # archive's are dirty); the kernel's writeback would write them soon.
-        os.fdatasync(file.fileno())
-        probe = min(PROBE_BYTES, len(pages))
-        _read_again(pages, file.fileno(), 0, probe)
-        if huge_mapped_bytes(pages) > 0:
-            _read_again(pages, file.fileno(), probe, len(pages))
+        try:
+            if len(pages) >= HUGE_PAGES_FROM_BYTES and _huge_pages_allowed(pages):
+                _onto_huge_pages(pages, file.fileno())
+            map_every_page(pages, advanced)
+        except BaseException:  # an interrupted load keeps no mapping open
+            pages.close()
+            raise
         return pages
 
 
-def _read_again(pages: mmap.mmap, descriptor: int, start: int, end: int) -> None:
-    """Bytes [start, end) of the file ``pages`` maps dropped from this
-    mapping and from the page cache, and read and mapped again."""
-    if end <= start:
-        return
-    pages.madvise(mmap.MADV_DONTNEED, start, end - start)  # the mapping lets go of them
-    os.posix_fadvise(descriptor, start, end - start, os.POSIX_FADV_DONTNEED)
-    _populate(pages, start, end - start)
+def _onto_huge_pages(pages: mmap.mmap, descriptor: int) -> None:
+    """Map the first ``PROBE_BYTES`` of ``pages``; where the page cache holds
+    them in small pieces, drop them and read them again, and where they
+    then come back on huge pages, drop the rest of the file too, for
+    ``map_every_page`` to read again (a file system without large folios
+    reads them into small ones again: the rest is left). Best effort: a
+    file that cannot be written out or dropped (a read-only image's, a
+    locked mapping) stays as it is."""
+    probe = min(PROBE_BYTES, len(pages))
+    _populate(pages, 0, probe)
+    if huge_mapped_bytes(pages) >= probe // 2:
+        return  # held in huge pieces already
+    try:
+        # Only pages written to the disk leave the page cache (a fresh
+        # archive's are dirty); the kernel's writeback would write them soon.
+        os.fdatasync(descriptor)
+        pages.madvise(mmap.MADV_DONTNEED, 0, probe)  # the mapping lets go of them
+        os.posix_fadvise(descriptor, 0, probe, os.POSIX_FADV_DONTNEED)
+        _populate(pages, 0, probe)
+        if huge_mapped_bytes(pages) >= probe // 2:
+            os.posix_fadvise(descriptor, probe, 0, os.POSIX_FADV_DONTNEED)  # 0: to its end
+    except OSError:
+        pass
 
 
 def _huge_pages_allowed(pages: mmap.mmap) -> bool:
@@ -94,22 +106,25 @@ def _huge_pages_allowed(pages: mmap.mmap) -> bool:
 
 
 def huge_mapped_bytes(pages: mmap.mmap) -> int:
-    """The bytes of the file mapping ``pages`` mapped by huge pages (its
-    ``FilePmdMapped`` in /proc/self/smaps); 0 where unknown."""
-    start = f"{_address(pages):x}-"
+    """The bytes of the file mapping ``pages`` mapped by huge pages
+    (/proc/self/smaps: ``FilePmdMapped``, ``ShmemPmdMapped`` on tmpfs); 0
+    where unknown."""
+    start, found, total = f"{_address(pages):08x}-", False, 0
     try:
         with open("/proc/self/smaps") as smaps:
-            found = False
             for line in smaps:
+                fields = line.split()
+                if not fields:
+                    continue
                 if not found:
                     found = line.startswith(start)
-                elif line.startswith("FilePmdMapped:"):
-                    return int(line.split()[1]) * 1024
-                elif "-" in line.split(maxsplit=1)[0]:  # the next mapping's header
-                    return 0
-    except OSError:
-        pass
-    return 0
+                elif "-" in fields[0]:  # the next mapping's header
+                    break
+                elif fields[0] in ("FilePmdMapped:", "ShmemPmdMapped:"):
+                    total += int(fields[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return total
 
 
 def _address(pages: mmap.mmap) -> int:
@@ -124,8 +139,9 @@ def _address(pages: mmap.mmap) -> int:
 
 def map_every_page(pages: mmap.mmap, advanced: Callable[[int], None] | None = None) -> None:
     """Read in and map every page of ``pages`` now (``MADV_POPULATE_READ``;
-    ``MADV_WILLNEED``, a read-ahead only, on kernels before 5.14), calling
-    ``advanced(bytes mapped so far)`` after each run of ``RUN_BYTES``."""
+    ``MADV_WILLNEED`` on kernels before 5.14), and read a byte of each,
+    calling ``advanced(bytes mapped so far)`` after each run of
+    ``RUN_BYTES``."""
     total = len(pages)
     try:
         for start in range(0, total, RUN_BYTES):
@@ -142,8 +158,10 @@ def map_every_page(pages: mmap.mmap, advanced: Callable[[int], None] | None = No
 def _populate(pages: mmap.mmap, start: int, length: int) -> None:
     try:
         pages.madvise(_MADV_POPULATE_READ, start, length)
-    except OSError:  # EINVAL: a kernel without it
-        pages.madvise(mmap.MADV_WILLNEED, start, length)
+    except OSError as error:
+        if error.errno != errno.EINVAL:  # EIO, EFAULT: the file could not be read
+            raise
+        pages.madvise(mmap.MADV_WILLNEED, start, length)  # a kernel without it
     # A byte of each page read: in a virtual machine, the first read of a
     # page the disk has just filled costs the host a fault of its own (a
     # copy read again onto huge pages made the 1.3 GB of 6 layers of the

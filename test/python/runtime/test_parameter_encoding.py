@@ -14,6 +14,7 @@ from torch.export import Dim
 
 import anyshape
 import anyshape.iree.invocation
+from huge_pages import host_maps_files_on_huge_pages, huge_mapped_bytes, mapping_fields
 from kernel_objects import skip_unless_packings_match
 from models import one_layer_llama
 
@@ -312,42 +313,6 @@ def test_by_default_a_bar_shows_the_mapping_of_a_big_archive_on_a_terminal(
     assert capsys.readouterr().err == ""  # big, but no terminal
 
 
-def _huge_mapped_bytes(path) -> int:
-    """The bytes of this process's mappings of ``path`` mapped by 2 MiB
-    pages (/proc/self/smaps' FilePmdMapped)."""
-    name, mine, total = str(path.resolve()), False, 0
-    for line in open("/proc/self/smaps"):
-        fields = line.split()
-        if "-" in fields[0]:
-            mine = fields[-1] == name
-        elif mine and fields[0] == "FilePmdMapped:":
-            total += int(fields[1]) * 1024
-    return total
-
-
-def _host_maps_files_on_huge_pages(directory) -> bool:
-    """Whether a file of ``directory``'s file system, read anew under
-    MADV_HUGEPAGE, is mapped by 2 MiB pages here (a kernel and a file
-    system with large folios, transparent huge pages not ``never``)."""
-    import mmap
-    import os
-
-    probe = directory / "probe"
-    probe.write_bytes(bytes(8 << 20))
-    with open(probe, "rb") as file:
-        os.fdatasync(file.fileno())
-        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-        pages = mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
-    try:
-        pages.madvise(mmap.MADV_HUGEPAGE)
-        pages.madvise(22)  # MADV_POPULATE_READ
-        return _huge_mapped_bytes(probe) > 0
-    except OSError:
-        return False
-    finally:
-        pages.close()
-
-
 @pytest.mark.builds_after_export
 def test_a_big_archive_is_mapped_on_huge_pages_and_a_small_one_as_it_is(
         saved, tmp_path, monkeypatch):
@@ -358,7 +323,7 @@ def test_a_big_archive_is_mapped_on_huge_pages_and_a_small_one_as_it_is(
     /// is not."""
     import anyshape.runtime.archive_pages as archive_pages
 
-    if not _host_maps_files_on_huge_pages(tmp_path):
+    if not host_maps_files_on_huge_pages(tmp_path):
         pytest.skip("this host does not map a file's page cache on 2 MiB pages")
     model, _, directory = saved
     small = tmp_path / "small"
@@ -366,7 +331,8 @@ def test_a_big_archive_is_mapped_on_huge_pages_and_a_small_one_as_it_is(
     archive = small / "params.irpa"
     loaded = anyshape.load(small)
     assert loaded.preload()
-    assert _huge_mapped_bytes(archive) == 0
+    fields = mapping_fields(archive)
+    assert "hg" not in fields["VmFlags"].split(), fields  # no MADV_HUGEPAGE asked
     del loaded
     big = tmp_path / "big"
     shutil.copytree(directory, big)
@@ -375,7 +341,7 @@ def test_a_big_archive_is_mapped_on_huge_pages_and_a_small_one_as_it_is(
     monkeypatch.setattr(archive_pages, "PROBE_BYTES", 4 << 20)  # the rest read again after it
     loaded = anyshape.load(big)
     assert loaded.preload()
-    assert _huge_mapped_bytes(archive) >= archive.stat().st_size // 2
+    assert huge_mapped_bytes(archive) >= archive.stat().st_size // 2, mapping_fields(archive)
     x = torch.randn(17, WIDTH)
     torch.testing.assert_close(loaded(x), model(x), rtol=1e-4, atol=1e-4)
 
