@@ -163,9 +163,8 @@ def _populate(pages: mmap.mmap, start: int, length: int) -> None:
             raise
         pages.madvise(mmap.MADV_WILLNEED, start, length)  # a kernel without it
     # A byte of each page read: in a virtual machine, the first read of a
-    # page the disk has just filled costs the host a fault of its own (a
-    # copy read again onto huge pages made the 1.3 GB of 6 layers of the
-    # 8B shape's first generate 1.8x a warm one, and mapped first 1.0x).
+    # page the disk has just filled costs the host a fault of its own,
+    # which the first call would pay (docs/benchmarks.md, eleventh session).
     view = np.frombuffer(pages, np.uint8, count=length, offset=start)
     try:
         view[::mmap.PAGESIZE].max()
