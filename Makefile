@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 PYTEST_WORKERS ?= auto
 XDIST := -n $(PYTEST_WORKERS) --maxprocesses=4 --dist loadscope
 
-.PHONY: test check check-pytest check-fuzz lit pytest docs demo gpu-check bench bench-quantized bench-kernels bench-sweep bench-steps bench-served bench-continuous-batching bench-serve bench-serve-embeddings bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
+.PHONY: test test-full check check-pytest check-fuzz lit pytest docs demo gpu-check bench bench-quantized bench-kernels bench-sweep bench-steps bench-served bench-continuous-batching bench-serve bench-serve-embeddings bench-hoist-slices bench-generate zoo family-sweep fuzz coverage opt-compat clean
 
 # PIP_CONSTRAINT, not only -c: it also pins what pip installs to build anyshape
 # itself (setuptools, in pip's isolated build environment).
@@ -31,6 +31,12 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 test: lit pytest
+
+# make test with every case of each sweep (test/python/extent.py): more random
+# program bundles, fuzz seeds and OpInfos, more families of a behaviour make test
+# already covers. About 6 minutes more than make test on 2 cores.
+test-full:
+	ANYSHAPE_TEST_EXTENT=full $(MAKE) test
 
 # The loop to run while editing (docs/testing.md): lit, every pytest that needs
 # no IREE build (ANYSHAPE_NO_BUILD=1 skips a test where it would first build, and

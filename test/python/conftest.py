@@ -9,6 +9,7 @@ import torch
 HERE = os.path.dirname(__file__)
 sys.path.insert(0, HERE)
 
+from extent import FULL  # noqa: E402
 from models import small_roberta  # noqa: E402
 from torch.export import Dim  # noqa: E402
 
@@ -94,9 +95,16 @@ def pytest_configure(config):
                                        "it (skipped by `make check` before the export)")
     config.addinivalue_line("markers", "slow_without_build: builds nothing but takes tens of "
                                        "seconds, a process per case (skipped by `make check`)")
+    config.addinivalue_line("markers", "full_extent: a case of a sweep that only "
+                                       "ANYSHAPE_TEST_EXTENT=full runs (`make test-full`)")
 
 
 def pytest_collection_modifyitems(config, items):
+    if not FULL:
+        quick = pytest.mark.skip(reason="a further case of a sweep: `make test-full` runs it")
+        for item in items:
+            if "full_extent" in item.keywords:
+                item.add_marker(quick)
     if not NO_BUILD:
         return
     in_subprocess = pytest.mark.skip(reason="builds with IREE in a subprocess: `make test` runs it")

@@ -9,8 +9,8 @@ failure is a crash, which is a failure); its message holds the program's
 source, which rebuilds it.
 
 Seeds are built fifty to a module (``Bundle``); a seed that fails there is
-checked again alone, whose failure names it. ``make test`` runs seeds 0-99;
-``make fuzz`` runs 500 (``ANYSHAPE_FUZZ_COUNT``
+checked again alone, whose failure names it. ``make test`` runs seeds 0-49,
+``make test-full`` 0-99 (``extent.py``), ``make fuzz`` 500 (``ANYSHAPE_FUZZ_COUNT``
 and ``ANYSHAPE_FUZZ_START`` pick the range).
 """
 
@@ -21,6 +21,7 @@ import traceback
 
 import pytest
 import torch
+from extent import quick_or_full
 from fuzz_programs import EXAMPLE_SHAPE, MAX_LENGTH, dynamic_shapes, example_inputs, generate
 
 import anyshape
@@ -28,7 +29,7 @@ from anyshape.tools.check import check
 from anyshape.passes import DEFAULT_PIPELINE
 
 START = int(os.environ.get("ANYSHAPE_FUZZ_START", "0"))
-COUNT = int(os.environ.get("ANYSHAPE_FUZZ_COUNT", "100"))
+COUNT = int(os.environ.get("ANYSHAPE_FUZZ_COUNT", quick_or_full("50", "100")))
 TRIALS = 2
 
 

@@ -18,6 +18,7 @@ import warnings
 
 import pytest
 import torch
+from extent import sweep
 from invocations import record_invocations
 from test_generate import copying_prompt, hf_and_ours
 
@@ -79,7 +80,7 @@ def hf_generate(model, ids, mask=None, **kwargs):
 
 
 FAMILIES = ["bart", "t5"]
-MORE_FAMILIES = ["marian", "mt5"]
+MORE_FAMILIES = sweep(["marian"], ["mt5"])
 
 
 @pytest.mark.builds_after_export

@@ -33,13 +33,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from extent import quick_or_full
 from random_programs import Bundle, Program, dynamic_shapes, generate, inputs
 
 import anyshape
 from anyshape.mlir import ir, parse_module
 from anyshape.dialects import new_context
 
-MODULE_SEEDS = range(8)
+# Bundles of 30 programs each: 3 (90 programs) in the quick extent, 8 (240) in
+# the full one (extent.py).
+MODULE_SEEDS = quick_or_full(range(3), range(8))
 CASES_PER_MODULE = 30
 WITH_PASS = ["anyshape-canonicalize-shapes", "anyshape-hoist-slices", "anyshape-lower"]
 WITHOUT_PASS = ["anyshape-canonicalize-shapes", "anyshape-lower"]
