@@ -22,6 +22,7 @@ import warnings
 
 import pytest
 import torch
+from extent import sweep
 from test_generate import hf_generate, mixed_batch, small_causal_lm
 
 import anyshape
@@ -196,7 +197,7 @@ def test_the_first_weight_of_each_nested_hf_model_is_cast(tmp_path):
 
 
 @pytest.mark.builds_after_export
-@pytest.mark.parametrize("model_type", ["llama", "gpt2"])
+@pytest.mark.parametrize("model_type", sweep(["llama"], ["gpt2"]))
 def test_int4_weights_from_bfloat16_shards_are_quantized_from_the_stored_bytes(
         model_type, tmp_path, monkeypatch):
     """/// int4 weights from bfloat16 shards, compiled in float32: no linear

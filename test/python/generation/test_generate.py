@@ -20,7 +20,7 @@ import warnings
 
 import pytest
 import torch
-from extent import sweep
+from extent import FULL_ONLY, sweep
 from invocations import record_host_copies, record_invocations
 
 from without_compilers import FORBID_COMPILERS
@@ -613,6 +613,7 @@ def test_check_validates_the_passes_on_the_step_graph(model_type):
 
 
 @pytest.mark.builds_after_export
+@FULL_ONLY  # bfloat16, the CPU's half type, below in every extent
 def test_float16_is_hf_generate_in_float16():
     model = small_causal_lm("llama")
     generator = anyshape.compile_generator(model, dtype=torch.float16)
