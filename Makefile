@@ -34,7 +34,7 @@ test: lit pytest
 
 # make test with every case of each sweep (test/python/extent.py): more random
 # program bundles, fuzz seeds and OpInfos, more families of a behaviour make test
-# already covers. About 6 minutes more than make test on 2 cores.
+# already covers (docs/testing.md, "The quick and the full extent").
 test-full:
 	ANYSHAPE_TEST_EXTENT=full $(MAKE) test
 
