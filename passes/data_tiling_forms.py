@@ -19,7 +19,11 @@ IREE's CPU codegen fails on, or packs on every call, these forms:
   projections): IREE fuses the strided read into the projection's dispatch
   together with the operand packing, and that dispatch exceeds the stack
   limit or the vector size limit (tiles sized by the length's upper bound).
-  As ``index_select`` the rows are their own small copy.
+  As ``index_select`` the rows are their own small copy. A boolean tensor's
+  row stays a slice: no projection reads a mask, and the last layer's row of
+  the causal mask (which the layers before read whole), gathered into the
+  one-row attention scores, made that dispatch's peeled code 37 times larger
+  (``docs/iree-notes.md``, peeling).
 - A projection with a column slice of a constant weight (the Q, K and V
   parts of GPT-2's fused ``c_attn``, split by slice hoisting): IREE packs
   the slice inside the projection's dispatch on every call instead of once
@@ -224,6 +228,8 @@ class _Rewrites:
         shape, result = vtensor_shape(source.type), vtensor_shape(op.results[0].type)
         if axis is None or shape is None or result is None or len(users(source)) < 2:
             return False
+        if shape[1] == "i1":
+            return False  # a mask: read by no projection (the module's docstring)
         axis %= len(shape[0])
         step = constant_int(piece.step)
         one_row = result[0][axis] == 1 and step == 1

@@ -156,6 +156,29 @@ func.func @negative_slice_is_only_reader(%arg0: !torch.vtensor<[?,?,8],f32>) -> 
 
 // -----
 
+/// [Pattern: selection_as_gather]
+/// The last row of a boolean mask that other layers read whole: no projection
+/// reads a mask, and gathered into its consumer's dispatch the row made IREE's
+/// peeled code explode; it stays a slice.
+// CHECK-LABEL: func.func @negative_mask_row_stays_a_slice
+// CHECK-SAME: (%[[MASK:.*]]: !torch.vtensor<[?,1,?,?],i1>)
+// CHECK: %[[ROW:.*]] = torch.aten.slice.Tensor %[[MASK]], %int2
+// CHECK-NOT: torch.aten.index_select
+// CHECK: return %[[MASK]], %[[ROW]]
+func.func @negative_mask_row_stays_a_slice(%arg0: !torch.vtensor<[?,1,?,?],i1>) -> (!torch.vtensor<[?,1,?,?],i1>, !torch.vtensor<[?,1,1,?],i1>) {
+  %0 = torch.symbolic_int "s0" {min_val = 1, max_val = 8} : !torch.int
+  %1 = torch.symbolic_int "s1" {min_val = 2, max_val = 64} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%0, %1], affine_map<()[s0, s1] -> (s0, 1, s1, s1)> : !torch.vtensor<[?,1,?,?],i1>
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %len = torch.aten.size.int %arg0, %int2 : !torch.vtensor<[?,1,?,?],i1>, !torch.int -> !torch.int
+  %last = torch.aten.sub.int %len, %int1 : !torch.int, !torch.int -> !torch.int
+  %r = torch.aten.slice.Tensor %arg0, %int2, %last, %len, %int1 : !torch.vtensor<[?,1,?,?],i1>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,1,1,?],i1>
+  return %arg0, %r : !torch.vtensor<[?,1,?,?],i1>, !torch.vtensor<[?,1,1,?],i1>
+}
+
+// -----
+
 /// Row 3 of a length that may be 2: the slice would be empty there, a gather
 /// would read out of bounds; left alone.
 // CHECK-LABEL: func.func @negative_row_may_be_outside
