@@ -7,6 +7,7 @@ position in ``op.sample_inputs("cpu", dtype)`` drawn right after
 
 from __future__ import annotations
 
+import concurrent.futures
 import fnmatch
 import functools
 import warnings
@@ -44,7 +45,15 @@ def parse_case_id(case: str) -> tuple[str, str, int]:
 
 @functools.lru_cache(maxsize=8)
 def samples(op_name: str, dtype: str) -> tuple:
-    op = op_table()[op_name]
+    # torch's sample iterator looks for a unittest test up the caller's stack
+    # (inspect.stack, which reads each frame's source): from pytest's
+    # collection, about 0.2 s a call. A thread's stack is a few frames, with no
+    # test in it either: the same samples, drawn with the same seeds.
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        return thread.submit(_drawn, op_table()[op_name], dtype).result()
+
+
+def _drawn(op, dtype: str) -> tuple:
     torch.manual_seed(SEED)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
