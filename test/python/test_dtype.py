@@ -20,6 +20,7 @@ def roberta_fp16():
 
 
 @pytest.mark.parametrize("length", [1, 17, 64])
+@pytest.mark.builds_after_export
 def test_float16_matches_eager_float16(roberta_fp16, length):
     model, compiled = roberta_fp16
     ids, mask = roberta_inputs(3, length, pad_from=length // 2 + 1, seed=length)
@@ -37,6 +38,7 @@ def _half_copy(model):
     return copy.deepcopy(model).half().eval()
 
 
+@pytest.mark.builds_after_export
 def test_callers_model_is_left_in_float32(roberta_fp16):
     model, _ = roberta_fp16
     assert all(p.dtype == torch.float32 for p in model.parameters())

@@ -139,6 +139,7 @@ def test_inline_artifact_holds_tied_weights_once(model_type, config):
     torch.testing.assert_close(compiled(**inputs).logits, expected, atol=1e-4, rtol=0)
 
 
+@pytest.mark.builds_after_export
 def test_external_parameters_match_eager(gpt2_external):
     built, compiled = gpt2_external
     inputs = built.example_inputs(3, 37, seed=5)
@@ -147,6 +148,7 @@ def test_external_parameters_match_eager(gpt2_external):
     torch.testing.assert_close(compiled(**inputs).logits, expected, atol=1e-4, rtol=0)
 
 
+@pytest.mark.builds_after_export
 def test_saved_external_parameters_load_in_fresh_process(gpt2_external, tmp_path):
     built, compiled = gpt2_external
     compiled.save(tmp_path / "art")
@@ -169,6 +171,7 @@ def test_saved_external_parameters_load_in_fresh_process(gpt2_external, tmp_path
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr
 
 
+@pytest.mark.builds_after_export
 def test_missing_parameter_archive_is_named(gpt2_external, tmp_path):
     built, compiled = gpt2_external
     compiled.save(tmp_path / "art")
@@ -178,6 +181,7 @@ def test_missing_parameter_archive_is_named(gpt2_external, tmp_path):
         loaded(**built.example_inputs(1, 4))
 
 
+@pytest.mark.builds_after_export
 def test_parameters_written_where_the_artifact_runs(gpt2_external, tmp_path):
     """An artifact travels without its archive and gets its weights from a model
     built where it runs: the outputs are that model's, not the compiled one's."""
@@ -195,6 +199,7 @@ def test_parameters_written_where_the_artifact_runs(gpt2_external, tmp_path):
     assert (got - compiled_weights).abs().max() > 0.1
 
 
+@pytest.mark.builds_after_export
 def test_write_parameters_names_what_does_not_fit(gpt2_external, tmp_path):
     built, compiled = gpt2_external
     compiled.save(tmp_path / "art")

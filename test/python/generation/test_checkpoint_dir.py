@@ -320,6 +320,7 @@ def test_compiling_a_checkpoint_never_holds_its_weights(tmp_path):
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/self/maps")
+@pytest.mark.builds_after_export
 def test_a_compiled_checkpoint_is_not_held_after_the_compile(tmp_path):
     """/// The model read from the shards is dropped once compiled: no shard
     /// stays mapped in the process (torch's export kept its last traced graph,

@@ -185,6 +185,7 @@ def encoder():
 
 
 @needs_kernel
+@pytest.mark.builds_after_export
 def test_both_forms_run_the_kernel(encoder):
     _, module = encoder
     text = module.ir("iree-input")
@@ -194,6 +195,7 @@ def test_both_forms_run_the_kernel(encoder):
 
 @needs_kernel
 @pytest.mark.parametrize("batch,length", [(1, 1), (1, 7), (2, 17), (3, 33), (2, 65)])
+@pytest.mark.builds_after_export
 def test_encoder_matches_eager(encoder, batch, length):
     model, module = encoder
     args = _inputs(batch, length, length)
@@ -201,6 +203,7 @@ def test_encoder_matches_eager(encoder, batch, length):
 
 
 @needs_kernel
+@pytest.mark.builds_after_export
 def test_fully_masked_sequence_is_eager(encoder):
     model, module = encoder
     x, keep = _inputs(3, 6, 1)
@@ -225,6 +228,7 @@ for name in sys.argv[3:]:
 
 
 @needs_kernel
+@pytest.mark.builds_after_export
 def test_encoder_runs_on_workers_with_small_stacks(encoder, tmp_path):
     """/// The attention kernel's frames fit workers of SMALL_WORKER_STACK (a
     frame past one faults on its guard page, the stack probed page by page),
@@ -262,6 +266,7 @@ def capped_encoder(request):
 
 
 @needs_kernel
+@pytest.mark.builds_after_export
 def test_capped_modules_run_the_capped_kernels_as_eager(capped_encoder):
     """/// The AVX2 and portable code of both kernels, as the module links them
     (with the module's flags), at odd row counts: the products at rows 1 to
@@ -301,6 +306,7 @@ class _HeadDims(torch.nn.Module):
 
 
 @needs_kernel
+@pytest.mark.builds_after_export
 def test_head_dims_of_both_column_loops_match_eager():
     torch.manual_seed(2)
     model = _HeadDims().eval()
@@ -313,6 +319,7 @@ def test_head_dims_of_both_column_loops_match_eager():
 
 
 @needs_kernel
+@pytest.mark.builds_after_export
 def test_negative_head_dim_not_a_multiple_of_16_stays_iree():
     """/// The vector paths step through D a vector at a time: D = 8 keeps IREE's form."""
     torch.manual_seed(1)

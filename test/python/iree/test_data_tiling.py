@@ -26,6 +26,7 @@ def tiled(roberta, roberta_dynamic_shapes):
                             backend=anyshape.BackendOptions(data_tiling=True))
 
 
+@pytest.mark.builds_after_export
 def test_forms_pass_runs_after_hoisting(tiled):
     stages = tiled.stages
     assert stages.index("anyshape-data-tiling-forms") == stages.index("anyshape-hoist-slices") + 1
@@ -66,6 +67,7 @@ def test_forms_pass_runs_after_hoisting(tiled):
 
 
 @pytest.mark.parametrize("batch,length", [(1, 1), (1, 17), (3, 60), (2, MAX_LEN)])
+@pytest.mark.builds_after_export
 def test_data_tiled_matches_eager(roberta, tiled, batch, length):
     ids, mask = roberta_inputs(batch, length, pad_from=length // 2 if batch > 1 else None)
     with torch.no_grad():
@@ -112,6 +114,7 @@ def gpt2_tiled(gpt2):
                             backend=anyshape.BackendOptions(data_tiling=True))
 
 
+@pytest.mark.builds_after_export
 def test_gpt2_qkv_weight_read_whole(gpt2_tiled):
     """Slice hoisting splits GPT-2's fused QKV projection into column slices
     of its constant weight; with data tiling each reads the whole weight (IREE
@@ -129,6 +132,7 @@ def test_gpt2_qkv_weight_read_whole(gpt2_tiled):
 
 
 @pytest.mark.parametrize("batch,length", [(1, 1), (1, 2), (3, 17), (2, 64)])
+@pytest.mark.builds_after_export
 def test_gpt2_data_tiled_matches_eager(gpt2, gpt2_tiled, batch, length):
     ids, mask = roberta_inputs(batch, length, vocab=500, pad_from=length // 2 if batch > 1 else None)
     with torch.no_grad():
