@@ -369,6 +369,14 @@ class CompiledModule:
         if not self.parameters_path.is_file():
             raise FileNotFoundError(f"{self.parameters_path}: the parameter archive this "
                                     f"module's weights are in is missing")
+        if self.encoder_path is not None:
+            # Before the load maps and touches every page: refused at once,
+            # however big. Its index unmapped again, so that mapped_archive
+            # may drop the archive's small pages from the page cache.
+            header = rt.ParameterIndex()
+            header.load(str(self.parameters_path))
+            check_archive(header, self.parameters_path, self.parameter_layout)
+            del header
         index = rt.ParameterIndex()
         if self.target.driver == "local-task":
             # The CPU module reads its weights where they are mapped, every
@@ -380,8 +388,6 @@ class CompiledModule:
                 rt.FileHandle.wrap_memory(pages, readable=True, writable=False), "irpa")
         else:
             index.load(str(self.parameters_path))  # mapped, not read into memory
-        if self.encoder_path is not None:
-            check_archive(index, self.parameters_path, self.parameter_layout)
         if self.encoder_path is None:
             return rt.create_io_parameters_module(
                 config.vm_instance, index.create_provider(scope=PARAMETER_SCOPE))

@@ -14,6 +14,7 @@ from torch.export import Dim
 
 import anyshape
 import anyshape.iree.invocation
+import anyshape.runtime.compiled_module
 from huge_pages import host_maps_files_on_huge_pages, huge_mapped_bytes, mapping_fields
 from kernel_objects import skip_unless_packings_match
 from models import one_layer_llama
@@ -96,19 +97,24 @@ def test_the_load_maps_the_packed_weights_without_copying_them(saved):
 
 
 @pytest.mark.builds_after_export
-def test_an_archive_written_for_another_module_is_refused(saved, tmp_path):
+def test_an_archive_written_for_another_module_is_refused(saved, tmp_path, monkeypatch):
     """/// The packed layout is one compile's: read by another module, the
-    /// same bytes would be other weights, silently."""
+    /// same bytes would be other weights, silently. Refused before the load
+    /// maps and touches every page of the archive (gigabytes, for a big model)."""
     _, _, directory = saved
     other = _compile(Layers(3).eval())
     other.save(tmp_path / "other")
     shutil.copyfile(directory / "params.irpa", tmp_path / "other" / "params.irpa")
     loaded = anyshape.load(tmp_path / "other")
+    mapped = []
+    monkeypatch.setattr(anyshape.runtime.compiled_module, "mapped_archive",
+                        lambda path, progress: mapped.append(path))
     with pytest.raises(ValueError, match=r"other/params.irpa: expected weights packed for this "
                                          r"module's layout sha256:\w+, got one packed for "
                                          r"layout sha256:\w+ \(another compile's\); write "
                                          r"them again with anyshape.write_parameters"):
         loaded(torch.randn(2, WIDTH))
+    assert mapped == []
 
 
 @pytest.mark.builds_after_export
