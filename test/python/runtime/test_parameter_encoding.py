@@ -107,8 +107,13 @@ def test_an_archive_written_for_another_module_is_refused(saved, tmp_path, monke
     shutil.copyfile(directory / "params.irpa", tmp_path / "other" / "params.irpa")
     loaded = anyshape.load(tmp_path / "other")
     mapped = []
-    monkeypatch.setattr(anyshape.runtime.compiled_module, "mapped_archive",
-                        lambda path, progress: mapped.append(path))
+    map_archive = anyshape.runtime.compiled_module.mapped_archive
+
+    def recorded(path, progress):
+        mapped.append(path)
+        return map_archive(path, progress)
+
+    monkeypatch.setattr(anyshape.runtime.compiled_module, "mapped_archive", recorded)
     with pytest.raises(ValueError, match=r"other/params.irpa: expected weights packed for this "
                                          r"module's layout sha256:\w+, got one packed for "
                                          r"layout sha256:\w+ \(another compile's\); write "
