@@ -6,14 +6,15 @@ page by page, the first call paid for them (docs/benchmarks.md, "sixth
 session"); mapped at load, it does not. From the page cache that takes a
 fraction of a second; from a cold disk, as long as reading the archive.
 
-A big archive is mapped on 2 MiB pages where the host allows it
-(``mapped_archive``): a decode step reads every weight once, and the
-products read them faster so (docs/benchmarks.md, "eleventh session").
-The page cache holds a file in 2 MiB pieces only where it read them so: an
-archive written or copied since it was last read is held in small ones,
-and is read again from the disk, its first 64 MiB first: a file system
-without large folios reads them into small ones again, and the rest is
-left as it is.
+A big archive is mapped on huge pages (2 MiB on x86-64, the size the
+kernel gives) where the host allows it (``mapped_archive``): a decode step
+reads every weight once, and the products read them faster so
+(docs/benchmarks.md, "eleventh session"). The page cache holds a file in
+huge pieces only where it read them so: an archive written or copied since
+it was last read is held in small ones, and is read again from the disk,
+its first 64 MiB (at least two huge pages) first: a file system without
+large folios reads them into small ones again, and the rest is left as it
+is.
 """
 
 from __future__ import annotations
@@ -36,11 +37,14 @@ RUN_BYTES = 256 << 20
 BIG_ARCHIVE_BYTES = 1 << 30
 # An archive of at least this many bytes is asked onto huge pages.
 HUGE_PAGES_FROM_BYTES = 1 << 30
-HUGE_PAGE_BYTES = 2 << 20  # x86-64's and arm64's (4 KiB pages) PMD mapping
+# The huge page's size where the kernel does not say (x86-64's, and arm64's
+# with 4 KiB pages; arm64 with 16 or 64 KiB pages has 32 or 512 MiB ones).
+DEFAULT_HUGE_PAGE_BYTES = 2 << 20
 # What a load reads again first, to see whether the file system holds a file
 # in huge pages at all.
 PROBE_BYTES = 64 << 20
 _TRANSPARENT_HUGE_PAGES = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+_HUGE_PAGE_SIZE = Path("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
 
 
 def check_progress(progress) -> None:
@@ -74,7 +78,8 @@ def _onto_huge_pages(pages: mmap.mmap, descriptor: int) -> None:
     reads them into small ones again: the rest is left). Best effort: a
     file that cannot be written out or dropped (a read-only image's, a
     locked mapping) stays as it is."""
-    probe = min(PROBE_BYTES, len(pages))
+    # At least two huge pages, for one to be mapped whole wherever it starts.
+    probe = min(max(PROBE_BYTES, 2 * huge_page_bytes()), len(pages))
     _populate(pages, 0, probe)
     if huge_mapped_bytes(pages) >= probe // 2:
         return  # held in huge pieces already
@@ -95,14 +100,24 @@ def _huge_pages_allowed(pages: mmap.mmap) -> bool:
     """Ask for ``pages`` on huge pages (``MADV_HUGEPAGE``); whether they may
     be: the host's transparent huge pages not ``never``, its kernel taking
     the advice, and the mapping's start on a huge page's boundary (the
-    file's offset 0 there; else no 2 MiB piece lines up with one)."""
+    file's offset 0 there; else no huge piece lines up with one)."""
     try:
         if "[never]" in _TRANSPARENT_HUGE_PAGES.read_text():
             return False
         pages.madvise(mmap.MADV_HUGEPAGE)
     except (OSError, AttributeError):  # no such file; EINVAL: a kernel without them
         return False
-    return _address(pages) % HUGE_PAGE_BYTES == 0
+    return _address(pages) % huge_page_bytes() == 0
+
+
+def huge_page_bytes() -> int:
+    """The host's transparent huge page size, as its kernel gives it
+    (``hpage_pmd_size``), else ``DEFAULT_HUGE_PAGE_BYTES``."""
+    try:
+        size = int(_HUGE_PAGE_SIZE.read_text())
+    except (OSError, ValueError):
+        return DEFAULT_HUGE_PAGE_BYTES
+    return size if size > 0 and size % mmap.PAGESIZE == 0 else DEFAULT_HUGE_PAGE_BYTES
 
 
 def huge_mapped_bytes(pages: mmap.mmap) -> int:

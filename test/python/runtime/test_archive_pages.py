@@ -92,3 +92,44 @@ def test_a_load_that_fails_leaves_nothing_mapped(tmp_path, monkeypatch):
         archive_pages.mapped_archive(path)
     assert caught.value.__traceback__ is not None
     assert mapping_fields(path) == {}
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("33554432\n", 32 << 20),        # arm64 with 16 KiB pages
+    ("536870912\n", 512 << 20),      # arm64 with 64 KiB pages
+    (None, 2 << 20),                 # no such file: an older kernel
+    ("never\n", 2 << 20), ("0\n", 2 << 20), ("1000\n", 2 << 20)])
+def test_the_huge_page_size_is_the_one_the_kernel_gives(tmp_path, monkeypatch, given, expected):
+    """/// The kernel's hpage_pmd_size where it gives a whole number of pages,
+    /// else 2 MiB (x86-64's)."""
+    size_file = tmp_path / "hpage_pmd_size"
+    if given is not None:
+        size_file.write_text(given)
+    monkeypatch.setattr(archive_pages, "_HUGE_PAGE_SIZE", size_file)
+    assert archive_pages.huge_page_bytes() == expected
+
+
+@pytest.mark.parametrize("huge_page, read_again", [(2 << 20, True), (1 << 40, False)])
+def test_only_a_mapping_on_the_kernels_huge_page_boundary_is_read_again(
+        tmp_path, big_from_16_mib, monkeypatch, huge_page, read_again):
+    """/// A mapping placed 2 MiB past 1 TiB starts on a 2 MiB page's boundary,
+    /// not on a 1 TiB one's: with the kernel's pages of 1 TiB the file is not
+    /// dropped and read again; every page is mapped either way."""
+    if "[never]" in archive_pages._TRANSPARENT_HUGE_PAGES.read_text():
+        pytest.skip("transparent huge pages are off on this host")
+    size_file = tmp_path / "hpage_pmd_size"
+    size_file.write_text(f"{huge_page}\n")
+    monkeypatch.setattr(archive_pages, "_HUGE_PAGE_SIZE", size_file)
+    monkeypatch.setattr(archive_pages, "_address", lambda pages: (1 << 40) + (2 << 20))
+    asked = []
+    monkeypatch.setattr(archive_pages, "_onto_huge_pages",
+                        lambda pages, descriptor: asked.append(descriptor))
+    path = tmp_path / "params.irpa"
+    data = written_in_small_pieces(path, 24 << 20)
+    pages = archive_pages.mapped_archive(path)
+    try:
+        assert bool(asked) == read_again
+        assert int(mapping_fields(path)["Rss"].split()[0]) * 1024 == len(data)
+        assert pages[:] == data
+    finally:
+        pages.close()
