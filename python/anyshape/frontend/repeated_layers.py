@@ -1,6 +1,7 @@
 """A decoder's step traced with a few of its layers, the rest copied in the graph.
 
-A causal LM's N decoder layers are one module class N times over weights of
+A causal LM's N decoder layers (and an encoder-decoder's, in its decoder
+step) are one module class N times over weights of
 the same shapes, and ``torch.export`` and its decomposition trace each of
 them again: about a second per layer of GPT-2 small on 2 cores, most of a
 generator's front half (docs/benchmarks.md, "Compile cost"). Here the step
@@ -12,10 +13,11 @@ a trace of all N layers gives, node for node
 (``test_repeated_layers.py`` compares the two).
 
 Four are traced because the first layer's graph may hold nodes the later
-ones share (a size computed on first use), so the copied layer's template
-is checked against the one before it, and that one's against its own
-predecessor: the copies read the layer before them as the template reads its
-own. Where anything differs (layers of other classes, attributes, hooks or
+ones share (a size computed on first use, T5's position table), so the
+copied layer's template is checked against the one before it, and that
+one's against its own predecessor: the copies read the layer before them as
+the template reads its own. The layers before the template's predecessor
+are traced, and may differ from the rest. Where anything differs (layers of other classes, attributes, hooks or
 weight shapes, a weight shared with anything else, mixed
 ``config.layer_types``, two traced layers' graphs, a layer reading a layer
 two back, the model's end reading anything but the last layer), or the
@@ -53,17 +55,24 @@ class LayersDiffer(Exception):
     """Why the step's layers cannot be copied from one traced layer."""
 
 
-def layer_stack(model: torch.nn.Module, layers: int) -> str:
-    """The dotted name of ``model``'s list of its ``layers`` decoder layers,
-    all alike (class, submodules, weight shapes, attributes), without hooks
-    and without weights shared with anything else."""
+def layer_stack(model: torch.nn.Module, layers: int, within: str = "") -> str:
+    """The dotted name of ``model``'s list of its ``layers`` decoder layers
+    (under its submodule ``within``, where given), alike (class, submodules,
+    weight shapes, attributes) from the last traced one on, without hooks
+    and without weights shared with anything else. The layers before it are
+    traced, and may differ (T5's first holds the position table the others
+    read)."""
+    prefix = f"{within}." if within else ""
     found = [name for name, module in model.named_modules()
-             if isinstance(module, torch.nn.ModuleList) and len(module) == layers]
+             if isinstance(module, torch.nn.ModuleList) and len(module) == layers
+             and name.startswith(prefix)]
     if len(found) != 1:
         raise LayersDiffer(f"{len(found)} module lists of {layers} layers")
     stack = model.get_submodule(found[0])
     template = _description(stack[layers - 1])
     for index, layer in enumerate(stack):
+        if index < TRACED_LAYERS - 1:
+            continue
         if not _alike(_description(layer), index, template, layers - 1):
             raise LayersDiffer(f"layer {index} of {found[0]} differs from layer {layers - 1}")
     # A weight a layer shares (tied to another layer's, or to the model's)
@@ -145,12 +154,17 @@ def first_layers(model: torch.nn.Module, stack_name: str, count: int):
             setattr(config, key, value)
 
 
-def decomposed_step(model: torch.nn.Module, layers: int, trace,
-                    report=None) -> torch.export.ExportedProgram:
+def decomposed_step(model: torch.nn.Module, layers: int, trace, report=None, *,
+                    within: str = "", leading_inputs: int = 3,
+                    cache_groups: int = 1) -> torch.export.ExportedProgram:
     """``trace(count)`` (the step over the first ``count`` layers, exported and
     decomposed) for all ``layers``: traced with ``TRACED_LAYERS`` and the rest
     copied where the layers are alike, else traced whole. ``report`` (a
-    progress printer) is told why where they are not."""
+    progress printer) is told why where they are not. The step's inputs:
+    ``leading_inputs`` tensors, then ``cache_groups`` runs of two per layer
+    (a causal LM's cache; an encoder-decoder's own cache, then the
+    cross-attention's), named ``cache_0`` on; the layers: the list under
+    ``within`` (a submodule's name; all of ``model`` by default)."""
     def whole(reason: str):
         if report is not None:
             report(f"  tracing every layer: {reason}")
@@ -163,7 +177,7 @@ def decomposed_step(model: torch.nn.Module, layers: int, trace,
     if len(kinds) > 1:
         return whole(f"layers of {len(kinds)} types ({', '.join(sorted(kinds))})")
     try:
-        stack_name = layer_stack(model, layers)
+        stack_name = layer_stack(model, layers, within)
     except LayersDiffer as error:
         return whole(str(error))
     named = {**dict(model.named_parameters(remove_duplicate=False)),
@@ -172,7 +186,8 @@ def decomposed_step(model: torch.nn.Module, layers: int, trace,
     try:
         with first_layers(model, stack_name, TRACED_LAYERS):
             traced = trace(TRACED_LAYERS)
-        return _Copier(traced, _STEP_PREFIX + stack_name, layers, tensors).program()
+        return _Copier(traced, _STEP_PREFIX + stack_name, layers, tensors, leading_inputs,
+                       cache_groups).program()
     except Exception as error:  # noqa: BLE001  only time depends on it: the whole trace decides
         # A model cut short may fail where it whole does not, and the graph
         # may hold what the copier does not know: traced whole, its own
@@ -183,9 +198,10 @@ def decomposed_step(model: torch.nn.Module, layers: int, trace,
 class _Copier:
     """The traced program's graph with its last layer copied up to ``layers``."""
 
-    def __init__(self, traced, stack_path: str, layers: int, tensors: dict):
+    def __init__(self, traced, stack_path: str, layers: int, tensors: dict, leading: int,
+                 groups: int):
         self.traced, self.layers, self.tensors = traced, layers, tensors
-        self.stack_path = stack_path
+        self.stack_path, self.leading, self.groups = stack_path, leading, groups
         self.last = TRACED_LAYERS - 1
         self._layer_pattern = re.compile(rf"{re.escape(stack_path)}\.(\d+)(?:\.|$)")
         self._segment()
@@ -218,12 +234,13 @@ class _Copier:
                 continue
             spec = by_name[node.name]
             if spec.kind == InputKind.USER_INPUT:
-                position = users.index(node.name) - 3  # ids, positions, mask, then the cache
+                position = users.index(node.name) - self.leading
                 if position >= 0:
-                    if node.name != f"cache_{position}":
+                    group, place = divmod(position, 2 * TRACED_LAYERS)
+                    if node.name != f"cache_{position}" or group >= self.groups:
                         raise LayersDiffer(f"cache input {node.name}")
-                    self.owner[node] = position // 2
-                    self.input_role[node] = ("cache", position % 2)
+                    self.owner[node] = place // 2
+                    self.input_role[node] = ("cache", (group, place % 2))
             elif spec.target is not None:
                 layer = self._layer_of_path(spec.target)
                 if layer is not None:
@@ -305,6 +322,9 @@ class _Copier:
 
     # The program with every layer.
 
+    def _cache_name(self, layer: int, group: int, place: int) -> str:
+        return f"cache_{2 * self.layers * group + 2 * layer + place}"
+
     def _target_of(self, relative_target: str, layer: int) -> str:
         return relative_target.replace(f"{self.stack_path}.#.", f"{self.stack_path}.{layer}.", 1)
 
@@ -336,20 +356,22 @@ class _Copier:
             for template, layer in group:
                 spec = old_specs[template.name]
                 if layer is None:
-                    new = graph.placeholder(template.name)
+                    role = self.input_role.get(template)
+                    # A later group's caches follow every layer's of the groups before.
+                    new = graph.placeholder(self._cache_name(self.owner[template], *role[1])
+                                            if role and role[0] == "cache" else template.name)
                     new.meta = copy.copy(template.meta)
                     env[template] = new
                     target = spec.target
                 else:
                     kind, relative = self.input_role[template]
                     if kind == "cache":
-                        name, target = f"cache_{2 * layer + relative}", None
+                        name, target = self._cache_name(layer, *relative), None
                     else:
                         target = self._target_of(relative, layer)
                         if target not in self.tensors:
                             raise LayersDiffer(f"no tensor {target}")
-                        name = template.name.replace(_underscored(spec.target),
-                                                     _underscored(target), 1)
+                        name = _renamed_input(template.name, spec.target, target)
                         if name == template.name:
                             raise LayersDiffer(f"input name {template.name}")
                     new = graph.placeholder(name)
@@ -467,7 +489,8 @@ class _Copier:
         if root.fqn != "" or root.signature is None:
             raise LayersDiffer("the step's call signature")
         names = list(root.signature.forward_arg_names)
-        arguments = names[:3] + [f"cache_{index}" for index in range(2 * self.layers)]
+        arguments = names[:self.leading] + [f"cache_{index}" for index in
+                                            range(2 * self.groups * self.layers)]
         signature = dataclasses.replace(
             root.signature, forward_arg_names=arguments,
             in_spec=_pytree.tree_flatten((tuple(arguments), {}))[1])
@@ -477,6 +500,17 @@ class _Copier:
 
 def _underscored(target: str) -> str:
     return target.replace(".", "_")
+
+
+def _renamed_input(name: str, old_target: str, new_target: str) -> str:
+    """A weight's placeholder ``name`` for ``new_target`` in place of
+    ``old_target``: torch.export names it by its target, underscored, and
+    lowercased (T5's ``SelfAttention``), where that names nothing else."""
+    for old, new in ((_underscored(old_target), _underscored(new_target)),
+                     (_underscored(old_target).lower(), _underscored(new_target).lower())):
+        if old in name:
+            return name.replace(old, new, 1)
+    return name
 
 
 def _with(descriptor, **fields):

@@ -171,29 +171,51 @@ def _step_inputs(model, own_shapes, cross_shapes, batch: int, new: int, states) 
             *own, *cross)
 
 
-def export_seq2seq(model, own_shapes, cross_shapes):
-    """The decoder step returning every new token's logits and ``encode``,
-    exported: (the step's dims as its flat inputs, encode program, encoder
-    states of the example, the step program)."""
+def export_encode(model):
+    """``encode`` exported: (its program, the encoder states of its example)."""
     from torch.export import Dim
 
-    layers = len(own_shapes)
-    batch, source, new = (_EXAMPLE[k] for k in ("batch", "source", "new"))
+    batch, source = _EXAMPLE["batch"], _EXAMPLE["source"]
     b, s = Dim("batch", min=1), Dim("source", min=1)
-    n, length, cap = Dim("new", min=1), Dim("length", min=1), Dim("capacity", min=2)
     ids = torch.randint(3, 100, (batch, source))
     mask = torch.ones(batch, source, dtype=torch.long)
     encode = Seq2SeqEncode(model)
     with torch.no_grad():
-        encode_program = torch.export.export(encode, (ids, mask),
-                                             dynamic_shapes=({0: b, 1: s}, {0: b, 1: s}))
-        states = encode(ids, mask)[0]
-        inputs = _step_inputs(model, own_shapes, cross_shapes, batch, new, states)
-        dims = ({0: b, 1: n}, {0: b, 1: length}, {0: b, 1: s}, {0: b, 1: s},
-                tuple([{0: b, 2: cap}] * (2 * layers) + [{0: b, 2: s}] * (2 * layers)))
-        verify_program = torch.export.export(
-            Seq2SeqDecoderStep(model, layers, every_position=True), inputs, dynamic_shapes=dims)
-    return (*dims[:4], *dims[4]), encode_program, states, verify_program
+        program = torch.export.export(encode, (ids, mask),
+                                      dynamic_shapes=({0: b, 1: s}, {0: b, 1: s}))
+        return program, encode(ids, mask)[0]
+
+
+def step_dims(layers: int) -> tuple:
+    """The decoder step's dynamic dims, as its flat inputs: new tokens, the
+    decoder mask, the source mask, the encoder states, then ``layers``
+    layers' own cache and cross-attention cache."""
+    from torch.export import Dim
+
+    b, s = Dim("batch", min=1), Dim("source", min=1)
+    n, length, cap = Dim("new", min=1), Dim("length", min=1), Dim("capacity", min=2)
+    return ({0: b, 1: n}, {0: b, 1: length}, {0: b, 1: s}, {0: b, 1: s},
+            *([{0: b, 2: cap}] * (2 * layers) + [{0: b, 2: s}] * (2 * layers)))
+
+
+def export_verify(model, own_shapes, cross_shapes, states) -> torch.export.ExportedProgram:
+    """The decoder step returning every new token's logits over the layers
+    ``own_shapes`` and ``cross_shapes`` describe (the first of the model's
+    where fewer), exported."""
+    layers = len(own_shapes)
+    inputs = _step_inputs(model, own_shapes, cross_shapes, _EXAMPLE["batch"], _EXAMPLE["new"],
+                          states)
+    dims = step_dims(layers)
+    with torch.no_grad():
+        return torch.export.export(Seq2SeqDecoderStep(model, layers, every_position=True),
+                                   inputs, dynamic_shapes=(*dims[:4], dims[4:]))
+
+
+def decoder_name(model) -> str:
+    """The dotted name of ``model``'s decoder ("" where it has none by that
+    name: the whole model is searched for the layers)."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    return next((name for name, module in model.named_modules() if module is decoder), "")
 
 
 def export_source_rows(states, cross_shapes) -> torch.export.ExportedProgram:
@@ -219,6 +241,7 @@ def compile_seq2seq(model, *, target, backend, cache, report, dump_ir_dir):
     import anyshape
     from anyshape.frontend.derived_programs import selected_output
     from anyshape.frontend.export import prepare_program
+    from anyshape.frontend.repeated_layers import decomposed_step
     from anyshape.generation.model_spec import (DECODE_ENTRIES, SOURCE_ROWS_ENTRY, VERIFY_ENTRY,
                                                  decode_step, generation_config_of, model_spec,
                                                  start_building_kernels)
@@ -229,11 +252,17 @@ def compile_seq2seq(model, *, target, backend, cache, report, dump_ir_dir):
     report(f"exporting the encoder and the decoder step of {type(model).__name__} with "
              f"torch.export, and decomposing them")
     own_shapes, cross_shapes = probe_caches(model)
-    names, encode_program, states, verify_program = export_seq2seq(model, own_shapes,
-                                                                   cross_shapes)
+    encode_program, states = export_encode(model)
+    layers = len(own_shapes)
     # Traced once: the step is the verifier's last position, each decode
-    # step the step with its batch and new tokens fixed (as causal_lm.py).
-    verify_program = prepare_program(verify_program)
+    # step the step with its batch and new tokens fixed (as causal_lm.py);
+    # its first layers traced, the later ones copied (repeated_layers.py).
+    verify_program = decomposed_step(
+        model, layers,
+        lambda count: prepare_program(export_verify(model, own_shapes[:count],
+                                                    cross_shapes[:count], states)),
+        report, within=decoder_name(model), leading_inputs=4, cache_groups=2)
+    names = step_dims(layers)
     step_program = selected_output(verify_program, dim=1, index=-1)
     report(f"  deriving the decode steps of batch {', '.join(map(str, DECODE_ENTRIES))} "
              f"from the step")
