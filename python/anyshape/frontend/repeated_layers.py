@@ -1,8 +1,8 @@
 """A decoder's step traced with a few of its layers, the rest copied in the graph.
 
 A causal LM's N decoder layers (and an encoder-decoder's, in its decoder
-step) are one module class N times over weights of
-the same shapes, and ``torch.export`` and its decomposition trace each of
+step) are one module class N times over weights of the same shapes, and
+``torch.export`` and its decomposition trace each of
 them again: about a second per layer of GPT-2 small on 2 cores, most of a
 generator's front half (docs/benchmarks.md, "Compile cost"). Here the step
 is exported and decomposed with its first ``TRACED_LAYERS`` layers only (the
@@ -17,8 +17,9 @@ ones share (a size computed on first use, T5's position table), so the
 copied layer's template is checked against the one before it, and that
 one's against its own predecessor: the copies read the layer before them as
 the template reads its own. The layers before the template's predecessor
-are traced, and may differ from the rest. Where anything differs (layers of other classes, attributes, hooks or
-weight shapes, a weight shared with anything else, mixed
+are traced, and may differ from the rest. Where anything differs (layers of
+other classes, attributes, hooks or weight shapes, a weight shared with
+anything else, mixed
 ``config.layer_types``, two traced layers' graphs, a layer reading a layer
 two back, the model's end reading anything but the last layer), or the
 shortened model fails to trace, the step is traced whole, as before: only
