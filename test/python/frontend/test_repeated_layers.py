@@ -218,20 +218,36 @@ def test_the_model_is_put_back_and_traced_whole_when_the_short_trace_fails():
     assert [type(layer).__name__ for layer in model.model.layers] == ["LlamaDecoderLayer"] * 6
 
 
-@pytest.mark.builds_after_export
-def test_a_generator_with_copied_layers_generates_as_hf(monkeypatch):
-    """The copied program compiled and run: greedy tokens equal HF's ``generate``
-    on a left-padded batch of odd lengths (GPT-2: a tied head, ``Conv1D``
-    weights), with the copies made, not a whole trace."""
+def _generator_with_copies(model, layers: int, monkeypatch):
+    """``compile_generator(model)``, asserting that it copied layers up to ``layers``."""
     import anyshape
 
-    model = _model("gpt2", n_layer=5, num_hidden_layers=5)
     copied = []
     program = repeated_layers._Copier.program
     monkeypatch.setattr(repeated_layers._Copier, "program",
                         lambda self: copied.append(self.layers) or program(self))
     generator = anyshape.compile_generator(model, cache=False)  # a patched compile: no cache
-    assert copied == [5]
+    assert copied == [layers]
+    return generator
+
+
+def _hf_tokens(model, ids, arguments, ours):
+    """HF's ``generate``; in float64 where float32's tokens are not ``ours`` (a near tie)."""
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = model.generate(ids, **arguments)
+        if not torch.equal(ours, expected):
+            expected = copy.deepcopy(model).double().generate(ids, **arguments)
+    return expected
+
+
+@pytest.mark.builds_after_export
+def test_a_generator_with_copied_layers_generates_as_hf(monkeypatch):
+    """The copied program compiled and run: greedy tokens equal HF's ``generate``
+    on a left-padded batch of odd lengths (GPT-2: a tied head, ``Conv1D``
+    weights), with the copies made, not a whole trace."""
+    model = _model("gpt2", n_layer=5, num_hidden_layers=5)
+    generator = _generator_with_copies(model, 5, monkeypatch)
     generator_ids = torch.Generator().manual_seed(7)
     lengths = [1, 7, 17]
     ids = torch.randint(3, 256, (3, max(lengths)), generator=generator_ids)
@@ -241,11 +257,7 @@ def test_a_generator_with_copied_layers_generates_as_hf(monkeypatch):
         ids[row, :max(lengths) - length] = 0
     arguments = dict(attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
     ours = generator.generate(ids, **arguments)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        expected = model.generate(ids, **arguments)
-        if not torch.equal(ours, expected):  # a near tie: float64 decides
-            expected = copy.deepcopy(model).double().generate(ids, **arguments)
+    expected = _hf_tokens(model, ids, arguments, ours)
     assert torch.equal(ours, expected)
 
 
@@ -296,15 +308,8 @@ def test_an_encoder_decoder_with_copied_layers_generates_as_hf(monkeypatch):
     """The copied decoder step compiled and run: greedy tokens equal HF's
     ``generate`` on a right-padded batch of odd source lengths (BART with 5
     decoder layers, its fifth copied), float64 deciding a near tie."""
-    import anyshape
-
     model = _encoder_decoder("bart", decoder_layers=5, init_std=0.5)
-    copied = []
-    program = repeated_layers._Copier.program
-    monkeypatch.setattr(repeated_layers._Copier, "program",
-                        lambda self: copied.append(self.layers) or program(self))
-    generator = anyshape.compile_generator(model, cache=False)  # a patched compile: no cache
-    assert copied == [5]
+    generator = _generator_with_copies(model, 5, monkeypatch)
     lengths = [1, 7, 33]
     ids = torch.randint(3, 256, (len(lengths), max(lengths)),
                         generator=torch.Generator().manual_seed(5))
@@ -314,10 +319,6 @@ def test_an_encoder_decoder_with_copied_layers_generates_as_hf(monkeypatch):
         ids[row, length:] = model.config.pad_token_id
     arguments = dict(attention_mask=mask, max_new_tokens=24, do_sample=False)
     ours = generator.generate(ids, **arguments)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        expected = model.generate(ids, **arguments)
-        if not torch.equal(ours, expected):  # a near tie: float64 decides
-            expected = copy.deepcopy(model).double().generate(ids, **arguments)
+    expected = _hf_tokens(model, ids, arguments, ours)
     assert torch.equal(ours, expected)
     assert len({tuple(row) for row in expected[:, 1:].tolist()}) == len(lengths), expected
