@@ -8,13 +8,13 @@ signature, weights and module call graph. Where layers differ, the step is
 traced whole, and the model given is left as it was either way.
 """
 
-import copy
 import re
 import warnings
 
 import pytest
 import torch
 from extent import sweep
+from hf_generation import hf_and_ours
 
 from anyshape.frontend import repeated_layers
 from anyshape.frontend.export import prepare_program
@@ -231,16 +231,6 @@ def _generator_with_copies(model, layers: int, monkeypatch):
     return generator
 
 
-def _hf_tokens(model, ids, arguments, ours):
-    """HF's ``generate``; in float64 where float32's tokens are not ``ours`` (a near tie)."""
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        expected = model.generate(ids, **arguments)
-        if not torch.equal(ours, expected):
-            expected = copy.deepcopy(model).double().generate(ids, **arguments)
-    return expected
-
-
 @pytest.mark.builds_after_export
 def test_a_generator_with_copied_layers_generates_as_hf(monkeypatch):
     """The copied program compiled and run: greedy tokens equal HF's ``generate``
@@ -255,9 +245,8 @@ def test_a_generator_with_copied_layers_generates_as_hf(monkeypatch):
     for row, length in enumerate(lengths):
         mask[row, max(lengths) - length:] = 1
         ids[row, :max(lengths) - length] = 0
-    arguments = dict(attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
-    ours = generator.generate(ids, **arguments)
-    expected = _hf_tokens(model, ids, arguments, ours)
+    expected, ours = hf_and_ours(model, generator, ids, mask, max_new_tokens=24, do_sample=False,
+                                 pad_token_id=0)
     assert torch.equal(ours, expected)
 
 
@@ -317,8 +306,6 @@ def test_an_encoder_decoder_with_copied_layers_generates_as_hf(monkeypatch):
     for row, length in enumerate(lengths):
         mask[row, :length] = 1
         ids[row, length:] = model.config.pad_token_id
-    arguments = dict(attention_mask=mask, max_new_tokens=24, do_sample=False)
-    ours = generator.generate(ids, **arguments)
-    expected = _hf_tokens(model, ids, arguments, ours)
+    expected, ours = hf_and_ours(model, generator, ids, mask, max_new_tokens=24, do_sample=False)
     assert torch.equal(ours, expected)
     assert len({tuple(row) for row in expected[:, 1:].tolist()}) == len(lengths), expected

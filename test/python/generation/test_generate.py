@@ -11,7 +11,6 @@ token among them), for 64 new tokens; GPT-2 and Llama also at prompts of 1,
 
 from __future__ import annotations
 
-import copy
 import math
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import warnings
 import pytest
 import torch
 from extent import FULL_ONLY, sweep
+from hf_generation import hf_and_ours, hf_generate
 from invocations import record_host_copies, record_invocations
 
 from without_compilers import FORBID_COMPILERS
@@ -61,31 +61,6 @@ def mixed_batch(lengths: list[int], seed: int = 0):
         mask[row, width - length:] = 1
         ids[row, :width - length] = 0
     return ids, mask
-
-
-def hf_generate(model, ids, mask=None, **kwargs):
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return model.generate(ids, attention_mask=mask, **kwargs)
-
-
-def _sequences(output):
-    return getattr(output, "sequences", output)
-
-
-def hf_and_ours(model, generator, ids, mask, generate=hf_generate, **kwargs):
-    """(HF's output, anyshape's) for the same inputs, arguments and seed.
-    Where HF's float32 tokens differ from anyshape's, HF's float64 ones decide:
-    its output is then the float64 model's (a near tie that float32 rounding
-    breaks either way, e.g. a beam's score after a hundred tokens)."""
-    torch.manual_seed(0)
-    got = generator.generate(ids, attention_mask=mask, **kwargs)
-    torch.manual_seed(0)
-    want = generate(model, ids, mask, **kwargs)
-    if not torch.equal(_sequences(got), _sequences(want)):
-        torch.manual_seed(0)
-        want = generate(copy.deepcopy(model).double(), ids, mask, **kwargs)
-    return want, got
 
 
 def both(model, generator, lengths, seed=3, **kwargs):
